@@ -1,0 +1,122 @@
+"""Small helpers shared by the pipeline: progress bars, timers, atomic output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+from tqdm.auto import tqdm
+
+from .errors import InputError
+
+
+def progress_enabled(progress: Optional[bool] = None) -> bool:
+    """Whether to draw progress bars: on for an interactive stderr unless told otherwise."""
+    if progress is not None:
+        return bool(progress)
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress_bar(total, desc: str, unit: str = "ev", progress: Optional[bool] = None, **kw):
+    """A tqdm bar on stderr that disappears when it is done, or a silent one."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        unit_scale=True,
+        leave=False,
+        dynamic_ncols=True,
+        disable=not progress_enabled(progress),
+        file=sys.stderr,
+        **kw,
+    )
+
+
+class StageTimer:
+    """Wall-clock seconds per named stage, in the order the stages ran."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def rounded(self, ndigits: int = 4) -> Dict[str, float]:
+        return {k: round(v, ndigits) for k, v in self.seconds.items()}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_dir(target, overwrite: bool = False) -> Iterator[Path]:
+    """Build a directory under a temporary name and move it into place on success.
+
+    The temporary directory sits next to ``target`` so the final ``os.replace`` is a
+    rename on the same file system.  On any exception it is removed, so a failed run
+    leaves nothing behind.
+
+    Parameters
+    ----------
+    target : path-like
+        Final directory.
+    overwrite : bool
+        Replace ``target`` if it exists; otherwise an existing non-empty ``target``
+        raises :class:`~speed.InputError` before anything is written.
+    """
+    target = Path(target)
+    if target.exists() and not overwrite:
+        if not target.is_dir() or any(target.iterdir()):
+            raise InputError("output already exists (pass overwrite=True or --overwrite)", target)
+    parent = target.parent if str(target.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result should look like mkdir's
+    try:
+        yield tmp
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=parent))
+            os.replace(target, old / "x")
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(target) -> Iterator[Path]:
+    """Write a file under a temporary name in the same folder, then rename it into place."""
+    target = Path(target)
+    parent = target.parent if str(target.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=parent)
+    os.close(fd)
+    os.chmod(tmp_name, 0o666 & ~_umask())
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise

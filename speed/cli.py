@@ -1,0 +1,188 @@
+"""The ``speed`` command.  argparse lives here and only here; every command builds
+arguments for a library call and prints what it returns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import InputError
+
+EXIT_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2, like every other input error."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _column(value: str):
+    """A column given on the command line: a 0-based index if it is all digits, else a name."""
+    return int(value) if value.isdigit() else value
+
+
+def _add_reader_options(p: argparse.ArgumentParser) -> None:
+    from .data.readers import FORMATS
+
+    g = p.add_argument_group("input")
+    g.add_argument("--format", choices=FORMATS, default=None, help="input format (default: detected)")
+    g.add_argument("--src-col", type=_column, default=None, metavar="C", help="source column: name or 0-based index")
+    g.add_argument("--dst-col", type=_column, default=None, metavar="C", help="destination column")
+    g.add_argument("--time-col", type=_column, default=None, metavar="C", help="time column")
+    g.add_argument("--label-col", type=_column, default=None, metavar="C", help="label column (optional)")
+    g.add_argument("--sep", default=None, help="field delimiter (default: sniffed)")
+    g.add_argument("--no-sort", action="store_true", help="refuse unsorted input instead of sorting it")
+
+
+def _read(args):
+    from .data.readers import read_events
+
+    sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
+    return read_events(args.input, fmt=args.format, src_col=args.src_col, dst_col=args.dst_col,
+                       time_col=args.time_col, label_col=args.label_col, sep=sep, sort=not args.no_sort,
+                       progress=None if not args.no_progress else False)
+
+
+# --------------------------------------------------------------------------- partition
+def _cmd_partition(args) -> int:
+    from .data.split import chronological_split
+    from .partition.sep import partition
+
+    if args.parts < 1:
+        raise InputError(f"--parts must be >= 1, got {args.parts}")
+    if not 0.0 <= args.topk <= 100.0:
+        raise InputError(f"--topk is a percent in [0, 100], got {args.topk}")
+    out = Path(args.output)
+    if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("output already exists (pass --overwrite)", out)
+    progress = False if args.no_progress else None
+    t0 = time.perf_counter()
+    events = _read(args)
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed)
+    t_split = time.perf_counter() - t0
+    result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
+                       eps=args.eps, seed=args.seed, progress=progress)
+    result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
+    result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
+    with open(out / "manifest.json") as f:
+        manifest = json.load(f)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(format_summary(manifest))
+    return 0
+
+
+def format_summary(m: dict) -> str:
+    """A human-readable table of a shards manifest."""
+    inp = m.get("input", {})
+    sp = m.get("split", {})
+    secs = m.get("seconds", {})
+    lines = [
+        f"input        {inp.get('source')} ({inp.get('format')}{', bipartite' if inp.get('bipartite') else ''})",
+        f"events       {m['num_events']:,} (train {m['num_train_events']:,}, val {sp.get('num_val_events', 0):,}, "
+        f"test {sp.get('num_test_events', 0):,})",
+        f"nodes        {m['num_nodes']:,} ({m.get('num_train_nodes', 0):,} in training events)",
+    ]
+    if not inp.get("sorted_input", True):
+        lines.append("note         input was not sorted by time; events were stable-sorted")
+    if inp.get("self_loops") or inp.get("duplicate_events"):
+        lines.append(f"kept         {inp.get('self_loops', 0):,} self-loops, {inp.get('duplicate_events', 0):,} "
+                     "duplicate events")
+    params = ", ".join(f"{k}={v}" for k, v in m["params"].items())
+    lines += [
+        f"method       {m['method']} P={m['num_parts']} ({params})",
+        f"edge cut     {100 * m['edge_cut']:.2f}% ({m.get('cut_events', 0):,} training events)",
+        f"replication  {m['replication_factor']:.4f} ({m['shared_nodes']:,} shared nodes, "
+        f"{m.get('num_hubs', 0):,} hubs)",
+        f"node portion {100 * m.get('node_portion_mean', 0):.2f}% ± {100 * m.get('node_portion_std', 0):.2f}%",
+        "",
+        f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'stream load':>12}",
+    ]
+    loads = m.get("stream_loads") or [None] * m["num_parts"]
+    for p, (nn, ne, ld) in enumerate(zip(m["part_nodes"], m["part_events"], loads)):
+        lines.append(f"{p:>4}  {nn:>10,}  {ne:>12,}  {'' if ld is None else format(ld, ','):>12}")
+    lines.append("")
+    lines.append("seconds      " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- generate
+def _cmd_generate(args) -> int:
+    from .data.generate import write_generated
+
+    if args.events < 1 or args.nodes < 2:
+        raise InputError(f"--events must be >= 1 and --nodes >= 2, got {args.events} and {args.nodes}")
+    t0 = time.perf_counter()
+    write_generated(args.output, args.nodes, args.events, alpha=args.alpha, communities=args.communities,
+                    locality=args.locality, bipartite=args.bipartite, num_items=args.items, seed=args.seed,
+                    progress=False if args.no_progress else None)
+    print(f"wrote {args.events:,} events over {args.nodes:,} nodes to {args.output} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+# -------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="speed", description="Partition temporal interaction logs (SEP) and train temporal "
+                                                "GNNs on the shards (PAC).")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"speed {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("partition", help="split an event log chronologically and partition it into shards")
+    p.add_argument("input", help="event log: CSV/TSV/SNAP/JODIE/TGL text (optionally .gz) or Parquet")
+    p.add_argument("-o", "--output", required=True, help="shards directory to create")
+    p.add_argument("--parts", type=int, default=4, help="number of parts P (default 4)")
+    p.add_argument("--topk", type=float, default=0.0, help="percent of nodes that may be replicated (default 0)")
+    p.add_argument("--beta", type=float, default=0.1, help="centrality time decay (default 0.1)")
+    p.add_argument("--lam", type=float, default=1.0, help="load-balance weight λ (default 1)")
+    p.add_argument("--eps", type=float, default=1.0, help="load-balance smoothing ε (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split's inductive node mask (default 0)")
+    p.add_argument("--val", type=float, default=0.15, help="validation fraction (default 0.15)")
+    p.add_argument("--test", type=float, default=0.15, help="test fraction (default 0.15)")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_reader_options(p)
+    p.set_defaults(func=_cmd_partition)
+
+    g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
+    g.add_argument("output", help="CSV file to write")
+    g.add_argument("--nodes", type=int, default=100_000, help="number of nodes (default 100000)")
+    g.add_argument("--events", type=int, default=1_000_000, help="number of events (default 1000000)")
+    g.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent of popularity (default 1)")
+    g.add_argument("--communities", type=int, default=None, help="communities (default nodes/1000)")
+    g.add_argument("--locality", type=float, default=0.8, help="chance of an in-community event (default 0.8)")
+    g.add_argument("--bipartite", action="store_true", help="users -> items log")
+    g.add_argument("--items", type=int, default=None, help="items in a bipartite log (default nodes/10)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=_cmd_generate)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"speed {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"speed {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

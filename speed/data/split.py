@@ -1,0 +1,135 @@
+"""Chronological train/val/test split and the inductive (new-node) protocol of TGN."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from .events import Events
+
+
+@dataclass
+class Split:
+    """A chronological split of one event log.
+
+    Events are sorted, so each period is a contiguous range of positions:
+    train ``[0, num_train)``, val ``[num_train, num_train + num_val)``, test the rest.
+
+    Attributes
+    ----------
+    num_train, num_val, num_test : int
+    val_time, test_time : float
+        Train holds ``t <= val_time``, val ``val_time < t <= test_time``, test ``t > test_time``.
+    new_nodes : bool ndarray, shape (num_nodes,)
+        Nodes held out of training for the inductive protocol: a seeded fraction of
+        the nodes seen in val/test.
+    train_mask : bool ndarray, shape (num_train,)
+        Training events that touch no held-out node (the events a model may train on).
+    val_inductive, test_inductive : bool ndarray, shape (num_val,), (num_test,)
+        Val/test events with at least one endpoint unseen in the (masked) training events.
+    """
+
+    num_train: int
+    num_val: int
+    num_test: int
+    val_time: float
+    test_time: float
+    new_nodes: np.ndarray
+    train_mask: np.ndarray
+    val_inductive: np.ndarray
+    test_inductive: np.ndarray
+    seed: int
+    new_node_fraction: float
+
+    def train(self, events: Events) -> Events:
+        """The training period's events (without the inductive mask)."""
+        return events.select(slice(0, self.num_train))
+
+    def val(self, events: Events) -> Events:
+        return events.select(slice(self.num_train, self.num_train + self.num_val))
+
+    def test(self, events: Events) -> Events:
+        return events.select(slice(self.num_train + self.num_val, len(events)))
+
+    def summary(self) -> dict:
+        return {
+            "num_train_events": self.num_train,
+            "num_val_events": self.num_val,
+            "num_test_events": self.num_test,
+            "val_time": self.val_time,
+            "test_time": self.test_time,
+            "new_node_fraction": self.new_node_fraction,
+            "num_new_nodes": int(self.new_nodes.sum()),
+            "num_masked_train_events": int((~self.train_mask).sum()),
+            "seed": self.seed,
+        }
+
+
+def chronological_split(
+    events: Events,
+    val: float = 0.15,
+    test: float = 0.15,
+    new_node_fraction: float = 0.1,
+    seed: int = 0,
+) -> Split:
+    """Split events by time quantiles and choose the inductive held-out nodes.
+
+    Parameters
+    ----------
+    events : Events
+        Sorted by time.
+    val, test : float
+        Fractions of the time quantiles for validation and test (default 15% each,
+        so train is the first 70%).
+    new_node_fraction : float
+        Fraction of the nodes seen in val/test that are masked out of training (TGN's
+        protocol; default 0.1).
+    seed : int
+        Seeds the choice of held-out nodes.
+
+    Returns
+    -------
+    Split
+    """
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise InputError(f"val ({val}) and test ({test}) must be fractions with val + test < 1")
+    if not 0 <= new_node_fraction <= 1:
+        raise InputError(f"new_node_fraction must be in [0, 1], got {new_node_fraction}")
+    t = events.t_float()
+    val_time, test_time = np.quantile(t, [1.0 - val - test, 1.0 - test])
+    num_train = int(np.searchsorted(t, val_time, side="right"))
+    num_val = int(np.searchsorted(t, test_time, side="right")) - num_train
+    num_test = len(events) - num_train - num_val
+
+    rng = np.random.default_rng(seed)
+    later = slice(num_train, len(events))
+    later_nodes = np.union1d(events.src[later], events.dst[later])
+    k = int(round(new_node_fraction * later_nodes.size))
+    held = rng.choice(later_nodes, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
+    new_nodes = np.zeros(events.num_nodes, dtype=bool)
+    new_nodes[held] = True
+
+    tr_src, tr_dst = events.src[:num_train], events.dst[:num_train]
+    train_mask = ~(new_nodes[tr_src] | new_nodes[tr_dst])
+    seen = np.zeros(events.num_nodes, dtype=bool)
+    seen[tr_src[train_mask]] = True
+    seen[tr_dst[train_mask]] = True
+
+    def inductive(sl):
+        return ~seen[events.src[sl]] | ~seen[events.dst[sl]]
+
+    return Split(
+        num_train=num_train,
+        num_val=num_val,
+        num_test=num_test,
+        val_time=float(val_time),
+        test_time=float(test_time),
+        new_nodes=new_nodes,
+        train_mask=train_mask,
+        val_inductive=inductive(slice(num_train, num_train + num_val)),
+        test_inductive=inductive(slice(num_train + num_val, len(events))),
+        seed=seed,
+        new_node_fraction=new_node_fraction,
+    )

@@ -1,0 +1,250 @@
+"""numba kernels for partitioning.
+
+Arrays and scalars in, arrays out; no RNG, no Python objects.  The Python side
+(:mod:`speed.partition.sep`) validates inputs, chooses chunk sizes and reports progress.
+
+State of the SEP stream (paper Alg. 1, DESIGN §4):
+
+``part_of[i]``  int64, the first (for non-hubs: the only) partition node ``i`` joined, -1 if none.
+``hub_row[i]``  int64, row of hub ``i`` in ``hub_mask``, -1 for non-hubs.
+``hub_mask``    uint64 (num_hubs, ceil(P / 64)), the partition set A(i) of each hub as bits.
+``load[p]``     int64, events assigned to partition ``p`` so far.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+SHARED = -1
+
+
+@numba.njit(cache=True)
+def centrality(src, dst, t, num_nodes, beta, t_min, t_max):
+    """Time-decayed centrality ``Cent(i) = sum exp(beta * (t - t_max) / (t_max - t_min))``.
+
+    Parameters
+    ----------
+    src, dst : int64 ndarray, shape (E,)
+    t : float64 ndarray, shape (E,)
+    num_nodes : int
+    beta : float
+        Decay; 0 gives the plain degree.
+    t_min, t_max : float
+        Span of the stream.  A zero span is treated as 1 so every weight is 1.
+
+    Returns
+    -------
+    float64 ndarray, shape (num_nodes,)
+        A self-loop counts twice, as in the degree.
+    """
+    cent = np.zeros(num_nodes, dtype=np.float64)
+    span = t_max - t_min
+    if span <= 0.0:
+        span = 1.0
+    for e in range(src.shape[0]):
+        w = np.exp(beta * (t[e] - t_max) / span)
+        cent[src[e]] += w
+        cent[dst[e]] += w
+    return cent
+
+
+@numba.njit(cache=True, inline="always")
+def _member(i, p, part_of, hub_row, hub_mask):
+    r = hub_row[i]
+    if r >= 0:
+        return (hub_mask[r, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+    return part_of[i] == p
+
+
+@numba.njit(cache=True, inline="always")
+def _join(i, p, part_of, hub_row, hub_mask):
+    r = hub_row[i]
+    if r >= 0:
+        hub_mask[r, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    if part_of[i] < 0:
+        part_of[i] = p
+
+
+@numba.njit(cache=True)
+def sep_assign(src, dst, start, end, cent, part_of, hub_row, hub_mask, load, lam, eps):
+    """Stream events ``[start, end)`` through SEP, updating the state in place.
+
+    For event (i, j): a non-hub already placed pins the event to its partition; two
+    pins that disagree drop the event (Case 3); otherwise the candidates are every
+    partition (no pin) or the pinned one.  Among several candidates the score
+    ``h(i,p) + h(j,p) + lam * (maxload - load[p]) / (eps + maxload - minload)`` is
+    maximised, ties going to the lowest partition id; ``h(i,p) = 1 + (1 - theta(i))``
+    when ``p`` is in A(i), else 0, with ``theta(i) = Cent(i) / (Cent(i) + Cent(j))``.
+
+    Returns
+    -------
+    int
+        Events dropped in ``[start, end)``.
+    """
+    num_parts = load.shape[0]
+    dropped = 0
+    for e in range(start, end):
+        i = src[e]
+        j = dst[e]
+        pin_i = part_of[i] if hub_row[i] < 0 else -1
+        pin_j = part_of[j] if hub_row[j] < 0 else -1
+        if pin_i >= 0 and pin_j >= 0:
+            if pin_i != pin_j:
+                dropped += 1
+                continue
+            best_p = pin_i
+        elif pin_i >= 0:
+            best_p = pin_i
+        elif pin_j >= 0:
+            best_p = pin_j
+        else:
+            ci = cent[i]
+            cj = cent[j]
+            denom = ci + cj
+            if denom > 0.0:
+                theta_i = ci / denom
+                theta_j = cj / denom
+            else:
+                theta_i = 0.5
+                theta_j = 0.5
+            h_i = 1.0 + (1.0 - theta_i)
+            h_j = 1.0 + (1.0 - theta_j)
+            max_load = load[0]
+            min_load = load[0]
+            for q in range(1, num_parts):
+                if load[q] > max_load:
+                    max_load = load[q]
+                if load[q] < min_load:
+                    min_load = load[q]
+            best = -np.inf
+            best_p = 0
+            for q in range(num_parts):
+                score = 0.0
+                if _member(i, q, part_of, hub_row, hub_mask):
+                    score += h_i
+                if _member(j, q, part_of, hub_row, hub_mask):
+                    score += h_j
+                score += lam * (max_load - load[q]) / (eps + max_load - min_load)
+                if score > best:
+                    best = score
+                    best_p = q
+        load[best_p] += 1
+        _join(i, best_p, part_of, hub_row, hub_mask)
+        _join(j, best_p, part_of, hub_row, hub_mask)
+    return dropped
+
+
+@numba.njit(cache=True)
+def finalize_parts(part_of, hub_row, hub_mask):
+    """Node to partition after the stream: the single partition, SHARED (-1) for nodes
+    in several, and -2 for nodes no event placed."""
+    n = part_of.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        if part_of[i] < 0:
+            out[i] = -2
+            continue
+        r = hub_row[i]
+        if r >= 0:
+            count = 0
+            for w in range(hub_mask.shape[1]):
+                x = hub_mask[r, w]
+                while x:
+                    x &= x - np.uint64(1)
+                    count += 1
+            out[i] = SHARED if count > 1 else part_of[i]
+        else:
+            out[i] = part_of[i]
+    return out
+
+
+@numba.njit(cache=True)
+def fill_unplaced(node_parts, num_parts):
+    """Give every unplaced node (-2) a home: the partition with the fewest nodes so far,
+    lowest id on ties, in node-id order.  Keeps node counts balanced for nodes that only
+    occur outside the partitioned events (e.g. in val/test)."""
+    count = np.zeros(num_parts, dtype=np.int64)
+    for i in range(node_parts.shape[0]):
+        if node_parts[i] >= 0:
+            count[node_parts[i]] += 1
+    for i in range(node_parts.shape[0]):
+        if node_parts[i] == -2:
+            best = 0
+            for q in range(1, num_parts):
+                if count[q] < count[best]:
+                    best = q
+            node_parts[i] = best
+            count[best] += 1
+    return node_parts
+
+
+@numba.njit(cache=True)
+def part_event_counts(src, dst, node_parts, num_parts):
+    """Events of each node-induced part, and the cut events.
+
+    Part ``p`` holds every event whose endpoints are both in ``V_p`` or shared; an event
+    between non-shared nodes of different parts is cut.
+
+    Returns
+    -------
+    part_events : int64 ndarray, shape (num_parts,)
+    cut : int
+    shared_shared : int
+        Events between two shared nodes (present in every part).
+    """
+    counts = np.zeros(num_parts, dtype=np.int64)
+    cut = 0
+    both_shared = 0
+    for e in range(src.shape[0]):
+        a = node_parts[src[e]]
+        b = node_parts[dst[e]]
+        if a == SHARED and b == SHARED:
+            both_shared += 1
+        elif a == SHARED:
+            counts[b] += 1
+        elif b == SHARED or a == b:
+            counts[a] += 1
+        else:
+            cut += 1
+    for p in range(num_parts):
+        counts[p] += both_shared
+    return counts, cut, both_shared
+
+
+@numba.njit(cache=True)
+def bucket_order(src, dst, node_parts, num_parts):
+    """Counting sort of events by the unordered pair of their endpoint codes.
+
+    Code 0 is SHARED, ``p + 1`` is partition ``p``.  Pair ``(a, b)`` with ``a <= b``
+    has bucket ``a * Q - a * (a - 1) // 2 + (b - a)`` with ``Q = num_parts + 1``.
+    Each bucket keeps the events' original (time) order.
+
+    Returns
+    -------
+    order : int64 ndarray, shape (E,)
+        Event positions, bucket by bucket.
+    offsets : int64 ndarray, shape (num_buckets + 1,)
+    """
+    q = num_parts + 1
+    nb = q * (q + 1) // 2
+    n = src.shape[0]
+    bid = np.empty(n, dtype=np.int32)
+    offsets = np.zeros(nb + 1, dtype=np.int64)
+    for e in range(n):
+        a = node_parts[src[e]] + 1
+        b = node_parts[dst[e]] + 1
+        if a > b:
+            a, b = b, a
+        k = a * q - a * (a - 1) // 2 + (b - a)
+        bid[e] = k
+        offsets[k + 1] += 1
+    for k in range(nb):
+        offsets[k + 1] += offsets[k]
+    pos = offsets[:-1].copy()
+    order = np.empty(n, dtype=np.int64)
+    for e in range(n):
+        k = bid[e]
+        order[pos[k]] = e
+        pos[k] += 1
+    return order, offsets

@@ -1,0 +1,251 @@
+"""The shard format: writing partitioned events and reading any group of parts back.
+
+Layout of a shards directory::
+
+    manifest.json        metrics, parameters, split, layout version
+    nodes.npz            node_parts (int64, -1 = shared), centrality, hubs, node_ids,
+                         new_nodes (inductive held-out nodes)
+    events/{src,dst,t,eid[,label,msg]}.npy
+                         every stored event, grouped into buckets by the unordered pair of
+                         its endpoints' codes (0 = shared, p + 1 = part p), each bucket in
+                         time order
+    events/offsets.npy   int64 (num_buckets + 1,), bucket boundaries
+
+A group of parts G is the node-induced sub-graph of ``V_G ∪ S``: the buckets whose two
+codes both lie in ``{0} ∪ {p + 1 : p in G}``.  Event arrays are memory-mapped, so a
+group reads only its own buckets, and the cut events between the parts of G come back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+import numpy as np
+
+from .._util import atomic_dir, progress_bar
+from ..data.events import Events
+from ..errors import InputError
+from . import _kernels
+
+FORMAT_VERSION = 1
+_EVENT_ARRAYS = ("src", "dst", "t", "eid", "label", "msg")
+
+
+def bucket_id(a: int, b: int, num_parts: int) -> int:
+    """Bucket of the unordered code pair (a, b); codes are 0 (shared) .. num_parts."""
+    if a > b:
+        a, b = b, a
+    q = num_parts + 1
+    return a * q - a * (a - 1) // 2 + (b - a)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None) -> dict:
+    """The manifest dictionary for ``result`` stored with ``events``."""
+    st = result.stats
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "num_events": len(events),
+        "num_train_events": len(result.events),
+        "num_nodes": int(events.num_nodes),
+        "num_parts": result.num_parts,
+        "method": result.method,
+        "params": dict(result.params),
+        "replication_factor": st["replication_factor"],
+        "edge_cut": st["edge_cut"],
+        "shared_nodes": st["shared_nodes"],
+        "part_events": st["part_events"],
+        "part_nodes": st["part_nodes"],
+        "stream_loads": st.get("stream_loads"),
+        "seconds": dict(st.get("seconds", {})),
+    }
+    manifest.update({k: v for k, v in st.items() if k not in manifest})
+    manifest["input"] = {
+        "source": events.meta.get("source"),
+        "format": events.meta.get("format"),
+        "sorted_input": events.meta.get("sorted_input", True),
+        "self_loops": events.meta.get("self_loops"),
+        "duplicate_events": events.meta.get("duplicate_events"),
+        "bipartite": bool(events.bipartite),
+        "msg_dim": events.msg_dim,
+        "has_label": events.label is not None,
+    }
+    if split is not None:
+        manifest["split"] = split.summary()
+    manifest["layout"] = {
+        "codes": "0 = shared node, p + 1 = part p",
+        "bucket": "a * (P + 1) - a * (a - 1) // 2 + (b - a) for codes a <= b",
+        "num_buckets": (result.num_parts + 1) * (result.num_parts + 2) // 2,
+    }
+    if extra:
+        manifest.update(extra)
+    return _jsonable(manifest)
+
+
+def write_shards(path, result, events: Optional[Events] = None, split=None, overwrite: bool = False,
+                 progress: Optional[bool] = None, extra: Optional[dict] = None) -> Path:
+    """Write ``result`` (a :class:`~speed.partition.sep.PartitionResult`) as shards.
+
+    The directory is built under a temporary name and renamed into place, so a failure
+    leaves nothing behind.  See the module docstring for the layout.
+    """
+    events = result.events if events is None else events
+    if events.num_nodes != result.node_parts.shape[0]:
+        raise InputError(f"events have {events.num_nodes} nodes but the partition has {result.node_parts.shape[0]}")
+    start = time.perf_counter()
+    order, offsets = _kernels.bucket_order(events.src, events.dst, result.node_parts, result.num_parts)
+    with atomic_dir(path, overwrite=overwrite) as tmp:
+        (tmp / "events").mkdir()
+        arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
+        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar:
+            for name, arr in arrays:
+                np.save(tmp / "events" / f"{name}.npy", arr[order])
+                bar.update(1)
+        np.save(tmp / "events" / "offsets.npy", offsets)
+        nodes = {"node_parts": result.node_parts}
+        if result.centrality is not None:
+            nodes["centrality"] = result.centrality
+        if result.hubs is not None:
+            nodes["hubs"] = result.hubs
+        if events.node_ids is not None:
+            ids = events.node_ids
+            nodes["node_ids"] = ids.astype(str) if ids.dtype == object else ids
+        if split is not None:
+            nodes["new_nodes"] = split.new_nodes
+        np.savez(tmp / "nodes.npz", **nodes)
+        manifest = build_manifest(result, events, split, extra)
+        manifest["seconds"]["write"] = round(time.perf_counter() - start, 4)
+        with open(tmp / "manifest.json", "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+    return Path(path)
+
+
+class Shards:
+    """A shards directory opened for reading (see :func:`load_shards`).
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    manifest : dict
+    num_parts : int
+    num_nodes : int
+    node_parts : int64 ndarray, shape (num_nodes,)
+    shared : int64 ndarray, shape (S,)
+    node_ids : ndarray, shape (num_nodes,), optional
+    new_nodes : bool ndarray, shape (num_nodes,), optional
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        mpath = self.path / "manifest.json"
+        if not mpath.is_file():
+            raise InputError("not a shards directory (no manifest.json)", self.path)
+        try:
+            with open(mpath) as f:
+                self.manifest = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"manifest.json is not valid JSON: {exc}", mpath, exc.lineno) from None
+        if self.manifest.get("format_version") != FORMAT_VERSION:
+            raise InputError(f"unsupported shard format {self.manifest.get('format_version')!r}", mpath)
+        self.num_parts = int(self.manifest["num_parts"])
+        self.num_nodes = int(self.manifest["num_nodes"])
+        with np.load(self.path / "nodes.npz") as z:
+            self.node_parts = z["node_parts"]
+            self.node_ids = z["node_ids"] if "node_ids" in z else None
+            self.new_nodes = z["new_nodes"] if "new_nodes" in z else None
+            self.centrality = z["centrality"] if "centrality" in z else None
+        self.shared = np.flatnonzero(self.node_parts == _kernels.SHARED).astype(np.int64)
+        edir = self.path / "events"
+        self.offsets = np.load(edir / "offsets.npy")
+        self._arrays = {name: np.load(edir / f"{name}.npy", mmap_mode="r")
+                        for name in _EVENT_ARRAYS if (edir / f"{name}.npy").exists()}
+
+    @property
+    def num_events(self) -> int:
+        return int(self.manifest["num_events"])
+
+    @property
+    def num_train_events(self) -> int:
+        return int(self.manifest["num_train_events"])
+
+    def _buckets(self, parts: Iterable[int]) -> List[int]:
+        codes = sorted({0} | {int(p) + 1 for p in parts})
+        return [bucket_id(a, b, self.num_parts) for i, a in enumerate(codes) for b in codes[i:]]
+
+    def merge(self, parts: Iterable[int], period: str = "all") -> Events:
+        """The node-induced sub-graph of the union of ``parts`` and the shared nodes.
+
+        Parameters
+        ----------
+        parts : iterable of int
+            Part ids in ``[0, num_parts)``.
+        period : {"all", "train", "eval"}
+            All stored events, only the partitioned (training) ones, or only the later ones.
+
+        Returns
+        -------
+        Events
+            Chronological, in the node ids of the full log, with the original ``eid``.
+        """
+        parts = [int(p) for p in parts]
+        bad = [p for p in parts if not 0 <= p < self.num_parts]
+        if bad:
+            raise InputError(f"part {bad[0]} out of range (the shards have {self.num_parts} parts)", self.path)
+        return self._gather(self._buckets(parts), period)
+
+    def part(self, p: int, period: str = "all") -> Events:
+        """Part ``p``: its own nodes plus the shared nodes, node-induced."""
+        return self.merge([p], period)
+
+    def events(self, period: str = "all") -> Events:
+        """Every stored event, in time order."""
+        nb = len(self.offsets) - 1
+        return self._gather(list(range(nb)), period)
+
+    def _gather(self, buckets: List[int], period: str) -> Events:
+        if period not in ("all", "train", "eval"):
+            raise ValueError(f"period must be 'all', 'train' or 'eval', got {period!r}")
+        slices = [slice(int(self.offsets[b]), int(self.offsets[b + 1])) for b in buckets]
+        cat = {name: np.concatenate([arr[s] for s in slices]) for name, arr in self._arrays.items()}
+        order = np.argsort(cat["eid"], kind="stable")
+        if period != "all":
+            eid = cat["eid"][order]
+            cutoff = int(np.searchsorted(eid, self.num_train_events))
+            order = order[:cutoff] if period == "train" else order[cutoff:]
+        out = {name: np.ascontiguousarray(a[order]) for name, a in cat.items()}
+        inp = self.manifest.get("input", {})
+        return Events(
+            src=out["src"], dst=out["dst"], t=out["t"], eid=out["eid"], num_nodes=self.num_nodes,
+            msg=out.get("msg"), label=out.get("label"), node_ids=self.node_ids,
+            bipartite=bool(inp.get("bipartite", False)),
+            meta={"source": str(self.path), "format": "shards"},
+        )
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        return (f"Shards({str(self.path)!r}, num_parts={self.num_parts}, num_events={m['num_events']}, "
+                f"shared_nodes={len(self.shared)}, method={m['method']!r})")
+
+
+def load_shards(path) -> Shards:
+    """Open a shards directory written by ``speed partition`` or ``PartitionResult.save``.
+
+    Returns
+    -------
+    Shards
+        Use ``.merge(parts)`` for the node-induced sub-graph of any set of parts.
+    """
+    return Shards(path)

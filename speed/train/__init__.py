@@ -1,0 +1,1 @@
+"""Training (temporal GNN models and the PAC parallel trainer) lands here."""
