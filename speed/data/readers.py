@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from .._util import progress_bar
@@ -33,6 +34,7 @@ _JODIE_NAMES = (
     {"timestamp", "ts", "time", "t"},
 )
 _SNIFF_BYTES = 1 << 16
+_WHAT = {"src": "src", "dst": "dst", "t": "time", "label": "label"}
 
 
 # ---------------------------------------------------------------------------- sniffing
@@ -216,7 +218,8 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
             parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
             convert_options=pacsv.ConvertOptions(
                 include_columns=[names[k] for k in include], column_types=types,
-                strings_can_be_null=False, quoted_strings_can_be_null=False,
+                # only an empty field is missing; "nan" must stay a (rejected) NaN time
+                null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False,
             ),
         )
         batches = []
@@ -250,7 +253,7 @@ def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
 
     pf = pq.ParquetFile(str(path))
     names = pf.schema_arrow.names
-    cols = {k: _resolve(v, names, len(names), k, path, 1) for k, v in cols_in.items()}
+    cols = {k: _resolve(v, names, len(names), _WHAT[k], path, 1) for k, v in cols_in.items()}
     with progress_bar(pf.metadata.num_rows, f"read {path.name}", unit="ev", progress=progress) as bar:
         batches = []
         for batch in pf.iter_batches(columns=[names[v] for v in set(c for c in cols.values() if c is not None)]):
@@ -340,7 +343,7 @@ def read_events(
             if cols_in[k] is None:
                 cols_in[k] = default
         line = lay.first_data_line
-        cols = {k: _resolve(v, lay.header, lay.ncols, {"t": "time"}.get(k, k), path, line) for k, v in cols_in.items()}
+        cols = {k: _resolve(v, lay.header, lay.ncols, _WHAT[k], path, line) for k, v in cols_in.items()}
         if fmt == "jodie" and label_col is None and lay.ncols > 4:
             msg_cols = list(range(4, lay.ncols))
         col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress)
@@ -358,7 +361,7 @@ def read_events(
             loc, prefix = where(row)
             raise InputError(f"{prefix}missing {what} id", **loc)
         if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
-            empty = np.flatnonzero(pa.compute.equal(pa.compute.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
+            empty = np.flatnonzero(pc.equal(pc.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
             if empty.size:
                 loc, prefix = where(int(empty[0]))
                 raise InputError(f"{prefix}missing {what} id", **loc)
@@ -415,13 +418,19 @@ def _compact(src_col, dst_col, bipartite: bool):
     src_col = src_col.cast(pa.string())
     dst_col = dst_col.cast(pa.string())
     if bipartite:
-        out = []
-        for c in (src_col, dst_col):
-            enc = pa.chunked_array(c).combine_chunks().dictionary_encode()
-            out.append((enc.indices.to_numpy().astype(np.int64), enc.dictionary.to_numpy(zero_copy_only=False)))
-        (si, us), (di, vs) = out
-        return si, di + len(us), np.concatenate([us, vs]).astype(str)
-    both = pa.chunked_array(src_col.chunks + dst_col.chunks).combine_chunks().dictionary_encode()
-    inv = both.indices.to_numpy().astype(np.int64)
+        (si, us), (di, vs) = _encode_sorted(src_col.chunks), _encode_sorted(dst_col.chunks)
+        return si, di + len(us), np.concatenate([us, vs])
+    inv, ids = _encode_sorted(src_col.chunks + dst_col.chunks)
     n = len(src_col)
-    return inv[:n], inv[n:], both.dictionary.to_numpy(zero_copy_only=False).astype(str)
+    return inv[:n], inv[n:], ids
+
+
+def _encode_sorted(chunks):
+    """Dictionary-encode string chunks (in C++), numbering the distinct values in sorted order
+    so ids do not depend on the order of first appearance."""
+    enc = pa.chunked_array(chunks, type=pa.string()).combine_chunks().dictionary_encode()
+    values = enc.dictionary.to_numpy(zero_copy_only=False).astype(str)
+    order = np.argsort(values, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[enc.indices.to_numpy().astype(np.int64)], values[order]

@@ -1,0 +1,26 @@
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data():
+    if not (SHARED_DATA / "wikipedia.csv").exists():
+        pytest.skip(f"real data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def random_stream(rng, num_nodes, num_events, bipartite=False):
+    """Random (src, dst, t) with sorted integer times and a skewed node distribution."""
+    w = 1.0 / np.arange(1, num_nodes + 1)
+    w /= w.sum()
+    src = rng.choice(num_nodes, size=num_events, p=w)
+    dst = rng.choice(num_nodes, size=num_events, p=w[::-1] if bipartite else w)
+    t = np.sort(rng.integers(0, 10 * num_events + 1, size=num_events))
+    return src.astype(np.int64), dst.astype(np.int64), t

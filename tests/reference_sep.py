@@ -1,0 +1,73 @@
+"""A slow, plain-Python statement of SEP (DESIGN §4, paper Alg. 1).
+
+Written for clarity, not speed: partition sets are Python sets and every score is
+computed from the formula.  The numba kernels must agree with it exactly.
+"""
+
+import math
+
+
+def reference_centrality(src, dst, t, num_nodes, beta):
+    t = [float(x) for x in t]
+    t_min, t_max = t[0], t[-1]
+    span = t_max - t_min
+    if span <= 0.0:
+        span = 1.0
+    cent = [0.0] * num_nodes
+    for i, j, tt in zip(src, dst, t):
+        w = math.exp(beta * (tt - t_max) / span)
+        cent[i] += w
+        cent[j] += w
+    return cent
+
+
+def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0, eps=1.0):
+    """Returns (node_parts, loads, dropped, hubs) with node_parts -1 for shared nodes."""
+    src = [int(x) for x in src]
+    dst = [int(x) for x in dst]
+    cent = reference_centrality(src, dst, t, num_nodes, beta)
+    present = sorted(set(src) | set(dst))
+    num_hubs = int(math.floor(topk * len(present) + 1e-9))
+    hubs = set(sorted(present, key=lambda i: (-cent[i], i))[:num_hubs])
+
+    parts_of = [set() for _ in range(num_nodes)]  # A(i)
+    load = [0] * num_parts
+    dropped = 0
+    for i, j in zip(src, dst):
+        pin_i = next(iter(parts_of[i])) if i not in hubs and parts_of[i] else None
+        pin_j = next(iter(parts_of[j])) if j not in hubs and parts_of[j] else None
+        if pin_i is not None and pin_j is not None and pin_i != pin_j:
+            dropped += 1  # Case 3: two non-hubs already living in different parts
+            continue
+        if pin_i is not None or pin_j is not None:
+            p = pin_i if pin_i is not None else pin_j
+        else:
+            denom = cent[i] + cent[j]
+            theta_i = cent[i] / denom if denom > 0 else 0.5
+            theta_j = cent[j] / denom if denom > 0 else 0.5
+            max_load, min_load = max(load), min(load)
+            best, p = -math.inf, 0
+            for q in range(num_parts):
+                h_i = 1.0 + (1.0 - theta_i) if q in parts_of[i] else 0.0
+                h_j = 1.0 + (1.0 - theta_j) if q in parts_of[j] else 0.0
+                score = h_i + h_j + lam * (max_load - load[q]) / (eps + max_load - min_load)
+                if score > best:
+                    best, p = score, q
+        load[p] += 1
+        parts_of[i].add(p)
+        parts_of[j].add(p)
+
+    node_parts = []
+    for i in range(num_nodes):
+        a = parts_of[i]
+        node_parts.append(-1 if len(a) > 1 else (next(iter(a)) if a else -2))
+    counts = [0] * num_parts
+    for x in node_parts:
+        if x >= 0:
+            counts[x] += 1
+    for i, x in enumerate(node_parts):  # nodes absent from the stream: fewest-nodes part
+        if x == -2:
+            q = min(range(num_parts), key=lambda k: (counts[k], k))
+            node_parts[i] = q
+            counts[q] += 1
+    return node_parts, load, dropped, sorted(hubs)

@@ -1,0 +1,132 @@
+"""The ``speed`` command: outputs, exit codes and one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import speed
+from speed.cli import main
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.fixture
+def log(tmp_path):
+    return speed.write_generated(tmp_path / "log.csv", 500, 5000, seed=0)
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_partition_writes_shards_and_summary(tmp_path, log, capsys):
+    code, out, err = run_cli(["partition", log, "-o", tmp_path / "s", "--parts", 3, "--topk", 5], capsys)
+    assert code == 0, err
+    assert "edge cut" in out and "replication" in out
+    m = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert m["num_parts"] == 3 and m["params"]["topk"] == 0.05 and m["num_events"] == 5000
+    assert m["num_train_events"] == m["split"]["num_train_events"] < 5000
+    assert {"read", "split", "centrality", "assign", "write"} <= set(m["seconds"])
+
+
+def test_partition_json(tmp_path, log, capsys):
+    code, out, _ = run_cli(["partition", log, "-o", tmp_path / "s", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["num_parts"] == 4
+
+
+def test_unsorted_input_is_sorted_and_reported(tmp_path, capsys):
+    p = write(tmp_path, "u.csv", "".join(f"{i % 13},{(i * 7) % 13},{(i * 37) % 100}\n" for i in range(100)))
+    code, out, _ = run_cli(["partition", p, "-o", tmp_path / "s", "--parts", 2], capsys)
+    assert code == 0 and "not sorted" in out
+
+
+def test_columns_by_name_and_index(tmp_path, capsys):
+    p = write(tmp_path, "c.csv", "t,a,b\n" + "".join(f"{i},{i % 5},{(i + 1) % 5}\n" for i in range(50)))
+    code, _, err = run_cli(["partition", p, "-o", tmp_path / "s1", "--src-col", "a", "--dst-col", "b",
+                            "--time-col", "t"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli(["partition", p, "-o", tmp_path / "s2", "--src-col", 1, "--dst-col", 2,
+                            "--time-col", 0], capsys)
+    assert code == 0, err
+    a = speed.load_shards(tmp_path / "s1").events()
+    b = speed.load_shards(tmp_path / "s2").events()
+    assert (a.src == b.src).all() and (a.t == b.t).all()
+
+
+BAD_FILES = [
+    ("empty.csv", "", "file is empty"),
+    ("hdr.csv", "src,dst,t\n", "hdr.csv:2: no events after the header"),
+    ("ragged.csv", "1,2,3\n4,5,6,7\n", "ragged.csv:2: expected 3 fields"),
+    ("nonnum.csv", "1,2,3\n4,5,x\n", "nonnum.csv:2: time 'x' is not a number"),
+    ("nan.csv", "1,2,3\n4,5,nan\n", "nan.csv:2: time is nan"),
+    ("inf.csv", "1,2,3\n4,5,-inf\n", "inf.csv:2: time is -inf"),
+    ("noid.csv", "1,2,3\n4,,5\n", "noid.csv:2: missing dst id"),
+]
+
+
+@pytest.mark.parametrize("name, text, expected", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_files_exit_2_one_line_no_output(tmp_path, capsys, name, text, expected):
+    p = write(tmp_path, name, text)
+    code, out, err = run_cli(["partition", p, "-o", tmp_path / "out", "--parts", 2], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and expected in err and str(p) in err
+    assert not (tmp_path / "out").exists()
+    assert sorted(x.name for x in tmp_path.iterdir()) == [name]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--parts", "0"], "--parts must be >= 1"),
+    (["--topk", "101"], "--topk is a percent in [0, 100]"),
+    (["--topk", "-1"], "--topk is a percent in [0, 100]"),
+    (["--src-col", "nope"], "unknown src column 'nope'"),
+    (["--time-col", "9"], "time column index 9 out of range"),
+])
+def test_bad_options(tmp_path, log, capsys, args, expected):
+    code, _, err = run_cli(["partition", log, "-o", tmp_path / "out", *args], capsys)
+    assert code == 2 and expected in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_argparse_errors_are_one_line_exit_2(tmp_path, log, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["partition", str(log), "-o", str(tmp_path / "out"), "--parts", "two"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "invalid int value" in err and err.count("\n") == 1
+
+
+def test_missing_input(tmp_path, capsys):
+    code, _, err = run_cli(["partition", tmp_path / "nope.csv", "-o", tmp_path / "out"], capsys)
+    assert code == 2 and "nope.csv: file not found" in err
+
+
+def test_existing_output_refused(tmp_path, log, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep").write_text("x")
+    code, _, err = run_cli(["partition", log, "-o", tmp_path / "out"], capsys)
+    assert code == 2 and "already exists" in err
+    assert (tmp_path / "out" / "keep").exists()
+
+
+def test_generate_command(tmp_path, capsys):
+    code, out, _ = run_cli(["generate", tmp_path / "g.csv", "--nodes", 100, "--events", 1000], capsys)
+    assert code == 0 and "1,000 events" in out
+    assert len(speed.read_events(tmp_path / "g.csv")) == 1000
+    code, _, err = run_cli(["generate", tmp_path / "h.csv", "--nodes", 1], capsys)
+    assert code == 2 and not (tmp_path / "h.csv").exists()
+
+
+def test_python_dash_m_entry_point(tmp_path, log):
+    proc = subprocess.run([sys.executable, "-m", "speed", "partition", str(log), "-o", str(tmp_path / "s"),
+                           "--parts", "2", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["num_parts"] == 2
+    assert proc.stderr == ""  # no progress bars when stderr is not a terminal

@@ -1,0 +1,170 @@
+"""Readers: every format, column selection, id remapping, and every bad input."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+import speed
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_jodie_with_features_and_short_header(tmp_path):
+    # The JODIE header names 5 columns but rows carry 4 + d values.
+    p = write(tmp_path, "w.csv", "user_id,item_id,timestamp,state_label,comma_separated_list_of_features\n"
+                                 "u1,i9,0.0,0,0.5,1.5\nu2,i9,1.0,1,0.25,2.0\nu1,i3,2.0,0,0.0,0.0\n")
+    ev = speed.read_events(p)
+    assert ev.meta["format"] == "jodie" and ev.bipartite
+    assert ev.num_nodes == 4  # users u1, u2 -> 0, 1; items i3, i9 -> 2, 3
+    assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [3, 3, 2]
+    assert list(ev.node_ids) == ["u1", "u2", "i3", "i9"]
+    assert list(ev.label) == [0, 1, 0]
+    assert ev.msg.dtype == np.float32 and ev.msg.shape == (3, 2)
+    np.testing.assert_allclose(ev.msg[1], [0.25, 2.0])
+
+
+def test_jodie_items_after_users_even_when_ids_overlap(tmp_path):
+    p = write(tmp_path, "j.csv", "u,i,ts,label\n0,0,1,0\n1,0,2,0\n0,1,3,1\n")
+    ev = speed.read_events(p)
+    assert ev.num_nodes == 4 and list(ev.src) == [0, 1, 0] and list(ev.dst) == [2, 2, 3]
+
+
+def test_snap_whitespace_with_comments(tmp_path):
+    p = write(tmp_path, "c.txt", "# SNAP graph\n# comment\n10 20 5\n20 30 7\n10 30 9\n")
+    ev = speed.read_events(p)
+    assert ev.meta["format"] == "snap" and not ev.bipartite
+    assert list(ev.node_ids) == [10, 20, 30]
+    assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [1, 2, 2]
+    assert list(ev.t) == [5.0, 7.0, 9.0]
+
+
+def test_tgl_edges_csv(tmp_path):
+    p = write(tmp_path, "edges.csv", ",src,dst,time,ext_roll\n0,3,4,1.5,0\n1,4,5,2.5,0\n2,3,5,3.5,1\n")
+    ev = speed.read_events(p)
+    assert ev.meta["format"] == "tgl"
+    assert list(ev.node_ids[ev.src]) == [3, 4, 3] and list(ev.node_ids[ev.dst]) == [4, 5, 5]
+    assert list(ev.t) == [1.5, 2.5, 3.5]
+
+
+def test_generic_with_header_and_named_columns(tmp_path):
+    p = write(tmp_path, "g.csv", "when,amount,from,to,fraud\n3,1.0,a,b,0\n1,2.0,b,c,1\n2,3.0,c,a,0\n")
+    ev = speed.read_events(p, src_col="from", dst_col="to", time_col="when", label_col="fraud")
+    assert ev.meta["sorted_input"] is False  # times 3, 1, 2 were stable-sorted
+    assert list(ev.t) == [1.0, 2.0, 3.0]
+    assert list(ev.node_ids[ev.src]) == ["b", "c", "a"] and list(ev.label) == [1, 0, 0]
+
+
+def test_generic_by_index_without_header(tmp_path):
+    p = write(tmp_path, "g.tsv", "5\t7\t100\tx\n7\t9\t200\ty\n")
+    ev = speed.read_events(p, src_col=2, dst_col=0, time_col=1)
+    assert ev.meta["format"] in ("snap", "csv")
+    assert list(ev.t) == [7.0, 9.0]
+    assert list(ev.node_ids[ev.src]) == [100, 200] and list(ev.node_ids[ev.dst]) == [5, 7]
+
+
+def test_default_columns_and_header_detection(tmp_path):
+    p = write(tmp_path, "h.csv", "s,d,t\n1,2,0\n2,3,1\n")
+    assert len(speed.read_events(p)) == 2
+    p = write(tmp_path, "n.csv", "1,2,0\n2,3,1\n")
+    assert len(speed.read_events(p)) == 2
+
+
+def test_gzip(tmp_path):
+    p = tmp_path / "e.csv.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("src,dst,t\n1,2,0\n2,3,1\n3,1,2\n")
+    ev = speed.read_events(p)
+    assert len(ev) == 3 and list(ev.node_ids) == [1, 2, 3]
+
+
+def test_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "e.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3], "b": [2, 3, 1], "time": [0.5, 0.25, 1.0]}), p)
+    ev = speed.read_events(p, time_col="time")
+    assert ev.meta["format"] == "parquet" and list(ev.t) == [0.25, 0.5, 1.0]
+    with pytest.raises(speed.InputError, match="unknown time column 'nope'"):
+        speed.read_events(p, time_col="nope")
+
+
+def test_mixed_int_and_string_ids_fall_back_to_strings(tmp_path):
+    rows = "".join(f"{i},{i + 1},{i}\n" for i in range(5000)) + "x,y,6000\n"
+    p = write(tmp_path, "m.csv", rows)
+    ev = speed.read_events(p, block_size=4096)
+    assert len(ev) == 5001 and "x" in set(ev.node_ids.tolist())
+
+
+def test_shared_wikipedia_and_collegemsg(shared_data):
+    wiki = speed.read_events(shared_data / "wikipedia.csv")
+    assert (len(wiki), wiki.num_nodes, wiki.bipartite) == (157_474, 9_227, True)
+    assert int(wiki.label.sum()) == 217 and wiki.meta["sorted_input"]
+    cm = speed.read_events(shared_data / "CollegeMsg.txt")
+    assert (len(cm), cm.num_nodes, cm.bipartite) == (59_835, 1_899, False)
+
+
+# --------------------------------------------------------------------------- bad input
+BAD = [
+    ("empty.csv", "", "empty.csv:1: file is empty"),
+    ("blank.csv", "\n\n", "blank.csv:1: file is empty (no records)"),
+    ("hdr.csv", "src,dst,t\n", "hdr.csv:2: no events after the header"),
+    ("ragged.csv", "src,dst,t\n1,2,3\n1,2,3,4\n", "ragged.csv:3: expected 3 fields, found 4 (ragged row)"),
+    ("short.csv", "1,2,3\n4,5,6\n\n7,8\n", "short.csv:4: expected 3 fields, found 2 (ragged row)"),
+    ("nonnum.csv", "src,dst,t\n1,2,3\n2,3,abc\n", "nonnum.csv:3: time 'abc' is not a number"),
+    ("nan.csv", "src,dst,t\n1,2,3\n\n2,3,nan\n", "nan.csv:4: time is nan, not finite"),
+    ("inf.csv", "src,dst,t\n1,2,inf\n", "inf.csv:2: time is inf, not finite"),
+    ("noid.csv", "src,dst,t\n1,2,3\n,3,4\n", "noid.csv:3: missing src id"),
+    ("noid2.csv", "src,dst,t\na,b,3\nb,,4\n", "noid2.csv:3: missing dst id"),
+]
+
+
+@pytest.mark.parametrize("name, text, expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_names_file_and_line(tmp_path, name, text, expected):
+    p = write(tmp_path, name, text)
+    with pytest.raises(speed.InputError) as info:
+        speed.read_events(p)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg == f"{tmp_path}/{expected}"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(speed.InputError, match="nope.csv: file not found"):
+        speed.read_events(tmp_path / "nope.csv")
+
+
+def test_unknown_column_and_index_out_of_range(tmp_path):
+    p = write(tmp_path, "c.csv", "a,b,c\n1,2,3\n")
+    with pytest.raises(speed.InputError, match=r"c.csv:1: unknown src column 'x' \(columns: a, b, c\)"):
+        speed.read_events(p, src_col="x")
+    with pytest.raises(speed.InputError, match=r"c.csv:2: time column index 7 out of range \(the file has 3 columns\)"):
+        speed.read_events(p, time_col=7)
+
+
+def test_refuse_unsorted(tmp_path):
+    p = write(tmp_path, "u.csv", "1,2,5\n2,3,4\n")
+    with pytest.raises(speed.InputError, match="earlier than the previous"):
+        speed.read_events(p, sort=False)
+
+
+def test_from_arrays_validation():
+    with pytest.raises(speed.InputError, match="same length"):
+        speed.Events.from_arrays([0, 1], [1], [0, 1])
+    with pytest.raises(speed.InputError, match="not finite|time is"):
+        speed.Events.from_arrays([0, 1], [1, 2], [0.0, np.nan])
+    with pytest.raises(speed.InputError, match="no events"):
+        speed.Events.from_arrays([], [], [])
+    ev = speed.Events.from_arrays(["a", "b", "a"], ["b", "c", "c"], [2, 1, 1])
+    assert ev.num_nodes == 3 and ev.meta["sorted_input"] is False
+    assert list(ev.node_ids[ev.src]) == ["b", "a", "a"]
+
+
+def test_duplicates_and_self_loops_are_kept_and_counted():
+    ev = speed.Events.from_arrays([0, 0, 1, 2, 0], [1, 1, 1, 0, 1], [1, 1, 2, 3, 3])
+    assert len(ev) == 5 and ev.meta["self_loops"] == 1 and ev.meta["duplicate_events"] == 1

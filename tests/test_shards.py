@@ -1,0 +1,130 @@
+"""Shards: writing, reading back, and merging any group of parts."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import speed
+from conftest import random_stream
+
+
+def node_induced(events, node_parts, parts):
+    allowed = node_parts == -1
+    for p in parts:
+        allowed |= node_parts == p
+    return np.flatnonzero(allowed[events.src] & allowed[events.dst])
+
+
+def make(tmp_path, n=80, e=2000, p=4, topk=0.05, seed=0, msg=False, label=False):
+    rng = np.random.default_rng(seed)
+    src, dst, t = random_stream(rng, n, e)
+    ev = speed.Events.from_arrays(
+        src, dst, t, num_nodes=n,
+        msg=rng.random((e, 3)).astype(np.float32) if msg else None,
+        label=rng.integers(0, 2, e) if label else None,
+    )
+    split = speed.chronological_split(ev, seed=seed)
+    res = speed.partition(split.train(ev), p, topk=topk)
+    out = res.save(tmp_path / "shards", events=ev, split=split)
+    return ev, split, res, speed.load_shards(out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.sampled_from([0.0, 0.05, 0.2]), st.integers(0, 10_000), st.data())
+def test_merge_is_node_induced_subgraph_of_union(tmp_path_factory, p, topk, seed, data):
+    tmp = tmp_path_factory.mktemp("m")
+    ev, _, res, sh = make(tmp, p=p, topk=topk, seed=seed, msg=True, label=True)
+    group = data.draw(st.lists(st.integers(0, p - 1), min_size=1, max_size=p, unique=True))
+    got = sh.merge(group)
+    idx = node_induced(ev, res.node_parts, group)
+    np.testing.assert_array_equal(got.eid, ev.eid[idx])
+    np.testing.assert_array_equal(got.src, ev.src[idx])
+    np.testing.assert_array_equal(got.dst, ev.dst[idx])
+    np.testing.assert_array_equal(got.t, ev.t[idx])
+    np.testing.assert_array_equal(got.msg, ev.msg[idx])
+    np.testing.assert_array_equal(got.label, ev.label[idx])
+    assert np.all(np.diff(got.t) >= 0)
+
+
+def test_cut_events_come_back_when_parts_merge(tmp_path):
+    ev, split, res, sh = make(tmp_path, n=200, e=5000, p=4, topk=0.0)
+    a, b = sh.part(0, "train"), sh.part(1, "train")
+    ab = sh.merge([0, 1], "train")
+    cut_ab = len(ab) - len(set(a.eid) | set(b.eid))
+    np_ = res.node_parts
+    tr = split.train(ev)
+    ps, pd = np_[tr.src], np_[tr.dst]
+    expected = int(np.sum(((ps == 0) & (pd == 1)) | ((ps == 1) & (pd == 0))))
+    assert cut_ab == expected > 0
+
+
+def test_part_event_counts_match_manifest(tmp_path):
+    ev, split, res, sh = make(tmp_path, topk=0.1)
+    m = sh.manifest
+    assert [len(sh.part(p, "train")) for p in range(4)] == m["part_events"]
+    assert len(sh.events()) == len(ev) == m["num_events"]
+    assert len(sh.events("train")) == split.num_train == m["num_train_events"]
+    assert len(sh.events("eval")) == split.num_val + split.num_test
+    # every part holds every shared-shared event; all events appear in the union
+    assert len(sh.merge(range(4), "train")) == split.num_train
+    assert np.array_equal(sh.node_parts, res.node_parts) and np.array_equal(sh.shared, res.shared)
+    assert np.array_equal(sh.new_nodes, split.new_nodes)
+
+
+def test_manifest_has_required_keys(tmp_path):
+    _, _, _, sh = make(tmp_path)
+    for key in ["num_events", "num_train_events", "num_nodes", "num_parts", "method", "params",
+                "replication_factor", "edge_cut", "shared_nodes", "part_events", "part_nodes",
+                "stream_loads", "seconds"]:
+        assert key in sh.manifest, key
+    for stage in ["centrality", "assign", "write"]:
+        assert stage in sh.manifest["seconds"]
+
+
+def test_refuses_existing_output_and_overwrites_on_request(tmp_path):
+    ev, split, res, sh = make(tmp_path)
+    with pytest.raises(speed.InputError, match="already exists"):
+        res.save(tmp_path / "shards", events=ev)
+    res.save(tmp_path / "shards", events=ev, overwrite=True)
+    assert speed.load_shards(tmp_path / "shards").num_events == len(ev)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["shards"]
+
+
+def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    ev, split, res, _ = make(tmp_path)
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", boom)
+    with pytest.raises(OSError):
+        res.save(tmp_path / "other", events=ev)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["shards"]
+
+
+def test_bad_shards_directory(tmp_path):
+    with pytest.raises(speed.InputError, match="no manifest.json"):
+        speed.load_shards(tmp_path)
+    _, _, _, sh = make(tmp_path)
+    with pytest.raises(speed.InputError, match="part 9 out of range"):
+        sh.merge([9])
+
+
+def test_string_ids_survive(tmp_path):
+    ev = speed.Events.from_arrays(["a", "b", "c", "a"], ["b", "c", "a", "c"], [0, 1, 2, 3])
+    res = speed.partition(ev, 2)
+    sh = speed.load_shards(res.save(tmp_path / "s"))
+    assert list(sh.node_ids) == ["a", "b", "c"]
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["num_events"] == 4
+
+
+def test_bucket_ids_are_a_bijection():
+    from speed.partition.shards import bucket_id
+
+    for p in range(1, 7):
+        ids = {bucket_id(a, b, p) for a, b in itertools.combinations_with_replacement(range(p + 1), 2)}
+        assert ids == set(range((p + 1) * (p + 2) // 2))
