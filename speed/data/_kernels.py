@@ -48,3 +48,48 @@ def first_unsorted(t):
         if t[k] < t[k - 1]:
             return k
     return -1
+
+
+@numba.njit(cache=True)
+def compact_dense(src, dst, max_id):
+    """Renumber non-negative int ids ``<= max_id`` to ``0..N-1`` in increasing id order.
+
+    One pass to mark, a prefix sum, one pass to map: O(E + max_id), no sort.
+
+    Parameters
+    ----------
+    src : int64 ndarray, shape (E,)
+    dst : int64 ndarray, shape (F,)
+        May differ in length from ``src`` (one side of a bipartite log is compacted
+        alone by passing a one-element ``dst`` taken from ``src``).
+    max_id : int
+
+    Returns
+    -------
+    new_src, new_dst : int64 ndarray, shapes (E,) and (F,)
+    ids : int64 ndarray, shape (N,)
+        Original id of each compact id.
+    """
+    mapping = np.zeros(max_id + 1, dtype=np.int64)
+    for e in range(src.shape[0]):
+        mapping[src[e]] = 1
+    for e in range(dst.shape[0]):
+        mapping[dst[e]] = 1
+    n = 0
+    for v in range(max_id + 1):
+        if mapping[v]:
+            mapping[v] = n
+            n += 1
+        else:
+            mapping[v] = -1
+    ids = np.empty(n, dtype=np.int64)
+    for v in range(max_id + 1):
+        if mapping[v] >= 0:
+            ids[mapping[v]] = v
+    new_src = np.empty(src.shape[0], dtype=np.int64)
+    new_dst = np.empty(dst.shape[0], dtype=np.int64)
+    for e in range(src.shape[0]):
+        new_src[e] = mapping[src[e]]
+    for e in range(dst.shape[0]):
+        new_dst[e] = mapping[dst[e]]
+    return new_src, new_dst, ids

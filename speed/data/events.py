@@ -138,7 +138,7 @@ class Events:
                 t = t.astype(np.float64)
             except (TypeError, ValueError) as exc:
                 raise InputError(f"t must be numeric: {exc}") from None
-        t = t.astype(np.int64) if t.dtype.kind in "iu" else t.astype(np.float64)
+        t = t.astype(np.int64, copy=False) if t.dtype.kind in "iu" else t.astype(np.float64, copy=False)
         if t.dtype.kind == "f":
             bad = np.flatnonzero(~np.isfinite(t))
             if bad.size:
@@ -151,8 +151,8 @@ class Events:
         else:
             if not ints:
                 raise InputError("node ids must be integers unless remap=True")
-            src = src.astype(np.int64)
-            dst = dst.astype(np.int64)
+            src = src.astype(np.int64, copy=False)
+            dst = dst.astype(np.int64, copy=False)
             if src.min() < 0 or dst.min() < 0:
                 raise InputError("node ids must be non-negative")
         max_id = int(max(src.max(), dst.max()))

@@ -170,7 +170,9 @@ def write_generated(path, num_nodes: int, num_events: int, progress: Optional[bo
     with atomic_file(path) as tmp:
         sink = pa.OSFile(str(tmp), "wb")
         stream = pa.CompressedOutputStream(sink, "gzip") if path.suffix == ".gz" else sink
-        with pacsv.CSVWriter(stream, schema) as writer, \
+        stream.write(b"src,dst,t\n")  # pyarrow would quote the header names
+        opts = pacsv.WriteOptions(include_header=False)
+        with pacsv.CSVWriter(stream, schema, write_options=opts) as writer, \
                 progress_bar(num_events, f"generate {path.name}", progress=progress) as bar:
             for src, dst, t in iter_generated(num_nodes, num_events, **kw):
                 writer.write_table(pa.table({"src": src, "dst": dst, "t": t}, schema=schema))

@@ -23,6 +23,7 @@ import pyarrow.csv as pacsv
 
 from .._util import progress_bar
 from ..errors import InputError
+from . import _kernels
 from .events import Events
 
 FORMATS = ("jodie", "snap", "tgl", "csv", "parquet")
@@ -242,10 +243,10 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
         _diagnose(path, gz, lay, cols)
         raise InputError(f"cannot parse: {exc}", path) from None
 
-    def col(k):
-        return table.column(names[k])
-
-    return col, table.num_rows
+    columns = {k: table.column(names[k]) for k in include}
+    nrows = table.num_rows
+    del table  # the columns keep their buffers; nothing else of the table is needed
+    return columns.__getitem__, nrows
 
 
 def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
@@ -260,7 +261,8 @@ def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
             batches.append(batch)
             bar.update(batch.num_rows)
     table = pa.Table.from_batches(batches) if batches else pf.read(columns=[])
-    return (lambda k: table.column(names[k])), table.num_rows, cols
+    columns = {k: table.column(names[k]) for k in set(c for c in cols.values() if c is not None)}
+    return columns.__getitem__, table.num_rows, cols
 
 
 # -------------------------------------------------------------------------- public
@@ -393,15 +395,14 @@ def read_events(
     return ev
 
 
-def _dense_or_unique(values: np.ndarray):
-    """Compact non-negative int ids in O(E) when they are dense enough, else by sorting."""
-    if values.size and values.min() >= 0 and values.max() < 4 * values.size + (1 << 20):
-        present = np.zeros(int(values.max()) + 1, dtype=bool)
-        present[values] = True
-        mapping = np.cumsum(present, dtype=np.int64) - 1
-        return np.flatnonzero(present), mapping[values]
-    uniq, inv = np.unique(values, return_inverse=True)
-    return uniq, inv.astype(np.int64)
+def _compact_ints(s: np.ndarray, d: np.ndarray):
+    """Compact int ids: O(E) by marking when they are dense enough, else by sorting."""
+    lo = min(int(s.min()), int(d.min()))
+    hi = max(int(s.max()), int(d.max()))
+    if lo >= 0 and hi < 4 * (s.size + d.size) + (1 << 20):
+        return _kernels.compact_dense(s, d, hi)
+    ids, inv = np.unique(np.concatenate([s, d]), return_inverse=True)
+    return inv[: s.size].astype(np.int64), inv[s.size:].astype(np.int64), ids
 
 
 def _compact(src_col, dst_col, bipartite: bool):
@@ -410,11 +411,11 @@ def _compact(src_col, dst_col, bipartite: bool):
         s = src_col.to_numpy().astype(np.int64, copy=False)
         d = dst_col.to_numpy().astype(np.int64, copy=False)
         if bipartite:
-            us, si = _dense_or_unique(s)
-            vs, di = _dense_or_unique(d)
+            # numbered separately: users first, then items (the JODIE convention)
+            si, _, us = _compact_ints(s, s[:1])
+            di, _, vs = _compact_ints(d, d[:1])
             return si, di + len(us), np.concatenate([us, vs])
-        ids, inv = _dense_or_unique(np.concatenate([s, d]))
-        return inv[: len(s)], inv[len(s):], ids
+        return _compact_ints(s, d)
     src_col = src_col.cast(pa.string())
     dst_col = dst_col.cast(pa.string())
     if bipartite:

@@ -67,6 +67,14 @@ class Split:
         }
 
 
+def _sorted_quantile(t: np.ndarray, q: float) -> float:
+    """``np.quantile(t, q)`` (linear interpolation) for sorted ``t``, in O(1)."""
+    pos = q * (t.shape[0] - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, t.shape[0] - 1)
+    return float(t[lo] + (t[hi] - t[lo]) * (pos - lo))
+
+
 def chronological_split(
     events: Events,
     val: float = 0.15,
@@ -98,14 +106,17 @@ def chronological_split(
     if not 0 <= new_node_fraction <= 1:
         raise InputError(f"new_node_fraction must be in [0, 1], got {new_node_fraction}")
     t = events.t_float()
-    val_time, test_time = np.quantile(t, [1.0 - val - test, 1.0 - test])
+    val_time, test_time = (_sorted_quantile(t, q) for q in (1.0 - val - test, 1.0 - test))
     num_train = int(np.searchsorted(t, val_time, side="right"))
     num_val = int(np.searchsorted(t, test_time, side="right")) - num_train
     num_test = len(events) - num_train - num_val
 
     rng = np.random.default_rng(seed)
     later = slice(num_train, len(events))
-    later_nodes = np.union1d(events.src[later], events.dst[later])
+    in_later = np.zeros(events.num_nodes, dtype=bool)
+    in_later[events.src[later]] = True
+    in_later[events.dst[later]] = True
+    later_nodes = np.flatnonzero(in_later)
     k = int(round(new_node_fraction * later_nodes.size))
     held = rng.choice(later_nodes, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
     new_nodes = np.zeros(events.num_nodes, dtype=bool)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional
 
@@ -109,9 +110,14 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
         arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
-        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar:
-            for name, arr in arrays:
-                np.save(tmp / "events" / f"{name}.npy", arr[order])
+        def save(item):
+            name, arr = item
+            np.save(tmp / "events" / f"{name}.npy", arr[order])
+
+        # numpy releases the GIL while gathering and writing, so two threads use both cores
+        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar, \
+                ThreadPoolExecutor(max_workers=2) as pool:
+            for _ in pool.map(save, arrays):
                 bar.update(1)
         np.save(tmp / "events" / "offsets.npy", offsets)
         nodes = {"node_parts": result.node_parts}

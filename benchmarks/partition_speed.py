@@ -1,0 +1,269 @@
+"""SEP speed and memory on a synthetic power-law log (issue: foundation + SEP).
+
+Measures, side by side in one run:
+
+* numba compile time (fresh cache) vs. cache load (second process, same cache);
+* the assignment pass alone (``sep_assign`` over all events), events/s;
+* the whole ``speed.partition`` on in-memory events, events/s;
+* CSV -> shards (``speed partition``: read + split + partition + write) vs. merely
+  reading the same CSV with ``speed.read_events``;
+* peak memory of each stage over the process before the events existed, as a multiple
+  of the raw event arrays (src, dst int64 + t: 24 bytes per event).
+
+Each measurement runs in a fresh subprocess so peak RSS (VmHWM) is its own.  Prints a
+table and writes ``benchmarks/results/partition_speed.json``.
+
+Usage::
+
+    python benchmarks/partition_speed.py                 # 10M events, P=8, topk 5%
+    python benchmarks/partition_speed.py --events 1000000 --nodes 50000   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RAW_BYTES_PER_EVENT = 24
+
+
+def _rss_now() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _hwm() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_hwm() -> None:
+    # Linux: writing 5 to clear_refs resets the peak-RSS counter (VmHWM) to the current RSS.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+# ------------------------------------------------------------------------------ workers
+def worker_compile(a):
+    t0 = time.perf_counter()
+    import speed  # noqa: F401  (import cost is not compile cost)
+
+    t_import = time.perf_counter() - t0
+    ev = speed.Events.from_arrays([0, 1, 2, 3], [1, 2, 3, 0], [0, 1, 2, 3])
+    t0 = time.perf_counter()
+    speed.partition(ev, 2, topk=0.5)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    speed.partition(ev, 2, topk=0.5)
+    second = time.perf_counter() - t0
+    return {"import_s": t_import, "first_call_s": first, "warm_call_s": second}
+
+
+def _events(a):
+    import speed
+
+    return speed.generate_events(num_nodes=a["nodes"], num_events=a["events"], seed=a["seed"])
+
+
+def worker_memory_partition(a):
+    import numpy as np
+
+    import speed
+    from speed.partition import _kernels
+
+    base = _rss_now()
+    ev = _events(a)
+    # warm the kernels on a tiny stream so compilation/cache loading is not timed
+    speed.partition(speed.Events.from_arrays([0, 1], [1, 2], [0, 1]), a["parts"], topk=a["topk"])
+    with_events = _rss_now()
+    _reset_hwm()
+
+    t0 = time.perf_counter()
+    res = speed.partition(ev, a["parts"], topk=a["topk"])
+    whole = time.perf_counter() - t0
+    peak = _hwm()
+
+    # the assignment pass alone, on fresh state, same events and hubs
+    n = ev.num_nodes
+    hubs = res.hubs
+    best = float("inf")
+    for _ in range(3):
+        part_of = np.full(n, -1, dtype=np.int64)
+        hub_row = np.full(n, -1, dtype=np.int64)
+        hub_row[hubs] = np.arange(hubs.size)
+        hub_mask = np.zeros((hubs.size, (a["parts"] + 63) // 64), dtype=np.uint64)
+        load = np.zeros(a["parts"], dtype=np.int64)
+        t0 = time.perf_counter()
+        _kernels.sep_assign(ev.src, ev.dst, 0, len(ev), res.centrality, part_of, hub_row, hub_mask, load, 1.0, 1.0)
+        best = min(best, time.perf_counter() - t0)
+    raw = len(ev) * RAW_BYTES_PER_EVENT
+    return {
+        "events": len(ev),
+        "partition_s": whole,
+        "partition_events_per_s": len(ev) / whole,
+        "stage_seconds": res.stats["seconds"],
+        "assign_s": best,
+        "assign_events_per_s": len(ev) / best,
+        "edge_cut": res.edge_cut,
+        "replication_factor": res.replication_factor,
+        "part_events_std_over_mean": res.stats["part_events_std"] / res.stats["part_events_mean"],
+        "raw_bytes": raw,
+        "events_bytes": with_events - base,
+        "partition_peak_extra_bytes": peak - with_events,
+        "partition_peak_over_raw": (peak - base) / raw,
+    }
+
+
+def worker_read(a):
+    import speed
+
+    base = _rss_now()
+    speed.read_events(a["csv"], progress=False)  # warm page cache and kernels
+    _reset_hwm()
+    base = _rss_now()
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        ev = speed.read_events(a["csv"], progress=False)
+        best = min(best, time.perf_counter() - t0)
+        del ev
+    return {"read_s": best, "read_peak_over_raw": (_hwm() - base) / (a["events"] * RAW_BYTES_PER_EVENT)}
+
+
+def worker_pipeline(a):
+    import speed  # noqa: F401
+    from speed.cli import main
+
+    out = Path(a["out"])
+    main(["partition", a["csv"], "-o", str(out / "warm"), "--parts", str(a["parts"]), "--no-progress"])
+    base = _rss_now()
+    _reset_hwm()
+    best = float("inf")
+    manifest = None
+    for k in range(2):
+        t0 = time.perf_counter()
+        code = main(["partition", a["csv"], "-o", str(out / f"s{k}"), "--parts", str(a["parts"]),
+                     "--topk", str(100 * a["topk"]), "--no-progress", "--json"])
+        best = min(best, time.perf_counter() - t0)
+        assert code == 0
+        manifest = json.loads((out / f"s{k}" / "manifest.json").read_text())
+    return {"pipeline_s": best, "pipeline_seconds": manifest["seconds"],
+            "pipeline_peak_over_raw": (_hwm() - base) / (a["events"] * RAW_BYTES_PER_EVENT)}
+
+
+WORKERS = {f.__name__[len("worker_"):]: f for f in
+           (worker_compile, worker_memory_partition, worker_read, worker_pipeline)}
+
+
+def run_worker(name: str, args: dict, env=None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--worker-args", json.dumps(args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {name} failed:\n{proc.stderr}")
+    if name == "pipeline":  # the CLI printed the manifest before our result line
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--nodes", type=int, default=500_000, help="default: Taobao's ratio of 1 node per 20 events")
+    ap.add_argument("--parts", type=int, default=8)
+    ap.add_argument("--topk", type=float, default=0.05, help="fraction")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(HERE / "results" / "partition_speed.json"))
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-args", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        result = WORKERS[a.worker](json.loads(a.worker_args))
+        print(json.dumps(result))
+        return 0
+
+    import speed
+
+    cfg = {"events": a.events, "nodes": a.nodes, "parts": a.parts, "topk": a.topk, "seed": a.seed}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "numba_cache"
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+        print("compile (fresh numba cache) ...", file=sys.stderr)
+        cold = run_worker("compile", cfg, env)
+        print("cache load (second process) ...", file=sys.stderr)
+        warm = run_worker("compile", cfg, env)
+        print(f"partition {a.events:,} in-memory events ...", file=sys.stderr)
+        mem = run_worker("memory_partition", cfg)
+        csv = Path(tmp) / "log.csv"
+        t0 = time.perf_counter()
+        speed.write_generated(csv, a.nodes, a.events, seed=a.seed, progress=False)
+        gen_s = time.perf_counter() - t0
+        print("read CSV ...", file=sys.stderr)
+        rd = run_worker("read", dict(cfg, csv=str(csv)))
+        print("CSV -> shards ...", file=sys.stderr)
+        pipe = run_worker("pipeline", dict(cfg, csv=str(csv), out=str(Path(tmp) / "shards")))
+        csv_mb = csv.stat().st_size / 1e6
+
+    result = {
+        "config": cfg,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "numba_compile_s": cold["first_call_s"] - cold["warm_call_s"],
+        "numba_cache_load_s": warm["first_call_s"] - warm["warm_call_s"],
+        "import_s": warm["import_s"],
+        "csv_mb": csv_mb,
+        "generate_csv_s": gen_s,
+        **mem,
+        **rd,
+        **pipe,
+        "pipeline_over_read": pipe["pipeline_s"] / rd["read_s"],
+    }
+    result["targets"] = {
+        "assign >= 8M ev/s": result["assign_events_per_s"] >= 8e6,
+        "partition >= 5M ev/s": result["partition_events_per_s"] >= 5e6,
+        "csv->shards <= 2x read": result["pipeline_over_read"] <= 2.0,
+        "partition peak <= 3x raw": result["partition_peak_over_raw"] <= 3.0,
+    }
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+    rows = [
+        ("events", f"{a.events:,} ({a.nodes:,} nodes, P={a.parts}, topk {100 * a.topk:g}%)"),
+        ("numba compile (fresh cache)", f"{result['numba_compile_s']:.2f} s"),
+        ("numba cache load (2nd process)", f"{result['numba_cache_load_s']:.2f} s"),
+        ("assignment pass alone", f"{result['assign_s']:.3f} s = {result['assign_events_per_s'] / 1e6:.1f} M ev/s"),
+        ("speed.partition (in memory)", f"{result['partition_s']:.3f} s = "
+                                        f"{result['partition_events_per_s'] / 1e6:.1f} M ev/s"),
+        ("  stages", ", ".join(f"{k} {v:.3f}" for k, v in result["stage_seconds"].items())),
+        ("read CSV only", f"{result['read_s']:.2f} s ({csv_mb:.0f} MB)"),
+        ("CSV -> shards (speed partition)", f"{result['pipeline_s']:.2f} s = {result['pipeline_over_read']:.2f}x read"),
+        ("  stages", ", ".join(f"{k} {v:.2f}" for k, v in result["pipeline_seconds"].items())),
+        ("peak memory / raw arrays", f"partition {result['partition_peak_over_raw']:.2f}x, "
+                                     f"read {result['read_peak_over_raw']:.2f}x, "
+                                     f"CSV->shards {result['pipeline_peak_over_raw']:.2f}x"),
+        ("edge cut / RF", f"{100 * result['edge_cut']:.2f}% / {result['replication_factor']:.3f}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    for k, ok in result["targets"].items():
+        print(f"target {k}: {'met' if ok else 'MISSED'}")
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
