@@ -102,13 +102,11 @@ def worker_memory_partition(a):
     hubs = res.hubs
     best = float("inf")
     for _ in range(3):
-        part_of = np.full(n, -1, dtype=np.int64)
-        hub_row = np.full(n, -1, dtype=np.int64)
-        hub_row[hubs] = np.arange(hubs.size)
+        code = _kernels.initial_codes(n, hubs)
         hub_mask = np.zeros((hubs.size, (a["parts"] + 63) // 64), dtype=np.uint64)
         load = np.zeros(a["parts"], dtype=np.int64)
         t0 = time.perf_counter()
-        _kernels.sep_assign(ev.src, ev.dst, 0, len(ev), res.centrality, part_of, hub_row, hub_mask, load, 1.0, 1.0)
+        _kernels.sep_assign(ev.src, ev.dst, 0, len(ev), res.centrality, code, hub_mask, load, 1.0, 1.0)
         best = min(best, time.perf_counter() - t0)
     raw = len(ev) * RAW_BYTES_PER_EVENT
     return {

@@ -20,14 +20,12 @@ def run_kernel(src, dst, cent, hubs, num_parts, lam=1.0, eps=1.0):
     dst = np.asarray(dst, dtype=np.int64)
     n = len(cent)
     hubs = np.asarray(hubs, dtype=np.int64)
-    part_of = np.full(n, -1, dtype=np.int64)
-    hub_row = np.full(n, -1, dtype=np.int64)
-    hub_row[hubs] = np.arange(len(hubs))
+    code = _kernels.initial_codes(n, hubs)
     hub_mask = np.zeros((len(hubs), (num_parts + 63) // 64), dtype=np.uint64)
     load = np.zeros(num_parts, dtype=np.int64)
-    dropped = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), part_of, hub_row,
-                                  hub_mask, load, lam, eps)
-    parts = _kernels.finalize_parts(part_of, hub_row, hub_mask)
+    dropped = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), code, hub_mask,
+                                  load, lam, eps)
+    parts = _kernels.finalize_parts(code, hub_mask)
     return parts, load, dropped
 
 

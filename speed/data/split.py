@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -37,11 +38,36 @@ class Split:
     val_time: float
     test_time: float
     new_nodes: np.ndarray
-    train_mask: np.ndarray
-    val_inductive: np.ndarray
-    test_inductive: np.ndarray
     seed: int
     new_node_fraction: float
+    events: Events = field(repr=False)
+
+    # The masks below are computed on first use: partitioning needs only the counts and
+    # the held-out nodes, so ``speed partition`` does not pay for them.
+    @cached_property
+    def train_mask(self) -> np.ndarray:
+        ev = self.events
+        return ~(self.new_nodes[ev.src[: self.num_train]] | self.new_nodes[ev.dst[: self.num_train]])
+
+    @cached_property
+    def _seen_in_training(self) -> np.ndarray:
+        ev, m = self.events, self.train_mask
+        seen = np.zeros(ev.num_nodes, dtype=bool)
+        seen[ev.src[: self.num_train][m]] = True
+        seen[ev.dst[: self.num_train][m]] = True
+        return seen
+
+    def _inductive(self, sl: slice) -> np.ndarray:
+        seen, ev = self._seen_in_training, self.events
+        return ~seen[ev.src[sl]] | ~seen[ev.dst[sl]]
+
+    @cached_property
+    def val_inductive(self) -> np.ndarray:
+        return self._inductive(slice(self.num_train, self.num_train + self.num_val))
+
+    @cached_property
+    def test_inductive(self) -> np.ndarray:
+        return self._inductive(slice(self.num_train + self.num_val, self.num_train + self.num_val + self.num_test))
 
     def train(self, events: Events) -> Events:
         """The training period's events (without the inductive mask)."""
@@ -62,7 +88,6 @@ class Split:
             "test_time": self.test_time,
             "new_node_fraction": self.new_node_fraction,
             "num_new_nodes": int(self.new_nodes.sum()),
-            "num_masked_train_events": int((~self.train_mask).sum()),
             "seed": self.seed,
         }
 
@@ -122,15 +147,6 @@ def chronological_split(
     new_nodes = np.zeros(events.num_nodes, dtype=bool)
     new_nodes[held] = True
 
-    tr_src, tr_dst = events.src[:num_train], events.dst[:num_train]
-    train_mask = ~(new_nodes[tr_src] | new_nodes[tr_dst])
-    seen = np.zeros(events.num_nodes, dtype=bool)
-    seen[tr_src[train_mask]] = True
-    seen[tr_dst[train_mask]] = True
-
-    def inductive(sl):
-        return ~seen[events.src[sl]] | ~seen[events.dst[sl]]
-
     return Split(
         num_train=num_train,
         num_val=num_val,
@@ -138,9 +154,7 @@ def chronological_split(
         val_time=float(val_time),
         test_time=float(test_time),
         new_nodes=new_nodes,
-        train_mask=train_mask,
-        val_inductive=inductive(slice(num_train, num_train + num_val)),
-        test_inductive=inductive(slice(num_train + num_val, len(events))),
         seed=seed,
         new_node_fraction=new_node_fraction,
+        events=events,
     )

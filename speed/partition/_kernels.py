@@ -5,8 +5,9 @@ Arrays and scalars in, arrays out; no RNG, no Python objects.  The Python side
 
 State of the SEP stream (paper Alg. 1, DESIGN §4):
 
-``part_of[i]``  int64, the first (for non-hubs: the only) partition node ``i`` joined, -1 if none.
-``hub_row[i]``  int64, row of hub ``i`` in ``hub_mask``, -1 for non-hubs.
+``code[i]``     int64, one word per node so each endpoint costs one random memory access:
+                ``p >= 0`` a non-hub living in partition ``p``; ``-1`` a non-hub not yet
+                placed; ``-2 - r`` a hub whose partition set is row ``r`` of ``hub_mask``.
 ``hub_mask``    uint64 (num_hubs, ceil(P / 64)), the partition set A(i) of each hub as bits.
 ``load[p]``     int64, events assigned to partition ``p`` so far.
 """
@@ -49,25 +50,34 @@ def centrality(src, dst, t, num_nodes, beta, t_min, t_max):
     return cent
 
 
-@numba.njit(cache=True, inline="always")
-def _member(i, p, part_of, hub_row, hub_mask):
-    r = hub_row[i]
-    if r >= 0:
-        return (hub_mask[r, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
-    return part_of[i] == p
+UNPLACED = -1
+
+
+def initial_codes(num_nodes: int, hubs: np.ndarray) -> np.ndarray:
+    """``code`` for a fresh stream: every node unplaced, hub ``hubs[r]`` pointing at row ``r``."""
+    code = np.full(num_nodes, UNPLACED, dtype=np.int64)
+    code[hubs] = -2 - np.arange(hubs.size, dtype=np.int64)
+    return code
 
 
 @numba.njit(cache=True, inline="always")
-def _join(i, p, part_of, hub_row, hub_mask):
-    r = hub_row[i]
-    if r >= 0:
-        hub_mask[r, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
-    if part_of[i] < 0:
-        part_of[i] = p
+def _member(c, p, hub_mask):
+    """Whether partition ``p`` is in A(i) for a node with state ``c``."""
+    if c <= -2:
+        return (hub_mask[-2 - c, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+    return c == p
+
+
+@numba.njit(cache=True, inline="always")
+def _join(i, c, p, code, hub_mask):
+    if c <= -2:
+        hub_mask[-2 - c, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    else:
+        code[i] = p
 
 
 @numba.njit(cache=True)
-def sep_assign(src, dst, start, end, cent, part_of, hub_row, hub_mask, load, lam, eps):
+def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
     """Stream events ``[start, end)`` through SEP, updating the state in place.
 
     For event (i, j): a non-hub already placed pins the event to its partition; two
@@ -87,8 +97,8 @@ def sep_assign(src, dst, start, end, cent, part_of, hub_row, hub_mask, load, lam
     for e in range(start, end):
         i = src[e]
         j = dst[e]
-        pin_i = part_of[i] if hub_row[i] < 0 else -1
-        pin_j = part_of[j] if hub_row[j] < 0 else -1
+        pin_i = code[i]  # >= 0 only for a placed non-hub
+        pin_j = code[j]
         if pin_i >= 0 and pin_j >= 0:
             if pin_i != pin_j:
                 dropped += 1
@@ -121,41 +131,48 @@ def sep_assign(src, dst, start, end, cent, part_of, hub_row, hub_mask, load, lam
             best_p = 0
             for q in range(num_parts):
                 score = 0.0
-                if _member(i, q, part_of, hub_row, hub_mask):
+                if _member(pin_i, q, hub_mask):
                     score += h_i
-                if _member(j, q, part_of, hub_row, hub_mask):
+                if _member(pin_j, q, hub_mask):
                     score += h_j
                 score += lam * (max_load - load[q]) / (eps + max_load - min_load)
                 if score > best:
                     best = score
                     best_p = q
         load[best_p] += 1
-        _join(i, best_p, part_of, hub_row, hub_mask)
-        _join(j, best_p, part_of, hub_row, hub_mask)
+        _join(i, pin_i, best_p, code, hub_mask)
+        if j != i:
+            _join(j, pin_j, best_p, code, hub_mask)
     return dropped
 
 
 @numba.njit(cache=True)
-def finalize_parts(part_of, hub_row, hub_mask):
+def finalize_parts(code, hub_mask):
     """Node to partition after the stream: the single partition, SHARED (-1) for nodes
     in several, and -2 for nodes no event placed."""
-    n = part_of.shape[0]
+    n = code.shape[0]
     out = np.empty(n, dtype=np.int64)
     for i in range(n):
-        if part_of[i] < 0:
+        c = code[i]
+        if c >= 0:
+            out[i] = c
+        elif c == UNPLACED:
             out[i] = -2
-            continue
-        r = hub_row[i]
-        if r >= 0:
+        else:
+            r = -2 - c
             count = 0
+            first = -1
             for w in range(hub_mask.shape[1]):
                 x = hub_mask[r, w]
+                b = 0
                 while x:
-                    x &= x - np.uint64(1)
-                    count += 1
-            out[i] = SHARED if count > 1 else part_of[i]
-        else:
-            out[i] = part_of[i]
+                    if x & np.uint64(1):
+                        count += 1
+                        if first < 0:
+                            first = 64 * w + b
+                    x >>= np.uint64(1)
+                    b += 1
+            out[i] = -2 if count == 0 else (SHARED if count > 1 else first)
     return out
 
 
@@ -213,18 +230,17 @@ def part_event_counts(src, dst, node_parts, num_parts):
 
 
 @numba.njit(cache=True)
-def bucket_order(src, dst, node_parts, num_parts):
-    """Counting sort of events by the unordered pair of their endpoint codes.
+def bucket_ids(src, dst, node_parts, num_parts):
+    """Bucket of each event: the unordered pair of its endpoint codes.
 
     Code 0 is SHARED, ``p + 1`` is partition ``p``.  Pair ``(a, b)`` with ``a <= b``
     has bucket ``a * Q - a * (a - 1) // 2 + (b - a)`` with ``Q = num_parts + 1``.
-    Each bucket keeps the events' original (time) order.
 
     Returns
     -------
-    order : int64 ndarray, shape (E,)
-        Event positions, bucket by bucket.
+    bid : int32 ndarray, shape (E,)
     offsets : int64 ndarray, shape (num_buckets + 1,)
+        Bucket boundaries once events are grouped by bucket.
     """
     q = num_parts + 1
     nb = q * (q + 1) // 2
@@ -241,10 +257,32 @@ def bucket_order(src, dst, node_parts, num_parts):
         offsets[k + 1] += 1
     for k in range(nb):
         offsets[k + 1] += offsets[k]
+    return bid, offsets
+
+
+@numba.njit(cache=True)
+def scatter_by_bucket(bid, offsets, values, out):
+    """Write ``values`` into ``out`` bucket by bucket, each bucket keeping event order.
+
+    Reading is sequential and each bucket's write position only moves forward, so this
+    streams through memory instead of gathering through a random permutation.  ``out``
+    is passed in so one buffer serves every column (fresh memory is slow to first touch).
+    """
     pos = offsets[:-1].copy()
-    order = np.empty(n, dtype=np.int64)
-    for e in range(n):
+    for e in range(bid.shape[0]):
+        k = bid[e]
+        out[pos[k]] = values[e]
+        pos[k] += 1
+    return out
+
+
+@numba.njit(cache=True)
+def bucket_order(bid, offsets):
+    """Event positions bucket by bucket (for 2-D or exotic arrays numpy gathers)."""
+    pos = offsets[:-1].copy()
+    order = np.empty(bid.shape[0], dtype=np.int64)
+    for e in range(bid.shape[0]):
         k = bid[e]
         order[pos[k]] = e
         pos[k] += 1
-    return order, offsets
+    return order

@@ -115,9 +115,7 @@ def _sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, e
         present = events.node_mask()
         hubs = select_hubs(cent, present, topk)
     with timer.stage("assign"):
-        part_of = np.full(n, -1, dtype=np.int64)
-        hub_row = np.full(n, -1, dtype=np.int64)
-        hub_row[hubs] = np.arange(hubs.size, dtype=np.int64)
+        code = _kernels.initial_codes(n, hubs)
         hub_mask = np.zeros((hubs.size, (num_parts + 63) // 64), dtype=np.uint64)
         load = np.zeros(num_parts, dtype=np.int64)
         dropped = 0
@@ -125,10 +123,10 @@ def _sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, e
         with progress_bar(ne, "SEP assign", progress=progress) as bar:
             for start in range(0, ne, _CHUNK):
                 end = min(ne, start + _CHUNK)
-                dropped += _kernels.sep_assign(events.src, events.dst, start, end, cent, part_of, hub_row,
-                                               hub_mask, load, float(lam), float(eps))
+                dropped += _kernels.sep_assign(events.src, events.dst, start, end, cent, code, hub_mask, load,
+                                               float(lam), float(eps))
                 bar.update(end - start)
-        node_parts = _kernels.finalize_parts(part_of, hub_row, hub_mask)
+        node_parts = _kernels.finalize_parts(code, hub_mask)
         node_parts = _kernels.fill_unplaced(node_parts, num_parts)
     extra = {"stream_loads": [int(x) for x in load], "dropped_events": int(dropped), "num_hubs": int(hubs.size)}
     return node_parts, cent, hubs, extra

@@ -8,7 +8,7 @@ Layout of a shards directory::
     events/{src,dst,t,eid[,label,msg]}.npy
                          every stored event, grouped into buckets by the unordered pair of
                          its endpoints' codes (0 = shared, p + 1 = part p), each bucket in
-                         time order
+                         time order; src, dst and eid are int32 when they fit
     events/offsets.npy   int64 (num_buckets + 1,), bucket boundaries
 
 A group of parts G is the node-induced sub-graph of ``V_G ∪ S``: the buckets whose two
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional
 
@@ -33,6 +32,13 @@ from . import _kernels
 
 FORMAT_VERSION = 1
 _EVENT_ARRAYS = ("src", "dst", "t", "eid", "label", "msg")
+_ID_ARRAYS = ("src", "dst", "eid")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def _fits_int32(events: Events, name: str) -> bool:
+    bound = events.num_nodes if name in ("src", "dst") else (int(events.eid.max()) + 1 if len(events) else 0)
+    return bound <= _INT32_MAX
 
 
 def bucket_id(a: int, b: int, num_parts: int) -> int:
@@ -106,18 +112,23 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     if events.num_nodes != result.node_parts.shape[0]:
         raise InputError(f"events have {events.num_nodes} nodes but the partition has {result.node_parts.shape[0]}")
     start = time.perf_counter()
-    order, offsets = _kernels.bucket_order(events.src, events.dst, result.node_parts, result.num_parts)
+    bid, offsets = _kernels.bucket_ids(events.src, events.dst, result.node_parts, result.num_parts)
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
         arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
-        def save(item):
-            name, arr = item
-            np.save(tmp / "events" / f"{name}.npy", arr[order])
-
-        # numpy releases the GIL while gathering and writing, so two threads use both cores
-        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar, \
-                ThreadPoolExecutor(max_workers=2) as pool:
-            for _ in pool.map(save, arrays):
+        order = None
+        buffer = np.empty(len(events), dtype=np.int64)  # reused by every 8-byte column
+        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar:
+            for name, arr in arrays:
+                if arr.ndim == 1 and arr.dtype.kind in "iuf":
+                    out = buffer.view(arr.dtype) if arr.dtype.itemsize == 8 else np.empty_like(arr)
+                    grouped = _kernels.scatter_by_bucket(bid, offsets, arr, out)
+                    if name in _ID_ARRAYS and _fits_int32(events, name):
+                        grouped = grouped.astype(np.int32)  # ids are stored narrow when they fit
+                else:  # 2-D features and other dtypes: gather through the bucket order
+                    order = _kernels.bucket_order(bid, offsets) if order is None else order
+                    grouped = arr[order]
+                np.save(tmp / "events" / f"{name}.npy", grouped)
                 bar.update(1)
         np.save(tmp / "events" / "offsets.npy", offsets)
         nodes = {"node_parts": result.node_parts}
@@ -226,6 +237,8 @@ class Shards:
             raise ValueError(f"period must be 'all', 'train' or 'eval', got {period!r}")
         slices = [slice(int(self.offsets[b]), int(self.offsets[b + 1])) for b in buckets]
         cat = {name: np.concatenate([arr[s] for s in slices]) for name, arr in self._arrays.items()}
+        for name in _ID_ARRAYS:  # stored as int32 when they fit; Events always holds int64
+            cat[name] = cat[name].astype(np.int64, copy=False)
         order = np.argsort(cat["eid"], kind="stable")
         if period != "all":
             eid = cat["eid"][order]
