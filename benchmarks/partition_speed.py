@@ -6,11 +6,13 @@ Measures, side by side in one run:
 * the assignment pass alone (``sep_assign`` over all events), events/s;
 * the whole ``speed.partition`` on in-memory events, events/s;
 * CSV -> shards (``speed partition``: read + split + partition + write) vs. merely
-  reading the same CSV with ``speed.read_events``;
+  reading the same CSV with ``speed.read_events``, alternating three times in one
+  process and keeping the best of each (this machine is noisy);
 * peak memory of each stage over the process before the events existed, as a multiple
   of the raw event arrays (src, dst int64 + t: 24 bytes per event).
 
-Each measurement runs in a fresh subprocess so peak RSS (VmHWM) is its own.  Prints a
+Each measurement runs in a fresh subprocess, and the peak-RSS counter (VmHWM) is reset
+before each timed operation, so every peak is its own.  Prints a
 table and writes ``benchmarks/results/partition_speed.json``.
 
 Usage::
@@ -126,45 +128,40 @@ def worker_memory_partition(a):
     }
 
 
-def worker_read(a):
+def worker_csv(a):
+    """Read alone vs. CSV -> shards, alternating in one process (best of each)."""
     import speed
-
-    base = _rss_now()
-    speed.read_events(a["csv"], progress=False)  # warm page cache and kernels
-    _reset_hwm()
-    base = _rss_now()
-    best = float("inf")
-    for _ in range(2):
-        t0 = time.perf_counter()
-        ev = speed.read_events(a["csv"], progress=False)
-        best = min(best, time.perf_counter() - t0)
-        del ev
-    return {"read_s": best, "read_peak_over_raw": (_hwm() - base) / (a["events"] * RAW_BYTES_PER_EVENT)}
-
-
-def worker_pipeline(a):
-    import speed  # noqa: F401
     from speed.cli import main
 
     out = Path(a["out"])
-    main(["partition", a["csv"], "-o", str(out / "warm"), "--parts", str(a["parts"]), "--no-progress"])
-    base = _rss_now()
-    _reset_hwm()
-    best = float("inf")
+    raw = a["events"] * RAW_BYTES_PER_EVENT
+    args = ["--parts", str(a["parts"]), "--topk", str(100 * a["topk"]), "--no-progress", "--overwrite"]
+    main(["partition", a["csv"], "-o", str(out / "warm"), *args])  # page cache, kernels
+    reads, pipes, read_peak, pipe_peak = [], [], 0, 0
     manifest = None
-    for k in range(2):
+    for k in range(a.get("rounds", 3)):
+        base = _rss_now()
+        _reset_hwm()
         t0 = time.perf_counter()
-        code = main(["partition", a["csv"], "-o", str(out / f"s{k}"), "--parts", str(a["parts"]),
-                     "--topk", str(100 * a["topk"]), "--no-progress", "--json"])
-        best = min(best, time.perf_counter() - t0)
+        ev = speed.read_events(a["csv"], progress=False)
+        reads.append(time.perf_counter() - t0)
+        read_peak = max(read_peak, _hwm() - base)
+        del ev
+        base = _rss_now()
+        _reset_hwm()
+        t0 = time.perf_counter()
+        code = main(["partition", a["csv"], "-o", str(out / "shards"), *args])
+        pipes.append(time.perf_counter() - t0)
+        pipe_peak = max(pipe_peak, _hwm() - base)
         assert code == 0
-        manifest = json.loads((out / f"s{k}" / "manifest.json").read_text())
-    return {"pipeline_s": best, "pipeline_seconds": manifest["seconds"],
-            "pipeline_peak_over_raw": (_hwm() - base) / (a["events"] * RAW_BYTES_PER_EVENT)}
+        manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    return {"read_s": min(reads), "read_runs_s": reads, "pipeline_s": min(pipes), "pipeline_runs_s": pipes,
+            "pipeline_seconds": manifest["seconds"], "read_peak_over_raw": read_peak / raw,
+            "pipeline_peak_over_raw": pipe_peak / raw}
 
 
 WORKERS = {f.__name__[len("worker_"):]: f for f in
-           (worker_compile, worker_memory_partition, worker_read, worker_pipeline)}
+           (worker_compile, worker_memory_partition, worker_csv)}
 
 
 def run_worker(name: str, args: dict, env=None) -> dict:
@@ -172,9 +169,7 @@ def run_worker(name: str, args: dict, env=None) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"worker {name} failed:\n{proc.stderr}")
-    if name == "pipeline":  # the CLI printed the manifest before our result line
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # the CLI may have printed first
 
 
 def main() -> int:
@@ -209,10 +204,8 @@ def main() -> int:
         t0 = time.perf_counter()
         speed.write_generated(csv, a.nodes, a.events, seed=a.seed, progress=False)
         gen_s = time.perf_counter() - t0
-        print("read CSV ...", file=sys.stderr)
-        rd = run_worker("read", dict(cfg, csv=str(csv)))
-        print("CSV -> shards ...", file=sys.stderr)
-        pipe = run_worker("pipeline", dict(cfg, csv=str(csv), out=str(Path(tmp) / "shards")))
+        print("read CSV vs CSV -> shards, alternating ...", file=sys.stderr)
+        csv_res = run_worker("csv", dict(cfg, csv=str(csv), out=str(Path(tmp) / "shards")))
         csv_mb = csv.stat().st_size / 1e6
 
     result = {
@@ -224,9 +217,8 @@ def main() -> int:
         "csv_mb": csv_mb,
         "generate_csv_s": gen_s,
         **mem,
-        **rd,
-        **pipe,
-        "pipeline_over_read": pipe["pipeline_s"] / rd["read_s"],
+        **csv_res,
+        "pipeline_over_read": csv_res["pipeline_s"] / csv_res["read_s"],
     }
     result["targets"] = {
         "assign >= 8M ev/s": result["assign_events_per_s"] >= 8e6,
@@ -246,7 +238,7 @@ def main() -> int:
         ("speed.partition (in memory)", f"{result['partition_s']:.3f} s = "
                                         f"{result['partition_events_per_s'] / 1e6:.1f} M ev/s"),
         ("  stages", ", ".join(f"{k} {v:.3f}" for k, v in result["stage_seconds"].items())),
-        ("read CSV only", f"{result['read_s']:.2f} s ({csv_mb:.0f} MB)"),
+        ("read CSV only (speed.read_events)", f"{result['read_s']:.2f} s ({csv_mb:.0f} MB)"),
         ("CSV -> shards (speed partition)", f"{result['pipeline_s']:.2f} s = {result['pipeline_over_read']:.2f}x read"),
         ("  stages", ", ".join(f"{k} {v:.2f}" for k, v in result["pipeline_seconds"].items())),
         ("peak memory / raw arrays", f"partition {result['partition_peak_over_raw']:.2f}x, "

@@ -168,3 +168,9 @@ def test_from_arrays_validation():
 def test_duplicates_and_self_loops_are_kept_and_counted():
     ev = speed.Events.from_arrays([0, 0, 1, 2, 0], [1, 1, 1, 0, 1], [1, 1, 2, 3, 3])
     assert len(ev) == 5 and ev.meta["self_loops"] == 1 and ev.meta["duplicate_events"] == 1
+
+
+def test_same_column_twice_is_refused(tmp_path):
+    p = write(tmp_path, "d.csv", "a,b,c\n1,2,3\n")
+    with pytest.raises(speed.InputError, match="src and dst are the same column"):
+        speed.read_events(p, src_col="a", dst_col=0)

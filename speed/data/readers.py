@@ -7,6 +7,7 @@ the exact line of a problem.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -155,6 +156,15 @@ def _resolve(col: Column, names: Optional[Sequence[str]], ncols: int, what: str,
     raise InputError(f"{what} column must be a name or an index, got {col!r}", path, line)
 
 
+def _check_distinct(cols: dict, path: Path) -> None:
+    used = [(k, v) for k, v in cols.items() if v is not None]
+    for a in range(len(used)):
+        for b in range(a + 1, len(used)):
+            if used[a][1] == used[b][1]:
+                raise InputError(f"{_WHAT[used[a][0]]} and {_WHAT[used[b][0]]} are the same column "
+                                 f"({used[a][1]})", path)
+
+
 # ----------------------------------------------------------------- error diagnosis
 def _row_to_line(path: Path, gz: bool, first_data_line: int, row: int) -> int:
     """1-based line of data row ``row`` (0-based), skipping blank lines like the reader does."""
@@ -195,6 +205,21 @@ def _diagnose(path: Path, gz: bool, lay: _Layout, cols: dict) -> None:
 
 
 # ------------------------------------------------------------------------ text read
+@contextlib.contextmanager
+def _system_pool():
+    """Read with the system allocator, then hand freed memory back to the OS.
+
+    Arrow's default pool (mimalloc or jemalloc) keeps the read's I/O buffers -- about the
+    size of the file -- after they are freed, which would inflate peak memory for the
+    rest of the pipeline.  The default is restored afterwards: no global side effect.
+    """
+    old = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(old)
+        pa.system_memory_pool().release_unused()
 def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[int], block_size: int,
                progress: Optional[bool]):
     names = [f"c{k}" for k in range(lay.ncols)]
@@ -213,6 +238,7 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
         stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
         reader = pacsv.open_csv(
             stream,
+            memory_pool=pa.system_memory_pool(),
             read_options=pacsv.ReadOptions(
                 skip_rows=lay.first_data_line - 1, column_names=names, block_size=block_size,
             ),
@@ -234,19 +260,23 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
 
     try:
         try:
-            table = read(pa.int64())
+            with _system_pool():
+                table = read(pa.int64())
         except pa.ArrowInvalid as exc:
             if "conversion error to int64" not in str(exc):
                 raise
-            table = read(pa.string())  # ids are not integers: read them as strings
+            with _system_pool():
+                table = read(pa.string())  # ids are not integers: read them as strings
     except pa.ArrowInvalid as exc:
         _diagnose(path, gz, lay, cols)
         raise InputError(f"cannot parse: {exc}", path) from None
 
     columns = {k: table.column(names[k]) for k in include}
     nrows = table.num_rows
-    del table  # the columns keep their buffers; nothing else of the table is needed
-    return columns.__getitem__, nrows
+    del table
+    # Each column is popped when converted, so its arrow buffers are freed as soon as
+    # the numpy copy exists: peak memory stays near one column above the result.
+    return columns.pop, nrows
 
 
 def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
@@ -255,6 +285,7 @@ def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
     pf = pq.ParquetFile(str(path))
     names = pf.schema_arrow.names
     cols = {k: _resolve(v, names, len(names), _WHAT[k], path, 1) for k, v in cols_in.items()}
+    _check_distinct(cols, path)
     with progress_bar(pf.metadata.num_rows, f"read {path.name}", unit="ev", progress=progress) as bar:
         batches = []
         for batch in pf.iter_batches(columns=[names[v] for v in set(c for c in cols.values() if c is not None)]):
@@ -262,7 +293,7 @@ def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
             bar.update(batch.num_rows)
     table = pa.Table.from_batches(batches) if batches else pf.read(columns=[])
     columns = {k: table.column(names[k]) for k in set(c for c in cols.values() if c is not None)}
-    return columns.__getitem__, table.num_rows, cols
+    return columns.pop, table.num_rows, cols
 
 
 # -------------------------------------------------------------------------- public
@@ -346,6 +377,7 @@ def read_events(
                 cols_in[k] = default
         line = lay.first_data_line
         cols = {k: _resolve(v, lay.header, lay.ncols, _WHAT[k], path, line) for k, v in cols_in.items()}
+        _check_distinct(cols, path)
         if fmt == "jodie" and label_col is None and lay.ncols > 4:
             msg_cols = list(range(4, lay.ncols))
         col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress)
@@ -367,7 +399,8 @@ def read_events(
             if empty.size:
                 loc, prefix = where(int(empty[0]))
                 raise InputError(f"{prefix}missing {what} id", **loc)
-        ids.append(c)
+        ids.append(c.to_numpy() if pa.types.is_integer(c.type) else c)
+        del c
     t_col = col(cols["t"])
     if not (pa.types.is_floating(t_col.type) or pa.types.is_integer(t_col.type)):
         raise InputError(f"time column has type {t_col.type}, expected numbers", path)
@@ -377,6 +410,7 @@ def read_events(
         loc, prefix = where(int(bad[0]))
         what = "missing" if t_col.null_count and t_col.is_null()[int(bad[0])].as_py() else f"{t[bad[0]]}, not finite"
         raise InputError(f"{prefix}time is {what}", **loc)
+    del t_col
     label = None
     if cols.get("label") is not None:
         lab = col(cols["label"]).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
@@ -406,16 +440,21 @@ def _compact_ints(s: np.ndarray, d: np.ndarray):
 
 
 def _compact(src_col, dst_col, bipartite: bool):
-    """Compact ids from two arrow columns.  Returns int64 src, dst and the original ids."""
-    if pa.types.is_integer(src_col.type) and pa.types.is_integer(dst_col.type):
-        s = src_col.to_numpy().astype(np.int64, copy=False)
-        d = dst_col.to_numpy().astype(np.int64, copy=False)
+    """Compact ids from two columns: numpy integer arrays, or arrow string columns.
+
+    Returns int64 src, dst and the original ids.
+    """
+    if isinstance(src_col, np.ndarray) and isinstance(dst_col, np.ndarray):
+        s = src_col.astype(np.int64, copy=False)
+        d = dst_col.astype(np.int64, copy=False)
         if bipartite:
             # numbered separately: users first, then items (the JODIE convention)
             si, _, us = _compact_ints(s, s[:1])
             di, _, vs = _compact_ints(d, d[:1])
             return si, di + len(us), np.concatenate([us, vs])
         return _compact_ints(s, d)
+    src_col = pa.chunked_array([pa.array(src_col)]) if isinstance(src_col, np.ndarray) else src_col
+    dst_col = pa.chunked_array([pa.array(dst_col)]) if isinstance(dst_col, np.ndarray) else dst_col
     src_col = src_col.cast(pa.string())
     dst_col = dst_col.cast(pa.string())
     if bipartite:

@@ -260,7 +260,7 @@ def bucket_ids(src, dst, node_parts, num_parts):
     return bid, offsets
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def scatter_by_bucket(bid, offsets, values, out):
     """Write ``values`` into ``out`` bucket by bucket, each bucket keeping event order.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional
 
@@ -101,6 +102,38 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
     return _jsonable(manifest)
 
 
+def _write_columns(folder: Path, events: Events, arrays, bid, offsets, progress) -> None:
+    """Group each column by bucket and save it, overlapping grouping with writing.
+
+    Two reusable buffers: while column k - 1 is written by a helper thread (file writes
+    release the GIL), column k is scattered into the other buffer by a nogil kernel.  At
+    most one write is in flight, so buffer ``k % 2`` is always free when column k needs it.
+    """
+    n = len(events)
+    buffers = [np.empty(n, dtype=np.int64) for _ in range(2)]
+    order = None
+    pending = None
+    with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar, \
+            ThreadPoolExecutor(max_workers=1) as writer:
+        for k, (name, arr) in enumerate(arrays):
+            if arr.ndim == 1 and arr.dtype.kind in "iuf" and arr.dtype.itemsize in (4, 8):
+                if name in _ID_ARRAYS and _fits_int32(events, name):
+                    out = buffers[k % 2].view(np.int32)[:n]  # ids are stored narrow when they fit
+                else:
+                    out = buffers[k % 2].view(arr.dtype)[:n]
+                grouped = _kernels.scatter_by_bucket(bid, offsets, arr, out)
+            else:  # 2-D features and other dtypes: gather through the bucket order
+                order = _kernels.bucket_order(bid, offsets) if order is None else order
+                grouped = arr[order]
+            if pending is not None:
+                pending.result()
+                bar.update(1)
+            pending = writer.submit(np.save, folder / f"{name}.npy", grouped)
+        if pending is not None:
+            pending.result()
+            bar.update(1)
+
+
 def write_shards(path, result, events: Optional[Events] = None, split=None, overwrite: bool = False,
                  progress: Optional[bool] = None, extra: Optional[dict] = None) -> Path:
     """Write ``result`` (a :class:`~speed.partition.sep.PartitionResult`) as shards.
@@ -116,20 +149,7 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
         arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
-        order = None
-        buffer = np.empty(len(events), dtype=np.int64)  # reused by every 8-byte column
-        with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar:
-            for name, arr in arrays:
-                if arr.ndim == 1 and arr.dtype.kind in "iuf":
-                    out = buffer.view(arr.dtype) if arr.dtype.itemsize == 8 else np.empty_like(arr)
-                    grouped = _kernels.scatter_by_bucket(bid, offsets, arr, out)
-                    if name in _ID_ARRAYS and _fits_int32(events, name):
-                        grouped = grouped.astype(np.int32)  # ids are stored narrow when they fit
-                else:  # 2-D features and other dtypes: gather through the bucket order
-                    order = _kernels.bucket_order(bid, offsets) if order is None else order
-                    grouped = arr[order]
-                np.save(tmp / "events" / f"{name}.npy", grouped)
-                bar.update(1)
+        _write_columns(tmp / "events", events, arrays, bid, offsets, progress)
         np.save(tmp / "events" / "offsets.npy", offsets)
         nodes = {"node_parts": result.node_parts}
         if result.centrality is not None:
