@@ -80,3 +80,8 @@ def test_write_generated_reads_back(tmp_path):
     assert len(ev) == 5000
     assert np.array_equal(ev.node_ids[ev.src], mem.src) and np.array_equal(ev.t, mem.t)
     assert [x.name for x in tmp_path.iterdir()] == ["g.csv.gz"]
+
+
+def test_generator_has_no_self_loops():
+    ev = speed.generate_events(num_nodes=300, num_events=50_000, alpha=1.5, communities=2, seed=0)
+    assert ev.meta["self_loops"] == 0

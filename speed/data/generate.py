@@ -109,6 +109,15 @@ def iter_generated(
         comm = users.comm_of[src - users.offset] % communities
         local = rng.random(m) < locality
         dst = np.where(local, items.sample_in(comm, rng.random(m)), items.sample(rng.random(m)))
+        if not bipartite:
+            # Popular nodes would often draw themselves; real logs have few self-loops.
+            for _ in range(3):
+                loop = np.flatnonzero(dst == src)
+                if loop.size == 0:
+                    break
+                dst[loop] = items.sample(rng.random(loop.size))
+            loop = dst == src
+            dst[loop] = (src[loop] + 1) % num_nodes
         t = np.sort(rng.integers(start * gap, (start + m) * gap, size=m))
         yield src, dst, t.astype(np.int64)
 
