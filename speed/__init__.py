@@ -21,6 +21,7 @@ from .data import (
     write_generated,
 )
 from .errors import InputError, MissingDependencyError
+from .interop import from_dgl, part_graph, save_dgl_parts, to_dgl
 from .partition import (
     METHODS,
     PartitionResult,
@@ -45,12 +46,16 @@ __all__ = [
     "Shards",
     "Split",
     "chronological_split",
+    "from_dgl",
     "generate_events",
     "load_shards",
     "node_centrality",
     "partition",
+    "part_graph",
     "partition_metrics",
     "read_events",
+    "save_dgl_parts",
+    "to_dgl",
     "write_generated",
     "__version__",
 ]

@@ -120,3 +120,29 @@ def atomic_file(target) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+
+
+@contextlib.contextmanager
+def captured_fds() -> Iterator[list]:
+    """Capture what C/C++ code writes to file descriptors 1 and 2 (e.g. METIS's log).
+
+    Python-level ``sys.stdout`` redirection cannot catch native writes, and they would
+    corrupt ``--json`` output.  The captured text is appended to the yielded list so a
+    caller can show it when something fails.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    captured: list = []
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield captured
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .errors import InputError
+from .errors import InputError, MissingDependencyError
 
 EXIT_INPUT = 2
 
@@ -52,7 +52,7 @@ def _read(args):
 # --------------------------------------------------------------------------- partition
 def _cmd_partition(args) -> int:
     from .data.split import chronological_split
-    from .partition.sep import partition
+    from .partition.api import partition
 
     if args.parts < 1:
         raise InputError(f"--parts must be >= 1, got {args.parts}")
@@ -69,9 +69,13 @@ def _cmd_partition(args) -> int:
     split = chronological_split(events, val=args.val, test=args.test, seed=args.seed)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
-                       eps=args.eps, seed=args.seed, progress=progress)
+                       eps=args.eps, seed=args.seed, method=args.method, progress=progress)
     result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
     result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
+    if args.dgl:
+        from .interop import save_dgl_parts
+
+        save_dgl_parts(out, out / "dgl", overwrite=True)
     with open(out / "manifest.json") as f:
         manifest = json.load(f)
     if args.json:
@@ -98,11 +102,11 @@ def format_summary(m: dict) -> str:
         lines.append(f"kept         {inp.get('self_loops', 0):,} self-loops, {inp.get('duplicate_events', 0):,} "
                      "duplicate events")
     params = ", ".join(f"{k}={v}" for k, v in m["params"].items())
+    hubs = f", {m['num_hubs']:,} hubs" if m.get("num_hubs") is not None else ""
     lines += [
         f"method       {m['method']} P={m['num_parts']} ({params})",
         f"edge cut     {100 * m['edge_cut']:.2f}% ({m.get('cut_events', 0):,} training events)",
-        f"replication  {m['replication_factor']:.4f} ({m['shared_nodes']:,} shared nodes, "
-        f"{m.get('num_hubs', 0):,} hubs)",
+        f"replication  {m['replication_factor']:.4f} ({m['shared_nodes']:,} shared nodes{hubs})",
         f"node portion {100 * m.get('node_portion_mean', 0):.2f}% ± {100 * m.get('node_portion_std', 0):.2f}%",
         "",
         f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'stream load':>12}",
@@ -143,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="event log: CSV/TSV/SNAP/JODIE/TGL text (optionally .gz) or Parquet")
     p.add_argument("-o", "--output", required=True, help="shards directory to create")
     p.add_argument("--parts", type=int, default=4, help="number of parts P (default 4)")
+    from .partition.api import METHODS
+
+    p.add_argument("--method", choices=METHODS, default="sep",
+                   help="sep (default); baselines: hdrf, greedy (vertex-cut), random, kl, metis (edge-cut)")
     p.add_argument("--topk", type=float, default=0.0, help="percent of nodes that may be replicated (default 0)")
     p.add_argument("--beta", type=float, default=0.1, help="centrality time decay (default 0.1)")
     p.add_argument("--lam", type=float, default=1.0, help="load-balance weight λ (default 1)")
@@ -151,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val", type=float, default=0.15, help="validation fraction (default 0.15)")
     p.add_argument("--test", type=float, default=0.15, help="test fraction (default 0.15)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
+    p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_reader_options(p)
@@ -176,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except InputError as exc:
+    except (InputError, MissingDependencyError) as exc:
         print(f"speed {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:

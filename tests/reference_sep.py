@@ -71,3 +71,67 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
             node_parts[i] = q
             counts[q] += 1
     return node_parts, load, dropped, sorted(hubs)
+
+
+def _finish(parts_of, num_parts):
+    node_parts = [-1 if len(a) > 1 else (next(iter(a)) if a else -2) for a in parts_of]
+    counts = [0] * num_parts
+    for x in node_parts:
+        if x >= 0:
+            counts[x] += 1
+    for i, x in enumerate(node_parts):
+        if x == -2:
+            q = min(range(num_parts), key=lambda k: (counts[k], k))
+            node_parts[i] = q
+            counts[q] += 1
+    return node_parts
+
+
+def reference_hdrf(src, dst, num_nodes, num_parts, lam=1.0, eps=1.0):
+    """HDRF with partial degrees, plain Python.  Returns (node_parts, loads)."""
+    parts_of = [set() for _ in range(num_nodes)]
+    degree = [0] * num_nodes
+    load = [0] * num_parts
+    for i, j in zip(map(int, src), map(int, dst)):
+        degree[i] += 1
+        degree[j] += 1
+        theta_i = degree[i] / (degree[i] + degree[j])
+        theta_j = degree[j] / (degree[i] + degree[j])
+        max_load, min_load = max(load), min(load)
+        best, p = -math.inf, 0
+        for q in range(num_parts):
+            g_i = 1.0 + (1.0 - theta_i) if q in parts_of[i] else 0.0
+            g_j = 1.0 + (1.0 - theta_j) if q in parts_of[j] else 0.0
+            score = g_i + g_j + lam * (max_load - load[q]) / (eps + max_load - min_load)
+            if score > best:
+                best, p = score, q
+        load[p] += 1
+        parts_of[i].add(p)
+        parts_of[j].add(p)
+    return _finish(parts_of, num_parts), load
+
+
+def reference_greedy(src, dst, num_nodes, num_parts):
+    """PowerGraph greedy, plain Python.  Returns (node_parts, loads)."""
+    src, dst = list(map(int, src)), list(map(int, dst))
+    remaining = [0] * num_nodes
+    for i, j in zip(src, dst):
+        remaining[i] += 1
+        remaining[j] += 1
+    parts_of = [set() for _ in range(num_nodes)]
+    load = [0] * num_parts
+    for i, j in zip(src, dst):
+        a, b = parts_of[i], parts_of[j]
+        if a & b:
+            cand = a & b
+        elif a and b:
+            cand = a if remaining[i] > remaining[j] else b if remaining[j] > remaining[i] else a | b
+        else:
+            cand = a or b or set(range(num_parts))
+        p = min(cand, key=lambda q: (load[q], q))
+        load[p] += 1
+        remaining[i] -= 1
+        remaining[j] -= 1
+        a.add(p)
+        b.add(p)
+    return _finish(parts_of, num_parts), load

@@ -2,7 +2,7 @@
 
 from .centrality import node_centrality, select_hubs
 from .metrics import partition_metrics
-from .sep import METHODS, PartitionResult, Partitioner, partition
+from .api import METHODS, PartitionResult, Partitioner, partition
 from .shards import Shards, load_shards, write_shards
 
 __all__ = ["METHODS", "PartitionResult", "Partitioner", "Shards", "load_shards", "node_centrality",

@@ -286,3 +286,141 @@ def bucket_order(bid, offsets):
         order[pos[k]] = e
         pos[k] += 1
     return order
+
+
+# ------------------------------------------------------------------ vertex-cut baselines
+@numba.njit(cache=True, inline="always")
+def _has(mask, i, p):
+    return (mask[i, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+
+
+@numba.njit(cache=True, inline="always")
+def _set(mask, i, p):
+    mask[i, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+
+
+@numba.njit(cache=True)
+def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
+    """HDRF (Petroni et al., CIKM 2015) over events ``[start, end)``, state updated in place.
+
+    Partial degrees are counted as the stream goes (``degree`` is incremented for both
+    endpoints before scoring, as in the paper).  With ``theta(i) = d(i) / (d(i) + d(j))``
+    and ``g(i,p) = 1 + (1 - theta(i))`` when ``p`` is in A(i), the event goes to the
+    partition maximising ``g(i,p) + g(j,p) + lam * (maxload - load[p]) / (eps + maxload -
+    minload)``, ties to the lowest id.  Every node may be replicated.
+
+    Parameters
+    ----------
+    degree : int64 ndarray, shape (num_nodes,)
+    mask : uint64 ndarray, shape (num_nodes, ceil(P / 64))
+        A(i) as bits.
+    load : int64 ndarray, shape (P,)
+    """
+    num_parts = load.shape[0]
+    for e in range(start, end):
+        i = src[e]
+        j = dst[e]
+        degree[i] += 1
+        degree[j] += 1
+        di = float(degree[i])
+        dj = float(degree[j])
+        theta_i = di / (di + dj)
+        theta_j = dj / (di + dj)
+        g_i = 1.0 + (1.0 - theta_i)
+        g_j = 1.0 + (1.0 - theta_j)
+        max_load = load[0]
+        min_load = load[0]
+        for q in range(1, num_parts):
+            if load[q] > max_load:
+                max_load = load[q]
+            if load[q] < min_load:
+                min_load = load[q]
+        best = -np.inf
+        best_p = 0
+        for q in range(num_parts):
+            score = 0.0
+            if _has(mask, i, q):
+                score += g_i
+            if _has(mask, j, q):
+                score += g_j
+            score += lam * (max_load - load[q]) / (eps + max_load - min_load)
+            if score > best:
+                best = score
+                best_p = q
+        load[best_p] += 1
+        _set(mask, i, best_p)
+        _set(mask, j, best_p)
+
+
+@numba.njit(cache=True)
+def greedy_assign(src, dst, start, end, remaining, mask, load):
+    """PowerGraph's greedy vertex-cut (Gonzalez et al., OSDI 2012) over ``[start, end)``.
+
+    For event (i, j) the candidates are: the partitions shared by A(i) and A(j) if any;
+    else, when both are placed, the partitions of the endpoint with more unassigned
+    events (``remaining``; both on a tie); else those of the placed endpoint; else all.
+    The least-loaded candidate wins, ties to the lowest id.
+
+    Parameters
+    ----------
+    remaining : int64 ndarray, shape (num_nodes,)
+        Events of each node not yet assigned (its degree at the start).
+    mask : uint64 ndarray, shape (num_nodes, ceil(P / 64))
+    load : int64 ndarray, shape (P,)
+    """
+    num_parts = load.shape[0]
+    for e in range(start, end):
+        i = src[e]
+        j = dst[e]
+        has_i = False
+        has_j = False
+        both = False
+        for q in range(num_parts):
+            a = _has(mask, i, q)
+            b = _has(mask, j, q)
+            has_i |= a
+            has_j |= b
+            both |= a and b
+        best_p = -1
+        for q in range(num_parts):
+            a = _has(mask, i, q)
+            b = _has(mask, j, q)
+            if both:
+                ok = a and b
+            elif has_i and has_j:
+                if remaining[i] > remaining[j]:
+                    ok = a
+                elif remaining[j] > remaining[i]:
+                    ok = b
+                else:
+                    ok = a or b
+            elif has_i:
+                ok = a
+            elif has_j:
+                ok = b
+            else:
+                ok = True
+            if ok and (best_p < 0 or load[q] < load[best_p]):
+                best_p = q
+        load[best_p] += 1
+        remaining[i] -= 1
+        remaining[j] -= 1
+        _set(mask, i, best_p)
+        _set(mask, j, best_p)
+
+
+@numba.njit(cache=True)
+def mask_to_parts(mask, num_parts):
+    """Node to partition from A(i) bits: the single part, SHARED (-1) for several, -2 for none."""
+    n = mask.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        first = -1
+        for q in range(num_parts):
+            if _has(mask, i, q):
+                count += 1
+                if first < 0:
+                    first = q
+        out[i] = -2 if count == 0 else (SHARED if count > 1 else first)
+    return out
