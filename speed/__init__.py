@@ -22,6 +22,7 @@ from .data import (
 )
 from .errors import InputError, MissingDependencyError
 from .interop import from_dgl, part_graph, save_dgl_parts, to_dgl
+from .train import MODELS, TemporalGNN, TrainConfig, Trainer, build_model, train
 from .partition import (
     METHODS,
     PartitionResult,
@@ -40,11 +41,16 @@ __all__ = [
     "FORMATS",
     "InputError",
     "METHODS",
+    "MODELS",
     "MissingDependencyError",
     "PartitionResult",
     "Partitioner",
     "Shards",
     "Split",
+    "TemporalGNN",
+    "TrainConfig",
+    "Trainer",
+    "build_model",
     "chronological_split",
     "from_dgl",
     "generate_events",
@@ -56,6 +62,7 @@ __all__ = [
     "read_events",
     "save_dgl_parts",
     "to_dgl",
+    "train",
     "write_generated",
     "__version__",
 ]

@@ -134,6 +134,45 @@ def _cmd_generate(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- train
+def _cmd_train(args) -> int:
+    from .train.trainer import train
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("run directory already exists (pass --overwrite)", out)
+    inp = Path(args.input)
+    if not inp.exists():
+        raise InputError("file not found", inp)
+    data = inp if inp.is_dir() else _read(args)
+    metrics = train(data, model=args.model, out=out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                    memory_dim=args.memory_dim, time_dim=args.time_dim, embedding_dim=args.embedding_dim,
+                    neighbors=args.neighbors, device=args.device, seed=args.seed, patience=args.patience,
+                    mrr_negatives=args.mrr_negatives, deterministic=args.deterministic, num_threads=args.threads,
+                    progress=False if args.no_progress else None)
+    print(format_train_summary(metrics, out))
+    return 0
+
+
+def format_train_summary(m: dict, out: Path) -> str:
+    """A human-readable summary of a training run."""
+    lines = [f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}"]
+    for e in m["epochs"]:
+        v = e["val"]["transductive"]
+        lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {v['ap']:>7.4f}  {v['auc']:>7.4f}  "
+                     f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
+    tt, ti = m["test"]["transductive"], m["test"]["inductive"]
+    lines.append("")
+    lines.append(f"best epoch {m['best_epoch']} ({m['model']}): test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} "
+                 f"(transductive); AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} (inductive)")
+    if "mrr" in tt:
+        lines.append(f"test MRR {tt['mrr']:.4f} ({m['config']['mrr_negatives']} negatives per event)")
+    if "node_classification" in m:
+        lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
+    lines.append(f"wrote {out}/metrics.json, curves.png, checkpoint.pt")
+    return "\n".join(lines)
+
+
 # -------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="speed", description="Partition temporal interaction logs (SEP) and train temporal "
@@ -164,6 +203,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_reader_options(p)
     p.set_defaults(func=_cmd_partition)
+
+    t = sub.add_parser("train", help="train a temporal GNN on an event log or a shards directory")
+    t.add_argument("input", help="event log (same formats as partition) or a shards directory")
+    from .train.models import MODELS
+
+    t.add_argument("--model", choices=MODELS, default="tgn", help="model (default tgn)")
+    t.add_argument("--epochs", type=int, default=10, help="maximum epochs (default 10)")
+    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt")
+    t.add_argument("--batch-size", type=int, default=200, help="events per batch (default 200)")
+    t.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default 1e-4)")
+    t.add_argument("--memory-dim", type=int, default=100)
+    t.add_argument("--time-dim", type=int, default=100)
+    t.add_argument("--embedding-dim", type=int, default=100)
+    t.add_argument("--neighbors", type=int, default=10, help="sampled recent neighbours (default 10)")
+    t.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--patience", type=int, default=5, help="epochs without val AP gain before stopping")
+    t.add_argument("--mrr-negatives", type=int, default=0, help="also report test MRR against K negatives")
+    t.add_argument("--deterministic", action="store_true", help="deterministic torch algorithms")
+    t.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
+    t.add_argument("--no-progress", action="store_true")
+    _add_reader_options(t)
+    t.set_defaults(func=_cmd_train)
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

@@ -273,6 +273,27 @@ class Shards:
             meta={"source": str(self.path), "format": "shards"},
         )
 
+    def split(self, events: Optional[Events] = None):
+        """The chronological split recorded when the shards were written.
+
+        Parameters
+        ----------
+        events : Events, optional
+            The full log (default: :meth:`events`), which the split's masks refer to.
+        """
+        from ..data.split import Split
+
+        sp = self.manifest.get("split")
+        if sp is None:
+            raise InputError("the shards were written without a split (use `speed partition`, or "
+                             "PartitionResult.save(..., split=...))", self.path)
+        new_nodes = self.new_nodes if self.new_nodes is not None else np.zeros(self.num_nodes, dtype=bool)
+        return Split(num_train=int(sp["num_train_events"]), num_val=int(sp["num_val_events"]),
+                     num_test=int(sp["num_test_events"]), val_time=float(sp["val_time"]),
+                     test_time=float(sp["test_time"]), new_nodes=new_nodes, seed=int(sp["seed"]),
+                     new_node_fraction=float(sp["new_node_fraction"]),
+                     events=self.events() if events is None else events)
+
     def __repr__(self) -> str:
         m = self.manifest
         return (f"Shards({str(self.path)!r}, num_parts={self.num_parts}, num_events={m['num_events']}, "

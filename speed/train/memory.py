@@ -1,0 +1,68 @@
+"""Node memory: one state vector and one timestamp per node, with explicit verbs."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch import nn
+
+
+class NodeMemory(nn.Module):
+    """Per-node memory ``s_i`` and the time of its last update.
+
+    Both are buffers (they move with ``.to(device)`` and are saved in ``state_dict`` but
+    receive no optimiser updates).  The values written by :meth:`write` may carry a
+    gradient for the rest of a training step; :meth:`detach` cuts it afterwards.
+
+    Parameters
+    ----------
+    num_nodes : int
+        Rows of the memory (the rank's local nodes under PAC, every node otherwise).
+    memory_dim : int
+
+    Attributes
+    ----------
+    memory : float32 tensor, shape (num_nodes, memory_dim)
+    last_update : float64 tensor, shape (num_nodes,)
+    """
+
+    def __init__(self, num_nodes: int, memory_dim: int):
+        super().__init__()
+        self.num_nodes = int(num_nodes)
+        self.memory_dim = int(memory_dim)
+        self.register_buffer("memory", torch.zeros(self.num_nodes, self.memory_dim))
+        self.register_buffer("last_update", torch.zeros(self.num_nodes, dtype=torch.float64))
+
+    def reset_state(self) -> None:
+        """Zero every state and timestamp (the start of a pass over the data)."""
+        self.memory = torch.zeros_like(self.memory)
+        self.last_update = torch.zeros_like(self.last_update)
+
+    def detach(self) -> None:
+        """Cut the autograd history of the stored states (after each optimiser step)."""
+        self.memory = self.memory.detach()
+
+    def read(self, n_id: torch.Tensor):
+        """``(memory[n_id], last_update[n_id])``."""
+        return self.memory[n_id], self.last_update[n_id]
+
+    def write(self, n_id: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> None:
+        """Set the states of ``n_id`` (unique ids) and their update times.
+
+        Written out of place (``index_copy`` returns a new tensor), so a gradient through
+        ``values`` survives in later reads within the same step.
+        """
+        self.memory = self.memory.index_copy(0, n_id, values.to(self.memory.dtype))
+        self.last_update = self.last_update.index_copy(0, n_id, t.to(self.last_update.dtype))
+
+    def backup(self) -> Dict[str, torch.Tensor]:
+        """A detached copy of the state, for :meth:`restore`."""
+        return {"memory": self.memory.detach().clone(), "last_update": self.last_update.clone()}
+
+    def restore(self, state: Dict[str, torch.Tensor]) -> None:
+        self.memory = state["memory"].clone().to(self.memory.device)
+        self.last_update = state["last_update"].clone().to(self.last_update.device)
+
+    def extra_repr(self) -> str:
+        return f"num_nodes={self.num_nodes}, memory_dim={self.memory_dim}"

@@ -1,0 +1,204 @@
+"""Building blocks of memory-based temporal GNNs (DESIGN §6, paper Fig. 6).
+
+Each piece is a small ``nn.Module`` with one job; :mod:`speed.train.models` composes them
+into JODIE, DyRep, TGN and TIGE.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+
+# ------------------------------------------------------------------------ time encoding
+class TimeEncoder(nn.Module):
+    """``Φ(Δt) = cos(w Δt + b)`` with TGN's initialisation (frequencies ``10^-linspace(0, 9)``).
+
+    Parameters
+    ----------
+    dim : int
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = int(dim)
+        self.lin = nn.Linear(1, self.dim)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, self.dim)).float().view(-1, 1))
+            self.lin.bias.zero_()
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        """dt: float tensor (...,) -> float32 (..., dim)."""
+        return torch.cos(self.lin(dt.to(torch.float32).unsqueeze(-1)))
+
+
+# ----------------------------------------------------------------------------- messages
+class IdentityMessage(nn.Module):
+    """Raw message ``[s_self || s_other || Φ(Δt) || e]`` (TGN's identity function)."""
+
+    def __init__(self, memory_dim: int, time_dim: int, msg_dim: int):
+        super().__init__()
+        self.out_dim = 2 * memory_dim + time_dim + msg_dim
+
+    def forward(self, s_self, s_other, t_enc, e):
+        return torch.cat([s_self, s_other, t_enc, e], dim=-1)
+
+
+class MLPMessage(nn.Module):
+    """An MLP over the raw message, to ``out_dim`` features."""
+
+    def __init__(self, memory_dim: int, time_dim: int, msg_dim: int, out_dim: int = 100):
+        super().__init__()
+        raw = 2 * memory_dim + time_dim + msg_dim
+        self.out_dim = int(out_dim)
+        self.mlp = nn.Sequential(nn.Linear(raw, raw // 2), nn.ReLU(), nn.Linear(raw // 2, self.out_dim))
+
+    def forward(self, s_self, s_other, t_enc, e):
+        return self.mlp(torch.cat([s_self, s_other, t_enc, e], dim=-1))
+
+
+# -------------------------------------------------------------------------- aggregators
+class LastAggregator(nn.Module):
+    """Per node, the message of its latest event (ties: the one that came last)."""
+
+    def forward(self, msg: torch.Tensor, index: torch.Tensor, t: torch.Tensor, num: int
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """msg (M, D), index (M,) into ``num`` nodes, t (M,) -> (num, D), (num,)."""
+        order = torch.arange(msg.shape[0], device=msg.device)
+        last = torch.full((num,), -1, dtype=torch.long, device=msg.device)
+        last = last.scatter_reduce(0, index, order, reduce="amax")
+        return msg[last], t[last]
+
+
+class MeanAggregator(nn.Module):
+    """Per node, the mean of its messages; the time is the latest."""
+
+    def forward(self, msg, index, t, num):
+        out = torch.zeros(num, msg.shape[1], dtype=msg.dtype, device=msg.device).index_add(0, index, msg)
+        count = torch.zeros(num, dtype=msg.dtype, device=msg.device).index_add(
+            0, index, torch.ones_like(index, dtype=msg.dtype))
+        t_last = torch.full((num,), -torch.inf, dtype=t.dtype, device=t.device).scatter_reduce(
+            0, index, t, reduce="amax")
+        return out / count.clamp(min=1).unsqueeze(1), t_last
+
+
+# ----------------------------------------------------------------------------- updaters
+class GRUUpdater(nn.Module):
+    """``s' = GRU(m, s)``."""
+
+    def __init__(self, msg_dim: int, memory_dim: int):
+        super().__init__()
+        self.cell = nn.GRUCell(msg_dim, memory_dim)
+
+    def forward(self, msg, state):
+        return self.cell(msg, state)
+
+
+class RNNUpdater(nn.Module):
+    """``s' = tanh(W m + U s + b)`` (JODIE, DyRep)."""
+
+    def __init__(self, msg_dim: int, memory_dim: int):
+        super().__init__()
+        self.cell = nn.RNNCell(msg_dim, memory_dim)
+
+    def forward(self, msg, state):
+        return self.cell(msg, state)
+
+
+# --------------------------------------------------------------------------- embeddings
+class IdentityEmbedding(nn.Module):
+    """``z_i(t) = s_i`` (DyRep)."""
+
+    needs_neighbors = False
+
+    def __init__(self, memory_dim: int):
+        super().__init__()
+        self.out_dim = memory_dim
+
+    def forward(self, s, dt, **_):
+        return s
+
+
+class TimeProjectionEmbedding(nn.Module):
+    """JODIE's projection ``z_i(t) = (1 + w · Δt / scale) ∘ s_i``.
+
+    ``time_scale`` (set from the data by the trainer) keeps ``Δt`` near unit size.
+    """
+
+    needs_neighbors = False
+
+    def __init__(self, memory_dim: int, time_scale: float = 1.0):
+        super().__init__()
+        self.out_dim = memory_dim
+        self.time_scale = float(time_scale)
+        self.lin = nn.Linear(1, memory_dim)
+        nn.init.normal_(self.lin.weight, 0.0, 0.1)
+        nn.init.zeros_(self.lin.bias)
+
+    def forward(self, s, dt, **_):
+        return s * (1 + self.lin((dt / self.time_scale).to(torch.float32).unsqueeze(-1)))
+
+
+class GraphAttentionEmbedding(nn.Module):
+    """TGN's temporal graph attention over the k most recent neighbours (one layer).
+
+    Query ``[s_i || Φ(0)]``; keys and values ``[s_j || e_ij || Φ(t - t_j)]``; the attention
+    output is merged with ``s_i`` by an MLP.  Nodes without neighbours get a zero
+    attention output.
+    """
+
+    needs_neighbors = True
+
+    def __init__(self, memory_dim: int, time_dim: int, msg_dim: int, out_dim: int, heads: int = 2,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.out_dim = int(out_dim)
+        q_dim = memory_dim + time_dim
+        kv_dim = memory_dim + msg_dim + time_dim
+        self.heads = heads if q_dim % heads == 0 else 1
+        self.attn = nn.MultiheadAttention(q_dim, self.heads, dropout=dropout, kdim=kv_dim, vdim=kv_dim,
+                                          batch_first=True)
+        self.merge = nn.Sequential(nn.Linear(q_dim + memory_dim, self.out_dim), nn.ReLU(),
+                                   nn.Linear(self.out_dim, self.out_dim))
+
+    def forward(self, s, dt, *, time_enc, nbr_s, nbr_e, nbr_dt, nbr_mask, **_):
+        """s (B, d); nbr_s (B, k, d); nbr_e (B, k, m); nbr_dt (B, k); nbr_mask (B, k)."""
+        b = s.shape[0]
+        query = torch.cat([s, time_enc(torch.zeros(b, device=s.device))], dim=-1).unsqueeze(1)
+        kv = torch.cat([nbr_s, nbr_e, time_enc(nbr_dt)], dim=-1)
+        empty = ~nbr_mask.any(dim=1)
+        pad = ~nbr_mask
+        if empty.any():
+            pad = pad.clone()
+            pad[empty, 0] = False  # attend to one (zero-weighted) slot instead of none -> no NaN
+        out, _ = self.attn(query, kv, kv, key_padding_mask=pad, need_weights=False)
+        out = out.squeeze(1).masked_fill(empty.unsqueeze(1), 0.0)
+        return self.merge(torch.cat([out, query.squeeze(1)[:, : s.shape[1]]], dim=-1))
+
+
+# ----------------------------------------------------------------------------- decoders
+class LinkPredictor(nn.Module):
+    """``score(i, j) = MLP([z_i || z_j])`` (logits)."""
+
+    def __init__(self, dim: int, hidden: int = None):
+        super().__init__()
+        hidden = hidden or dim
+        self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, z_src, z_dst):
+        return self.mlp(torch.cat([z_src, z_dst], dim=-1)).squeeze(-1)
+
+
+class NodeClassifier(nn.Module):
+    """``p(label | z_i) = sigmoid(MLP(z_i))`` (logits), TGN's three-layer decoder."""
+
+    def __init__(self, dim: int, hidden: int = 80, dropout: float = 0.1):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, 10), nn.ReLU(), nn.Dropout(dropout), nn.Linear(10, 1))
+
+    def forward(self, z):
+        return self.mlp(z).squeeze(-1)
