@@ -144,9 +144,10 @@ class TemporalGNN(nn.Module):
         nb = self.sampler.sample(nodes.cpu().numpy(), t.cpu().numpy())
         dev = s.device
         nbr_nodes, nbr_t = nb.nodes.to(dev), nb.times.to(dev)
-        nbr_s = state.memory[nbr_nodes]
-        return embedding(s, dt, time_enc=self.time_enc, nbr_s=nbr_s, nbr_e=self._edge_feat(nb.eids.to(dev)),
-                         nbr_dt=(t.unsqueeze(1) - nbr_t), nbr_mask=nb.mask.to(dev))
+        uniq, inv = torch.unique(nbr_nodes, return_inverse=True)
+        return embedding(s, dt, time_enc=self.time_enc, nbr_s=state.read(uniq)[0], nbr_index=inv,
+                         nbr_e=self._edge_feat(nb.eids.to(dev)), nbr_dt=(t.unsqueeze(1) - nbr_t),
+                         nbr_mask=nb.mask.to(dev))
 
     # ---------------------------------------------------------------------- stages
     def flush(self) -> None:

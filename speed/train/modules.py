@@ -143,11 +143,17 @@ class TimeProjectionEmbedding(nn.Module):
 
 
 class GraphAttentionEmbedding(nn.Module):
-    """TGN's temporal graph attention over the k most recent neighbours (one layer).
+    """Temporal graph attention over the k most recent neighbours (one layer).
 
-    Query ``[s_i || Φ(0)]``; keys and values ``[s_j || e_ij || Φ(t - t_j)]``; the attention
-    output is merged with ``s_i`` by an MLP.  Nodes without neighbours get a zero
-    attention output.
+    Per head ``h``, with the edge term ``u_ij = U [e_ij || Φ(t - t_j)]`` shared by key and
+    value (as in TransformerConv): query ``q = W_q s_i``; key ``k_j = W_k s_j + u_ij``;
+    value ``v_j = W_v s_j + u_ij``; ``z_i = concat_h Σ_j α_ij v_j + W_r s_i`` with
+    ``α = softmax_j(q·k_j / sqrt(c))`` over real neighbours.  Nodes without neighbours get
+    ``W_r s_i`` alone.
+
+    Two savings that change no result: neighbour memories are projected once per distinct
+    neighbour (``nbr_s`` holds the distinct rows, ``nbr_index`` points into them; popular
+    nodes fill many slots), and the edge term is computed for real slots only.
     """
 
     needs_neighbors = True
@@ -156,27 +162,38 @@ class GraphAttentionEmbedding(nn.Module):
                  dropout: float = 0.1):
         super().__init__()
         self.out_dim = int(out_dim)
-        q_dim = memory_dim + time_dim
-        kv_dim = memory_dim + msg_dim + time_dim
-        self.heads = heads if q_dim % heads == 0 else 1
-        self.attn = nn.MultiheadAttention(q_dim, self.heads, dropout=dropout, kdim=kv_dim, vdim=kv_dim,
-                                          batch_first=True)
-        self.merge = nn.Sequential(nn.Linear(q_dim + memory_dim, self.out_dim), nn.ReLU(),
-                                   nn.Linear(self.out_dim, self.out_dim))
+        self.heads = heads if out_dim % heads == 0 else 1
+        self.head_dim = self.out_dim // self.heads
+        self.dropout = float(dropout)
+        self.query = nn.Linear(memory_dim, self.out_dim)
+        self.node_kv = nn.Linear(memory_dim, 2 * self.out_dim)
+        self.edge = nn.Linear(time_dim + msg_dim, self.out_dim, bias=False)
+        self.root = nn.Linear(memory_dim, self.out_dim)
 
-    def forward(self, s, dt, *, time_enc, nbr_s, nbr_e, nbr_dt, nbr_mask, **_):
-        """s (B, d); nbr_s (B, k, d); nbr_e (B, k, m); nbr_dt (B, k); nbr_mask (B, k)."""
-        b = s.shape[0]
-        query = torch.cat([s, time_enc(torch.zeros(b, device=s.device))], dim=-1).unsqueeze(1)
-        kv = torch.cat([nbr_s, nbr_e, time_enc(nbr_dt)], dim=-1)
-        empty = ~nbr_mask.any(dim=1)
-        pad = ~nbr_mask
-        if empty.any():
-            pad = pad.clone()
-            pad[empty, 0] = False  # attend to one (zero-weighted) slot instead of none -> no NaN
-        out, _ = self.attn(query, kv, kv, key_padding_mask=pad, need_weights=False)
-        out = out.squeeze(1).masked_fill(empty.unsqueeze(1), 0.0)
-        return self.merge(torch.cat([out, query.squeeze(1)[:, : s.shape[1]]], dim=-1))
+    def forward(self, s, dt, *, time_enc, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, **_):
+        """s (B, d); nbr_s (U, d); nbr_index (B, k) into nbr_s; nbr_e (B, k, m); nbr_dt, nbr_mask (B, k)."""
+        b, k = nbr_mask.shape
+        h, c = self.heads, self.head_dim
+        real = nbr_mask.reshape(-1).nonzero().squeeze(1)
+        enc = time_enc(nbr_dt.reshape(-1)[real])
+        feat = enc if nbr_e.shape[-1] == 0 else torch.cat([nbr_e.reshape(b * k, -1)[real], enc], dim=-1)
+        edge = torch.zeros(b * k, self.out_dim, dtype=s.dtype, device=s.device).index_copy(0, real, self.edge(feat))
+        edge = edge.view(b, k, self.out_dim)
+        # index_select, not x[idx]: its backward is index_add_, far cheaper on CPU than the
+        # accumulating index_put_ behind advanced indexing
+        flat = nbr_index.reshape(-1)
+        node_k, node_v = self.node_kv(nbr_s).chunk(2, dim=-1)
+        key = (node_k.index_select(0, flat).view(b, k, self.out_dim) + edge).view(b, k, h, c)
+        value = (node_v.index_select(0, flat).view(b, k, self.out_dim) + edge).view(b, k, h, c)
+        q = self.query(s).view(b, h, c)
+        logits = torch.einsum("bhc,bkhc->bkh", q, key) / c ** 0.5
+        logits = logits.masked_fill(~nbr_mask.unsqueeze(-1), float("-inf"))
+        alpha = torch.softmax(logits, dim=1)
+        alpha = torch.nan_to_num(alpha, nan=0.0)  # rows with no neighbour: all -inf -> NaN -> 0
+        if self.training and self.dropout:
+            alpha = nn.functional.dropout(alpha, p=self.dropout)
+        out = torch.einsum("bkh,bkhc->bhc", alpha, value).reshape(b, self.out_dim)
+        return out + self.root(s)
 
 
 # ----------------------------------------------------------------------------- decoders

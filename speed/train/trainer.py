@@ -155,10 +155,11 @@ class Trainer:
         # bipartite log, every node otherwise), as in TGN.
         pool = train.dst if events.bipartite else np.concatenate([train.src, train.dst])
         self.neg_pool = np.unique(pool)
-        self._src = torch.from_numpy(events.src)
-        self._dst = torch.from_numpy(events.dst)
-        self._t = torch.from_numpy(events.t_float())
-        self._eid = torch.from_numpy(events.eid)
+        # torch.tensor copies: event arrays may be read-only views (arrow, memory maps)
+        self._src = torch.tensor(events.src)
+        self._dst = torch.tensor(events.dst)
+        self._t = torch.tensor(events.t_float())
+        self._eid = torch.tensor(events.eid)
         self.train_index = np.flatnonzero(split.train_mask)
         self.history: List[EpochLog] = []
 
