@@ -1,0 +1,220 @@
+"""speed's TGN against PyTorch Geometric's TGN on the same data, split, batches and negatives.
+
+PyG side: ``TGNMemory`` + ``IdentityMessage`` + ``LastAggregator`` + ``LastNeighborLoader`` +
+``TransformerConv`` graph attention + the link predictor of PyG's ``examples/tgn.py``, all as
+installed from the registry.  Both sides:
+
+* JODIE Wikipedia (``../shared/data/wikipedia.csv``, no edge features), the same chronological
+  70/15/15 split, training on the same (inductively masked) training events;
+* batch 200, memory/time/embedding dim 100, 10 neighbours, Adam lr 1e-4, 2 torch threads;
+* the same negatives: training negatives from ``numpy.random.default_rng([seed, epoch])``,
+  evaluation negatives from ``default_rng(seed + 1)`` (val) and ``default_rng(seed + 2)`` (test),
+  drawn from the training period's destination nodes;
+* after the last epoch, val then test are streamed (continuing from the trained state) and AP /
+  AUC are computed once over all test scores with scikit-learn.
+
+Each framework runs in its own subprocess.  Prints a table and writes
+``benchmarks/results/train_vs_pyg.json``.
+
+Usage::
+
+    python benchmarks/train_vs_pyg.py [--epochs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data" / "wikipedia.csv"
+
+
+def _setup(threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    import speed
+
+    events = speed.read_events(DATA, progress=False)
+    split = speed.chronological_split(events, seed=0)
+    return events, split
+
+
+def run_speed(a) -> dict:
+    from speed.train.evaluate import link_metrics
+    from speed.train.trainer import TrainConfig, Trainer
+
+    events, split = _setup(a.threads)
+    cfg = TrainConfig(model="tgn", batch_size=200, lr=1e-4, memory_dim=100, time_dim=100, embedding_dim=100,
+                      neighbors=10, device="cpu", seed=a.seed, progress=False, num_threads=a.threads)
+    tr = Trainer(events, split, cfg)
+    epochs = []
+    for e in range(1, a.epochs + 1):
+        log = tr._run_epoch(e)
+        epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss})
+    tr.stream(tr._period("val"), seed=a.seed + 1)
+    test = tr.stream(tr._period("test"), seed=a.seed + 2)
+    return {"epochs": epochs, "test": link_metrics(test.pos, test.neg)}
+
+
+def run_pyg(a) -> dict:
+    import torch
+    from torch.nn import Linear
+    from torch_geometric.nn import TGNMemory, TransformerConv
+    from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader
+
+    from speed.train.evaluate import link_metrics
+
+    events, split = _setup(a.threads)
+    torch.manual_seed(a.seed)
+    num_nodes = events.num_nodes
+    src = torch.tensor(events.src)
+    dst = torch.tensor(events.dst)
+    t = torch.tensor(events.t_float()).long()  # PyG's TGN keeps integer timestamps
+    msg = torch.zeros(len(events), 0)
+
+    class GraphAttentionEmbedding(torch.nn.Module):  # as in PyG's examples/tgn.py
+        def __init__(self, in_channels, out_channels, msg_dim, time_enc):
+            super().__init__()
+            self.time_enc = time_enc
+            edge_dim = msg_dim + time_enc.out_channels
+            self.conv = TransformerConv(in_channels, out_channels // 2, heads=2, dropout=0.1, edge_dim=edge_dim)
+
+        def forward(self, x, last_update, edge_index, t, msg):
+            rel_t = last_update[edge_index[0]] - t
+            rel_t_enc = self.time_enc(rel_t.to(x.dtype))
+            edge_attr = torch.cat([rel_t_enc, msg], dim=-1)
+            return self.conv(x, edge_index, edge_attr)
+
+    class LinkPredictor(torch.nn.Module):
+        def __init__(self, in_channels):
+            super().__init__()
+            self.lin_src = Linear(in_channels, in_channels)
+            self.lin_dst = Linear(in_channels, in_channels)
+            self.lin_final = Linear(in_channels, 1)
+
+        def forward(self, z_src, z_dst):
+            return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu())
+
+    memory = TGNMemory(num_nodes, 0, 100, 100, message_module=IdentityMessage(0, 100, 100),
+                       aggregator_module=LastAggregator())
+    gnn = GraphAttentionEmbedding(100, 100, 0, memory.time_enc)
+    link_pred = LinkPredictor(100)
+    params = set(memory.parameters()) | set(gnn.parameters()) | set(link_pred.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-4)
+    criterion = torch.nn.BCEWithLogitsLoss()
+    neighbor_loader = LastNeighborLoader(num_nodes, size=10)
+    assoc = torch.empty(num_nodes, dtype=torch.long)
+
+    train_index = np.flatnonzero(split.train_mask)
+    train = events.select(slice(0, split.num_train))
+    pool = np.unique(train.dst if events.bipartite else np.concatenate([train.src, train.dst]))
+
+    def batches(index):
+        for s in range(0, index.size, 200):
+            yield torch.from_numpy(index[s:s + 200])
+
+    def step(idx, neg):
+        b_src, b_dst, b_t, b_msg = src[idx], dst[idx], t[idx], msg[idx]
+        n_id = torch.cat([b_src, b_dst, neg]).unique()
+        n_id, edge_index, e_id = neighbor_loader(n_id)
+        assoc[n_id] = torch.arange(n_id.size(0))
+        z, last_update = memory(n_id)
+        z = gnn(z, last_update, edge_index, t[e_id], msg[e_id])
+        pos = link_pred(z[assoc[b_src]], z[assoc[b_dst]]).squeeze(-1)
+        neg_out = link_pred(z[assoc[b_src]], z[assoc[neg]]).squeeze(-1)
+        memory.update_state(b_src, b_dst, b_t, b_msg)
+        neighbor_loader.insert(b_src, b_dst)
+        return pos, neg_out
+
+    epochs = []
+    for e in range(1, a.epochs + 1):
+        memory.train(); gnn.train(); link_pred.train()
+        memory.reset_state(); neighbor_loader.reset_state()
+        rng = np.random.default_rng([a.seed, e])
+        losses = []
+        start = time.perf_counter()
+        for idx in batches(train_index):
+            neg = torch.from_numpy(pool[rng.integers(0, pool.size, size=(idx.numel(), 1))][:, 0])
+            optimizer.zero_grad()
+            pos, neg_out = step(idx, neg)
+            loss = criterion(pos, torch.ones_like(pos)) + criterion(neg_out, torch.zeros_like(neg_out))
+            loss.backward()
+            optimizer.step()
+            memory.detach()
+            losses.append(float(loss))
+        sec = time.perf_counter() - start
+        epochs.append({"seconds": sec, "events_per_s": train_index.size / sec, "loss": float(np.mean(losses))})
+
+    @torch.no_grad()
+    def stream(index, seed):
+        memory.eval(); gnn.eval(); link_pred.eval()
+        rng = np.random.default_rng(seed)
+        ps, ns = [], []
+        for idx in batches(index):
+            neg = torch.from_numpy(pool[rng.integers(0, pool.size, size=(idx.numel(), 1))][:, 0])
+            pos, neg_out = step(idx, neg)
+            ps.append(pos)
+            ns.append(neg_out)
+        return torch.cat(ps).numpy(), torch.cat(ns).numpy()
+
+    stream(np.arange(split.num_train, split.num_train + split.num_val), a.seed + 1)
+    pos, neg = stream(np.arange(split.num_train + split.num_val, len(events)), a.seed + 2)
+    return {"epochs": epochs, "test": link_metrics(pos, neg)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(HERE / "results" / "train_vs_pyg.json"))
+    ap.add_argument("--worker", choices=["speed", "pyg"], help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(run_speed(a) if a.worker == "speed" else run_pyg(a)))
+        return 0
+    results = {}
+    for name in ("pyg", "speed"):
+        print(f"training {name} ({a.epochs} epochs) ...", file=sys.stderr)
+        proc = subprocess.run([sys.executable, __file__, "--worker", name, "--epochs", str(a.epochs),
+                               "--threads", str(a.threads), "--seed", str(a.seed)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{proc.stderr}")
+        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def eps(r):  # mean over epochs, first epoch included
+        return float(np.mean([e["events_per_s"] for e in r["epochs"]]))
+
+    summary = {
+        "epochs": a.epochs, "threads": a.threads,
+        "pyg_events_per_s": eps(results["pyg"]), "speed_events_per_s": eps(results["speed"]),
+        "speedup": eps(results["speed"]) / eps(results["pyg"]),
+        "pyg_test": results["pyg"]["test"], "speed_test": results["speed"]["test"],
+    }
+    summary["targets"] = {
+        "throughput >= 1.5x PyG": summary["speedup"] >= 1.5,
+        "test AP >= PyG - 0.01": summary["speed_test"]["ap"] >= summary["pyg_test"]["ap"] - 0.01,
+    }
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
+    print(f"{'':8} {'train events/s':>15} {'test AP':>8} {'test AUC':>9}")
+    for name in ("pyg", "speed"):
+        r = results[name]
+        print(f"{name:8} {eps(r):>15,.0f} {r['test']['ap']:>8.4f} {r['test']['auc']:>9.4f}")
+    print(f"speed-up {summary['speedup']:.2f}x; " + "; ".join(f"{k}: {'met' if v else 'MISSED'}"
+                                                          for k, v in summary["targets"].items()))
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Training end to end: every model learns, runs are reproducible, the CLI writes its outputs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.cli import main
+from speed.train.trainer import TrainConfig, Trainer
+
+
+def periodic_log(num_users=12, num_items=6, rounds=60, seed=0):
+    """Each user keeps meeting its own item, users in a shuffled order each round: a pattern
+    a memory model learns in a few hundred steps."""
+    rng = np.random.default_rng(seed)
+    src, dst = [], []
+    for _ in range(rounds):
+        for u in rng.permutation(num_users):
+            src.append(u)
+            dst.append(num_users + u % num_items)
+    labels = (np.arange(len(src)) % 17 == 0).astype(np.int64)
+    return speed.Events.from_arrays(src, dst, np.arange(len(src)) * 10, label=labels)
+
+
+SMALL = dict(memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5, batch_size=20, progress=False,
+             num_threads=1, new_node_fraction=0.0)  # 18 nodes: holding any out would remove an item
+
+
+@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+def test_each_model_learns_on_a_tiny_graph(name):
+    ev = periodic_log()
+    split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
+    tr = Trainer(ev, split, TrainConfig(model=name, lr=1e-2, epochs=6, seed=0, **SMALL))
+    losses = [tr._run_epoch(e).loss for e in range(1, 7)]
+    # chance level is 2 ln 2 = 1.386; a negative is the true item 1 time in 6, which caps AP
+    assert min(losses[-2:]) < losses[0] - 0.15, losses
+    val = tr.validate_epoch()
+    assert val["transductive"]["ap"] > 0.6
+
+
+def test_same_seed_same_metrics(tmp_path):
+    ev = periodic_log()
+    kw = dict(model="tgn", epochs=2, lr=1e-3, seed=3, deterministic=True, **SMALL)
+    a = speed.train(ev, **kw)
+    b = speed.train(ev, **kw)
+    strip = (lambda m: {k: v for k, v in m.items() if k != "seconds"} | {
+        "epochs": [{k: v for k, v in e.items() if k not in ("train_seconds", "train_events_per_s")}
+                   for e in m["epochs"]]})
+    same = (lambda x, y: json.dumps(strip(x), sort_keys=True) == json.dumps(strip(y), sort_keys=True))  # NaN-safe
+    assert same(a, b)
+    c = speed.train(ev, **(kw | {"seed": 4}))
+    assert not same(a, c)
+
+
+def test_cli_train_writes_metrics_curves_and_checkpoint(tmp_path, capsys):
+    log = speed.write_generated(tmp_path / "log.csv", 60, 1500, seed=0)
+    run = tmp_path / "run"
+    code = main(["train", str(log), "--model", "tgn", "--epochs", "2", "--out", str(run), "--batch-size", "100",
+                 "--memory-dim", "16", "--time-dim", "16", "--embedding-dim", "16", "--threads", "1",
+                 "--mrr-negatives", "5"])
+    out = capsys.readouterr().out
+    assert code == 0 and "test AP" in out
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["model"] == "tgn" and m["nproc"] == 1 and len(m["epochs"]) >= 1
+    for e in m["epochs"]:
+        assert {"epoch", "train_seconds", "train_events", "train_events_per_s", "loss", "val"} <= set(e)
+        assert {"ap", "auc"} <= set(e["val"]["transductive"])
+    assert {"ap", "auc", "mrr"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
+    assert "negatives_true_edges" in m
+    assert (run / "curves.png").stat().st_size > 1000
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert {"model", "optimizer", "epoch", "rng", "config"} <= set(ckpt)
+    assert "memory.memory" in ckpt["model"]
+
+
+def test_node_classification_when_labels_exist():
+    ev = periodic_log(rounds=60)
+    m = speed.train(ev, model="jodie", epochs=1, lr=1e-3, seed=0, **SMALL)
+    assert 0.0 <= m["node_classification"]["auroc"] <= 1.0
+
+
+def test_train_on_shards_uses_the_stored_split(tmp_path):
+    ev = periodic_log()
+    split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
+    res = speed.partition(split.train(ev), 2, topk=0.1)
+    sh = speed.load_shards(res.save(tmp_path / "s", events=ev, split=split))
+    m = speed.train(sh, model="tgn", epochs=1, seed=0, **SMALL)
+    assert m["data"]["num_train_events"] == int(split.train_mask.sum())
+    assert m["data"]["num_events"] == len(ev)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--epochs", "0"], "epochs must be an integer >= 1"),
+    (["--lr", "-1"], "lr must be a positive number"),
+    (["--batch-size", "0"], "batch_size must be an integer >= 1"),
+    (["--device", "tpu"], "device must be"),
+])
+def test_cli_train_bad_options(tmp_path, capsys, args, expected):
+    log = speed.write_generated(tmp_path / "log.csv", 50, 500, seed=0)
+    code = main(["train", str(log), "--out", str(tmp_path / "run"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_train_bad_inputs(tmp_path, capsys):
+    assert main(["train", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "run")]) == 2
+    assert "nope.csv: file not found" in capsys.readouterr().err
+    (tmp_path / "bad.csv").write_text("1,2,3\n4,5,x\n")
+    assert main(["train", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "run")]) == 2
+    assert "bad.csv:2: time 'x' is not a number" in capsys.readouterr().err
+    (tmp_path / "empty_dir").mkdir()
+    assert main(["train", str(tmp_path / "empty_dir"), "--out", str(tmp_path / "run")]) == 2
+    assert "not a shards directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["train", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "run"), "--model", "gcn"])
+    assert info.value.code == 2
+    assert not (tmp_path / "run").exists()
