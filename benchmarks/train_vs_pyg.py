@@ -4,7 +4,8 @@ PyG side: ``TGNMemory`` + ``IdentityMessage`` + ``LastAggregator`` + ``LastNeigh
 ``TransformerConv`` graph attention + the link predictor of PyG's ``examples/tgn.py``, all as
 installed from the registry.  Both sides:
 
-* JODIE Wikipedia (``../shared/data/wikipedia.csv``, no edge features), the same chronological
+* JODIE Wikipedia (``../shared/data/wikipedia.csv``, no edge features; PyG gets one constant
+  zero feature because its ``TGNMemory`` fails on 0-dimensional messages), the same chronological
   70/15/15 split, training on the same (inductively masked) training events;
 * batch 200, memory/time/embedding dim 100, 10 neighbours, Adam lr 1e-4, 2 torch threads;
 * the same negatives: training negatives from ``numpy.random.default_rng([seed, epoch])``,
@@ -78,7 +79,9 @@ def run_pyg(a) -> dict:
     src = torch.tensor(events.src)
     dst = torch.tensor(events.dst)
     t = torch.tensor(events.t_float()).long()  # PyG's TGN keeps integer timestamps
-    msg = torch.zeros(len(events), 0)
+    # PyG's TGNMemory fails with 0-dimensional messages (its empty message store has the
+    # wrong width), so it gets one constant zero feature: no information, one extra input.
+    msg = torch.zeros(len(events), 1)
 
     class GraphAttentionEmbedding(torch.nn.Module):  # as in PyG's examples/tgn.py
         def __init__(self, in_channels, out_channels, msg_dim, time_enc):
@@ -103,9 +106,9 @@ def run_pyg(a) -> dict:
         def forward(self, z_src, z_dst):
             return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu())
 
-    memory = TGNMemory(num_nodes, 0, 100, 100, message_module=IdentityMessage(0, 100, 100),
+    memory = TGNMemory(num_nodes, 1, 100, 100, message_module=IdentityMessage(1, 100, 100),
                        aggregator_module=LastAggregator())
-    gnn = GraphAttentionEmbedding(100, 100, 0, memory.time_enc)
+    gnn = GraphAttentionEmbedding(100, 100, 1, memory.time_enc)
     link_pred = LinkPredictor(100)
     params = set(memory.parameters()) | set(gnn.parameters()) | set(link_pred.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-4)

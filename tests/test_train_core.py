@@ -35,32 +35,43 @@ def stream(model, src, dst, t, batch):
     t = torch.tensor(t, dtype=torch.float64)
     eid = torch.arange(len(src))
     states = []
+    every = torch.arange(model.num_nodes)
+
+    def view():  # memory as the model sees it: pending events applied
+        mem, last = model.memory_of(every)
+        return mem[:, 0].tolist(), last.tolist()
+
     with torch.no_grad():
         for s in range(0, len(src), batch):
             sl = slice(s, s + batch)
-            model.flush()
-            states.append((model.memory.memory[:, 0].tolist(), model.memory.last_update.tolist()))
+            states.append(view())
             model.observe(src[sl], dst[sl], t[sl], eid[sl])
-        model.flush()
-        states.append((model.memory.memory[:, 0].tolist(), model.memory.last_update.tolist()))
+        states.append(view())
     return states
 
 
 def test_exact_memory_through_ten_events():
-    # batches of two; a batch's messages are applied when the next batch starts, computed
-    # from the states before the update: s_i' = s_i + s_j + 1, last_update = event time.
+    # Batches of two.  M is the stored memory, P[i] a node's pending event (its last one in
+    # its most recent batch).  The view of node i is M_i, or M_i + M_j + 1 (j, t from P[i],
+    # M_j as stored *now*) with last_update t.  After a batch its endpoints store their view
+    # and their pending events become the batch's.
     src = [0, 2, 0, 1, 0, 3, 2, 4, 0, 1]
     dst = [1, 3, 2, 4, 1, 4, 0, 1, 3, 2]
     t = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     states = stream(hand_model(), src, dst, t, 2)
-    mem = [s[0] for s in states]
-    last = [s[1] for s in states]
-    assert mem[0] == [0, 0, 0, 0, 0]                 # nothing pending yet
-    assert mem[1] == [1, 1, 1, 1, 0] and last[1] == [1, 1, 2, 2, 0]      # (0,1)@1 (2,3)@2
-    assert mem[2] == [3, 2, 3, 1, 2] and last[2] == [3, 4, 3, 2, 4]      # (0,2)@3 (1,4)@4
-    assert mem[3] == [6, 6, 3, 4, 4] and last[3] == [5, 5, 3, 6, 6]      # (0,1)@5 (3,4)@6
-    assert mem[4] == [10, 11, 10, 4, 11] and last[4] == [7, 8, 7, 6, 8]  # (2,0)@7 (4,1)@8
-    assert mem[5] == [15, 22, 22, 15, 11] and last[5] == [9, 10, 10, 9, 8]  # (0,3)@9 (1,2)@10
+    mem = [x[0] for x in states]
+    last = [x[1] for x in states]
+    assert mem[0] == [0, 0, 0, 0, 0]
+    # B1 (0,1)@1 (2,3)@2 stored nothing new: M = 0; P0=(1,1) P1=(0,1) P2=(3,2) P3=(2,2)
+    assert mem[1] == [1, 1, 1, 1, 0] and last[1] == [1, 1, 2, 2, 0]
+    # B2 (0,2)@3 (1,4)@4 stored M0=1 M1=1 M2=1 M4=0; node 3 kept P3=(2,2): 0 + M2 + 1 = 2
+    assert mem[2] == [3, 2, 3, 2, 2] and last[2] == [3, 4, 3, 2, 4]
+    # B3 (0,1)@5 (3,4)@6 stored M0=3 M1=2 M3=2 M4=2; node 2 kept P2=(0,3): M2 + M0 + 1 = 1 + 3 + 1
+    assert mem[3] == [6, 6, 5, 5, 5] and last[3] == [5, 5, 3, 6, 6]
+    # B4 (2,0)@7 (4,1)@8 stored M2=5 M0=6 M4=5 M1=6; node 3 kept P3=(4,6): M3 + M4 + 1 = 2 + 5 + 1
+    assert mem[4] == [12, 12, 12, 8, 12] and last[4] == [7, 8, 7, 6, 8]
+    # B5 (0,3)@9 (1,2)@10 stored M0=12 M3=8 M1=12 M2=12; node 4 kept P4=(1,8): 5 + 12 + 1
+    assert mem[5] == [21, 25, 25, 21, 18] and last[5] == [9, 10, 10, 9, 8]
 
 
 def test_last_aggregator_keeps_the_latest_message_of_a_batch():
@@ -76,11 +87,12 @@ def test_backup_restore_round_trip():
     model = hand_model()
     stream(model, [0, 1, 2], [1, 2, 3], [1, 2, 3], 1)
     snap = model.backup()
-    before = model.memory.memory.clone()
+    every = torch.arange(model.num_nodes)
+    before = model.memory_of(every)[0].clone()
     stream(model, [3, 4], [4, 0], [4, 5], 1)
-    assert not torch.equal(before, model.memory.memory)
+    assert not torch.equal(before, model.memory_of(every)[0])
     model.restore(snap)
-    assert torch.equal(before, model.memory.memory)
+    assert torch.equal(before, model.memory_of(every)[0])
     model.reset_state()
     assert model.memory.memory.abs().sum() == 0 and model.memory.last_update.abs().sum() == 0
 
@@ -133,7 +145,6 @@ def test_no_event_sees_itself_or_its_future(name):
         with torch.no_grad():
             for s in range(0, e, batch):
                 sl = slice(s, s + batch)
-                model.flush()
                 m = sl.stop - sl.start
                 z = model.embed(torch.cat([src[sl], dst[sl]]), torch.cat([t[sl], t[sl]]))
                 out.append(model.score(z[:m], z[m:]))

@@ -15,17 +15,25 @@ tige      GRU         identity from    graph attention     last        two (TIGE
                       memory h(t-)
 ========  ==========  ===============  ==================  ==========  ===========
 
-Memory update order, per batch of events (documented because every result depends on it):
+Memory semantics (TGN's, as in PyG's ``TGNMemory``; every result depends on them):
 
-1. :meth:`TemporalGNN.flush` turns the *previous* batch's events into messages, computed from
-   the states before that batch (``s_i``, ``s_j``, ``Φ(t - last_update_i)``, ``e``), aggregates
-   them per node and updates those nodes' memory; ``last_update`` becomes the message time.
-   In training this runs inside the step, so the loss reaches the message/updater weights.
-2. :meth:`TemporalGNN.embed` computes embeddings of the batch's nodes from that memory and
-   from neighbours inserted before this batch (strictly earlier times).
-3. The decoder scores the batch; the optimiser steps.
-4. :meth:`TemporalGNN.observe` stores the batch as pending messages and inserts it into the
-   neighbour sampler; :meth:`TemporalGNN.detach` cuts the graph.
+* Each node has *pending* events: those of the most recent batch it took part in, not yet
+  applied to its memory (:class:`~speed.train.store.MessageStore`).
+* :meth:`TemporalGNN.memory_of` returns a node's memory *with its pending events applied*:
+  one message per event, ``msg(s_i, s_j, Φ(t - last_update_i), e_ij)`` from the currently
+  stored states, aggregated per node (last or mean) and passed through the updater.  In
+  training this runs inside the step, so every node a batch touches -- endpoints, negatives
+  and sampled neighbours -- carries gradient into the message and updater weights.
+
+Per batch:
+
+1. :meth:`TemporalGNN.embed` computes ``z_i(t)`` for the batch's nodes from ``memory_of``
+   and from neighbours inserted before this batch (strictly earlier times);
+2. the decoder scores the batch;
+3. :meth:`TemporalGNN.observe` stores ``memory_of`` of the batch's endpoints (detached,
+   ``last_update`` = time of the applied message), replaces their pending events with this
+   batch's, and inserts the batch into the neighbour sampler;
+4. the optimiser steps.
 
 So an event never sees itself or any later event, in memory or in sampling.
 """
@@ -51,6 +59,7 @@ from .modules import (
     TimeProjectionEmbedding,
 )
 from .sampler import RecentNeighborSampler
+from .store import MessageStore
 
 MODELS = ("jodie", "dyrep", "tgn", "tige")
 
@@ -91,8 +100,13 @@ class TemporalGNN(nn.Module):
         self.message_embedding = message_embedding
         self.decoder = decoder
         self.sampler = RecentNeighborSampler(num_nodes, neighbors)
+        self.store = MessageStore(num_nodes)
         self.edge_features: Optional[torch.Tensor] = None  # (E_total, msg_dim), looked up by eid
-        self._pending = None
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self.store.to(self.memory.memory.device)  # the store is plain tensors, not buffers
+        return out
 
     # ------------------------------------------------------------------------ state
     def set_edge_features(self, msg: Optional[np.ndarray]) -> None:
@@ -106,7 +120,7 @@ class TemporalGNN(nn.Module):
         if self.left_memory is not None:
             self.left_memory.reset_state()
         self.sampler.reset()
-        self._pending = None
+        self.store.reset()
 
     def detach(self) -> None:
         self.memory.detach()
@@ -118,7 +132,7 @@ class TemporalGNN(nn.Module):
         return {
             "memory": self.memory.backup(),
             "left_memory": None if self.left_memory is None else self.left_memory.backup(),
-            "pending": None if self._pending is None else tuple(x.clone() for x in self._pending),
+            "store": self.store.state_dict(),
             "sampler": self.sampler.state_dict(),
         }
 
@@ -126,7 +140,7 @@ class TemporalGNN(nn.Module):
         self.memory.restore(state["memory"])
         if self.left_memory is not None:
             self.left_memory.restore(state["left_memory"])
-        self._pending = None if state["pending"] is None else tuple(x.clone() for x in state["pending"])
+        self.store.load_state_dict(state["store"])
         self.sampler.load_state_dict(state["sampler"])
 
     # -------------------------------------------------------------------- features
@@ -136,69 +150,86 @@ class TemporalGNN(nn.Module):
         feat = self.edge_features[eid.clamp(min=0)]
         return feat.masked_fill((eid < 0).unsqueeze(-1), 0.0)
 
-    def _embed_from(self, state: NodeMemory, embedding: nn.Module, nodes: torch.Tensor, t: torch.Tensor):
-        s, last = state.read(nodes)
-        dt = t - last
+    def memory_of(self, n_id: torch.Tensor):
+        """Memory of distinct nodes ``n_id`` with their pending events applied.
+
+        Returns
+        -------
+        state : float32 tensor, shape (n, memory_dim)
+            Carries gradient where pending events were applied.
+        last_update : float64 tensor, shape (n,)
+        """
+        s, last = self.memory.read(n_id)
+        row, other, t, eid = self.store.gather(n_id)
+        if row.numel() == 0:
+            return s, last
+        node = n_id[row]
+        if self.left_memory is not None:  # TIGE: messages carry h(t'-), the last embeddings
+            s_self = self.left_memory.read(node)[0]
+            s_other = self.left_memory.read(other)[0]
+        elif self.message_embedding is not None:  # DyRep: the other side as its attention embedding
+            s_self = s[row]
+            s_other = self._embed(self.message_embedding, other, t, updated=False)
+        else:
+            s_self = s[row]
+            s_other = self.memory.read(other)[0]
+        raw = self.message(s_self, s_other, self.time_enc(t - last[row]), self._edge_feat(eid))
+        has = torch.zeros(n_id.numel(), dtype=torch.bool, device=n_id.device)
+        has[row] = True
+        sel = torch.nonzero(has).squeeze(1)
+        local = torch.cumsum(has.long(), 0)[row] - 1  # row -> position among nodes with events
+        agg, t_agg = self.aggregator(raw, local, t, sel.numel())
+        new = self.updater(agg, s.index_select(0, sel))
+        return s.index_copy(0, sel, new), last.index_copy(0, sel, t_agg)
+
+    def _embed(self, embedding: nn.Module, nodes: torch.Tensor, t: torch.Tensor, updated: bool = True):
+        """Embeddings of ``nodes`` at ``t`` by ``embedding``; memory states via
+        :meth:`memory_of` (``updated``) or as stored."""
+        state = self.memory_of if updated else self.memory.read
         if not embedding.needs_neighbors:
-            return embedding(s, dt)
+            uniq, inv = torch.unique(nodes, return_inverse=True)
+            s, last = state(uniq)
+            return embedding(s[inv], t - last[inv])
+        b = nodes.shape[0]
         nb = self.sampler.sample(nodes.cpu().numpy(), t.cpu().numpy())
-        dev = s.device
+        dev = nodes.device
         nbr_nodes, nbr_t = nb.nodes.to(dev), nb.times.to(dev)
-        uniq, inv = torch.unique(nbr_nodes, return_inverse=True)
-        return embedding(s, dt, time_enc=self.time_enc, nbr_s=state.read(uniq)[0], nbr_index=inv,
+        # one memory computation for the batch's nodes and all their neighbours
+        uniq, inv = torch.unique(torch.cat([nodes, nbr_nodes.reshape(-1)]), return_inverse=True)
+        s, last = state(uniq)
+        own = inv[:b]
+        return embedding(s[own], t - last[own], time_enc=self.time_enc, nbr_s=s, nbr_index=inv[b:].view_as(nbr_nodes),
                          nbr_e=self._edge_feat(nb.eids.to(dev)), nbr_dt=(t.unsqueeze(1) - nbr_t),
                          nbr_mask=nb.mask.to(dev))
 
     # ---------------------------------------------------------------------- stages
-    def flush(self) -> None:
-        """Apply the pending (previous batch's) events to the memory.  Step 1 above."""
-        if self._pending is None:
-            return
-        src, dst, t, eid = self._pending
-        self._pending = None
-        nodes = torch.cat([src, dst])
-        other = torch.cat([dst, src])
-        tt = torch.cat([t, t])
-        s_self, last = self.memory.read(nodes)
-        if self.left_memory is not None:  # TIGE: messages carry h(t'-), the last embeddings
-            s_self_msg = self.left_memory.read(nodes)[0]
-            s_other = self.left_memory.read(other)[0]
-        elif self.message_embedding is not None:  # DyRep: the other side as its attention embedding
-            s_self_msg = s_self
-            s_other = self._embed_from(self.memory, self.message_embedding, other, tt)
-        else:
-            s_self_msg = s_self
-            s_other = self.memory.read(other)[0]
-        e = self._edge_feat(torch.cat([eid, eid]))
-        raw = self.message(s_self_msg, s_other, self.time_enc(tt - last), e)
-        uniq, inv = torch.unique(nodes, return_inverse=True)
-        agg, t_agg = self.aggregator(raw, inv, tt, uniq.shape[0])
-        new = self.updater(agg, self.memory.read(uniq)[0])
-        self.memory.write(uniq, new, t_agg)
-
     def embed(self, nodes: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Embeddings ``z_i(t)`` of ``nodes`` at times ``t`` (float64).  Step 2 above."""
-        return self._embed_from(self.memory, self.embedding, nodes, t)
+        """Embeddings ``z_i(t)`` of ``nodes`` at times ``t`` (float64).  Step 1 above."""
+        return self._embed(self.embedding, nodes, t)
 
     def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         return self.decoder(z_src, z_dst)
 
+    @torch.no_grad()
     def observe(self, src: torch.Tensor, dst: torch.Tensor, t: torch.Tensor, eid: torch.Tensor,
                 z: Optional[torch.Tensor] = None) -> None:
-        """The batch is over: queue its messages, record its neighbours.  Step 4 above.
+        """The batch has been scored: apply its endpoints' pending events, make this batch
+        their pending events, record its neighbours.  Step 3 above.
 
         ``z`` are the embeddings of ``cat([src, dst])`` at ``t``: TIGE keeps them as the
         second memory ``h(t-)`` (later events of a node in the batch win).
         """
-        self._pending = (src, dst, t, eid)
+        nodes = torch.cat([src, dst])
+        uniq, inv = torch.unique(nodes, return_inverse=True)
+        state, last = self.memory_of(uniq)
+        self.memory.write(uniq, state, last)
+        self.store.replace(nodes, torch.cat([dst, src]), torch.cat([t, t]), torch.cat([eid, eid]))
         self.sampler.insert(src.cpu().numpy(), dst.cpu().numpy(), t.cpu().numpy(), eid.cpu().numpy())
         if self.left_memory is not None and z is not None:
-            nodes = torch.cat([src, dst])
             tt = torch.cat([t, t])
-            uniq, inv = torch.unique(nodes, return_inverse=True)
-            last = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=nodes.device).scatter_reduce(
+            latest = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=nodes.device).scatter_reduce(
                 0, inv, torch.arange(nodes.shape[0], device=nodes.device), reduce="amax")
-            self.left_memory.write(uniq, z[last].detach(), tt[last])
+            self.left_memory.write(uniq, z[latest].detach(), tt[latest])
 
 
 def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 100, time_dim: int = 100,

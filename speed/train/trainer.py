@@ -182,16 +182,16 @@ class Trainer:
         src, dst, t, eid = self._tensors(idx)
         neg = self._negatives(rng, idx.size)[:, 0]
         self.optimizer.zero_grad()
-        model.flush()
         n = idx.size
         z = model.embed(torch.cat([src, dst, neg]), torch.cat([t, t, t]))
         pos_logit = model.score(z[:n], z[n:2 * n])
         neg_logit = model.score(z[:n], z[2 * n:])
         loss = F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
             F.binary_cross_entropy_with_logits(neg_logit, torch.zeros_like(neg_logit))
+        # stored states come from the weights that produced this batch's loss (PyG's order)
+        model.observe(src, dst, t, eid, z[:2 * n])
         loss.backward()
         self.optimizer.step()
-        model.observe(src, dst, t, eid, z[:2 * n])
         model.detach()
         return float(loss.detach())
 
@@ -229,7 +229,6 @@ class Trainer:
             for idx in self._batches(index, bs):
                 src, dst, t, eid = self._tensors(idx)
                 n = idx.size
-                model.flush()
                 nodes, times = [src, dst], [t, t]
                 if rng is not None:
                     nodes.append(self._negatives(rng, n)[:, 0])
