@@ -32,10 +32,11 @@ SMALL = dict(memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5, batch_si
 def test_each_model_learns_on_a_tiny_graph(name):
     ev = periodic_log()
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
-    tr = Trainer(ev, split, TrainConfig(model=name, lr=1e-2, epochs=6, seed=0, **SMALL))
-    losses = [tr._run_epoch(e).loss for e in range(1, 7)]
-    # chance level is 2 ln 2 = 1.386; a negative is the true item 1 time in 6, which caps AP
-    assert min(losses[-2:]) < losses[0] - 0.15, losses
+    tr = Trainer(ev, split, TrainConfig(model=name, lr=3e-3, epochs=8, seed=0, **SMALL))
+    losses = [tr._run_epoch(e).loss for e in range(1, 9)]
+    # chance level is 2 ln 2 = 1.386; a negative is the true item 1 time in 6, so epoch
+    # losses are noisy and AP is capped: compare the best late epoch with the first
+    assert min(losses[-3:]) < losses[0] - 0.15, losses
     val = tr.validate_epoch()
     assert val["transductive"]["ap"] > 0.6
 

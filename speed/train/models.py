@@ -101,6 +101,7 @@ class TemporalGNN(nn.Module):
         self.decoder = decoder
         self.sampler = RecentNeighborSampler(num_nodes, neighbors)
         self.store = MessageStore(num_nodes)
+        self._last_states = None  # (sorted ids, states, last_update) of the latest embed, detached
         self.edge_features: Optional[torch.Tensor] = None  # (E_total, msg_dim), looked up by eid
 
     def _apply(self, fn, *args, **kwargs):
@@ -116,6 +117,7 @@ class TemporalGNN(nn.Module):
 
     def reset_state(self) -> None:
         """Start of a pass: zero memory, forget pending messages and neighbours."""
+        self._last_states = None
         self.memory.reset_state()
         if self.left_memory is not None:
             self.left_memory.reset_state()
@@ -137,6 +139,7 @@ class TemporalGNN(nn.Module):
         }
 
     def restore(self, state: dict) -> None:
+        self._last_states = None
         self.memory.restore(state["memory"])
         if self.left_memory is not None:
             self.left_memory.restore(state["left_memory"])
@@ -197,6 +200,8 @@ class TemporalGNN(nn.Module):
         # one memory computation for the batch's nodes and all their neighbours
         uniq, inv = torch.unique(torch.cat([nodes, nbr_nodes.reshape(-1)]), return_inverse=True)
         s, last = state(uniq)
+        if updated:  # observe() stores these same states for the batch's endpoints
+            self._last_states = (uniq, s.detach(), last)
         own = inv[:b]
         return embedding(s[own], t - last[own], time_enc=self.time_enc, nbr_s=s, nbr_index=inv[b:].view_as(nbr_nodes),
                          nbr_e=self._edge_feat(nb.eids.to(dev)), nbr_dt=(t.unsqueeze(1) - nbr_t),
@@ -210,6 +215,17 @@ class TemporalGNN(nn.Module):
     def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         return self.decoder(z_src, z_dst)
 
+    def _cached_states(self, uniq: torch.Tensor):
+        """``memory_of(uniq)``, taken from the latest :meth:`embed` when it covered them
+        (nothing has been stored since, so the values are the same)."""
+        cache, self._last_states = self._last_states, None
+        if cache is not None:
+            ids, states, last = cache
+            pos = torch.searchsorted(ids, uniq).clamp(max=ids.numel() - 1)
+            if bool((ids[pos] == uniq).all()):
+                return states[pos], last[pos]
+        return self.memory_of(uniq)
+
     @torch.no_grad()
     def observe(self, src: torch.Tensor, dst: torch.Tensor, t: torch.Tensor, eid: torch.Tensor,
                 z: Optional[torch.Tensor] = None) -> None:
@@ -221,7 +237,7 @@ class TemporalGNN(nn.Module):
         """
         nodes = torch.cat([src, dst])
         uniq, inv = torch.unique(nodes, return_inverse=True)
-        state, last = self.memory_of(uniq)
+        state, last = self._cached_states(uniq)
         self.memory.write(uniq, state, last)
         self.store.replace(nodes, torch.cat([dst, src]), torch.cat([t, t]), torch.cat([eid, eid]))
         self.sampler.insert(src.cpu().numpy(), dst.cpu().numpy(), t.cpu().numpy(), eid.cpu().numpy())

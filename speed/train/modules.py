@@ -185,14 +185,15 @@ class GraphAttentionEmbedding(nn.Module):
         node_k, node_v = self.node_kv(nbr_s).chunk(2, dim=-1)
         key = (node_k.index_select(0, flat).view(b, k, self.out_dim) + edge).view(b, k, h, c)
         value = (node_v.index_select(0, flat).view(b, k, self.out_dim) + edge).view(b, k, h, c)
-        q = self.query(s).view(b, h, c)
-        logits = torch.einsum("bhc,bkhc->bkh", q, key) / c ** 0.5
+        q = self.query(s).view(b, 1, h, c)
+        # multiply-and-sum, not einsum: einsum's bmm permutes and its backward copies gradients
+        logits = (q * key).sum(-1) / c ** 0.5  # (B, k, H)
         logits = logits.masked_fill(~nbr_mask.unsqueeze(-1), float("-inf"))
         alpha = torch.softmax(logits, dim=1)
         alpha = torch.nan_to_num(alpha, nan=0.0)  # rows with no neighbour: all -inf -> NaN -> 0
         if self.training and self.dropout:
             alpha = nn.functional.dropout(alpha, p=self.dropout)
-        out = torch.einsum("bkh,bkhc->bhc", alpha, value).reshape(b, self.out_dim)
+        out = (alpha.unsqueeze(-1) * value).sum(1).reshape(b, self.out_dim)
         return out + self.root(s)
 
 
