@@ -150,7 +150,8 @@ class Trainer:
             time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
             time_scale=time_scale(train))).to(self.device)
         self.model.set_edge_features(events.msg)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        # foreach: one kernel per step for all parameters instead of a Python loop over them
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
         # Negatives come from the destination side of the training period (items of a
         # bipartite log, every node otherwise), as in TGN.
         pool = train.dst if events.bipartite else np.concatenate([train.src, train.dst])
