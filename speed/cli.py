@@ -136,20 +136,39 @@ def _cmd_generate(args) -> int:
 
 # ------------------------------------------------------------------------------- train
 def _cmd_train(args) -> int:
-    from .train.trainer import train
+    from .train.launch import RankFailedError, run_parallel, under_torchrun
+    from .train.pac import PacConfig
+    from .train.trainer import TrainConfig, train
 
     out = Path(args.out)
-    if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("run directory already exists (pass --overwrite)", out)
+    if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("run directory already exists (pass --overwrite, or --resume to continue it)", out)
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)
-    data = inp if inp.is_dir() else _read(args)
-    metrics = train(data, model=args.model, out=out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                    memory_dim=args.memory_dim, time_dim=args.time_dim, embedding_dim=args.embedding_dim,
-                    neighbors=args.neighbors, device=args.device, seed=args.seed, patience=args.patience,
-                    mrr_negatives=args.mrr_negatives, deterministic=args.deterministic, num_threads=args.threads,
-                    progress=False if args.no_progress else None)
+    kwargs = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, memory_dim=args.memory_dim,
+                  time_dim=args.time_dim, embedding_dim=args.embedding_dim, neighbors=args.neighbors,
+                  device=args.device, seed=args.seed, patience=args.patience, mrr_negatives=args.mrr_negatives,
+                  deterministic=args.deterministic, num_threads=args.threads,
+                  progress=False if args.no_progress else None)
+    if args.nproc is not None or under_torchrun():
+        if not inp.is_dir():
+            raise InputError("parallel training (--nproc, torchrun) needs a shards directory from "
+                             "`speed partition`", inp)
+        pac = PacConfig(nproc=args.nproc or 1, sync=args.sync, shuffle=not args.no_shuffle, eval=args.eval,
+                        timeout=args.timeout, resume=args.resume)
+        try:
+            metrics = run_parallel(inp, TrainConfig(model=args.model, **kwargs), pac, out)
+        except RankFailedError as exc:
+            print(f"speed train: error: {exc}", file=sys.stderr)
+            return 1
+        if metrics is None:  # a non-zero rank under torchrun
+            return 0
+    else:
+        if args.resume:
+            raise InputError("--resume is for parallel runs (--nproc or torchrun)")
+        data = inp if inp.is_dir() else _read(args)
+        metrics = train(data, model=args.model, out=out, **kwargs)
     print(format_train_summary(metrics, out))
     return 0
 
@@ -224,6 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--deterministic", action="store_true", help="deterministic torch algorithms")
     t.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
+    par = t.add_argument_group("parallel training (PAC) on a shards directory")
+    par.add_argument("--nproc", type=int, default=None,
+                     help="processes to spawn, one per GPU or CPU share (parts must be a multiple of it)")
+    par.add_argument("--sync", choices=("last", "mean", "none"), default="last",
+                     help="shared-node memory after each epoch: latest state wins (default), mean, or none")
+    par.add_argument("--no-shuffle", action="store_true", help="keep the same parts on each rank every epoch")
+    par.add_argument("--eval", choices=("assemble", "replay"), default="assemble",
+                     help="evaluate on a memory gathered from the ranks (default) or replay all events")
+    par.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    par.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may wait (default 300)")
     t.add_argument("--no-progress", action="store_true")
     _add_reader_options(t)
     t.set_defaults(func=_cmd_train)

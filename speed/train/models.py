@@ -207,7 +207,28 @@ class TemporalGNN(nn.Module):
                          nbr_e=self._edge_feat(nb.eids.to(dev)), nbr_dt=(t.unsqueeze(1) - nbr_t),
                          nbr_mask=nb.mask.to(dev))
 
+    def resize(self, num_nodes: int) -> None:
+        """Size memory, pending messages and neighbour rings to ``num_nodes`` fresh rows
+        (a PAC rank's local nodes); parameters are untouched."""
+        dev = self.memory.memory.device
+        self.num_nodes = int(num_nodes)
+        for mem in (self.memory, self.left_memory):
+            if mem is not None:
+                mem.num_nodes = self.num_nodes
+                mem.memory = torch.zeros(self.num_nodes, mem.memory_dim, device=dev)
+                mem.last_update = torch.zeros(self.num_nodes, dtype=torch.float64, device=dev)
+        self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
+        self.store = MessageStore(self.num_nodes, dev)
+        self._last_states = None
+
     # ---------------------------------------------------------------------- stages
+    def forward(self, src: torch.Tensor, dst: torch.Tensor, neg: torch.Tensor, t: torch.Tensor):
+        """Score a batch and its negatives: ``(pos_logits, neg_logits, z)``, ``z`` being the
+        embeddings of ``cat([src, dst, neg])`` at ``t``.  Steps 1-2 above; what DDP wraps."""
+        n = src.shape[0]
+        z = self.embed(torch.cat([src, dst, neg]), torch.cat([t, t, t]))
+        return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:]), z
+
     def embed(self, nodes: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Embeddings ``z_i(t)`` of ``nodes`` at times ``t`` (float64).  Step 1 above."""
         return self._embed(self.embedding, nodes, t)

@@ -152,16 +152,16 @@ class Trainer:
         self.model.set_edge_features(events.msg)
         # foreach: one kernel per step for all parameters instead of a Python loop over them
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
-        # Negatives come from the destination side of the training period (items of a
+        # Negatives come from the destination side of the training events (items of a
         # bipartite log, every node otherwise), as in TGN.
-        pool = train.dst if events.bipartite else np.concatenate([train.src, train.dst])
-        self.neg_pool = np.unique(pool)
+        self.train_index = np.flatnonzero(split.train_mask)
+        tr_src, tr_dst = events.src[self.train_index], events.dst[self.train_index]
+        self.neg_pool = np.unique(tr_dst if events.bipartite else np.concatenate([tr_src, tr_dst]))
         # torch.tensor copies: event arrays may be read-only views (arrow, memory maps)
         self._src = torch.tensor(events.src)
         self._dst = torch.tensor(events.dst)
         self._t = torch.tensor(events.t_float())
         self._eid = torch.tensor(events.eid)
-        self.train_index = np.flatnonzero(split.train_mask)
         self.history: List[EpochLog] = []
 
     # ---------------------------------------------------------------------- batches
@@ -177,6 +177,10 @@ class Trainer:
     def _negatives(self, rng: np.random.Generator, n: int, k: int = 1) -> torch.Tensor:
         return torch.from_numpy(self.neg_pool[rng.integers(0, self.neg_pool.size, size=(n, k))]).to(self.device)
 
+    def forward(self, src, dst, neg, t):
+        """The model's forward (a DDP-wrapped one under PAC)."""
+        return self.model(src, dst, neg, t)
+
     def _run_batch(self, idx: np.ndarray, rng: np.random.Generator) -> float:
         """One optimiser step on the events ``idx`` (in the documented memory order)."""
         model = self.model
@@ -184,9 +188,7 @@ class Trainer:
         neg = self._negatives(rng, idx.size)[:, 0]
         self.optimizer.zero_grad()
         n = idx.size
-        z = model.embed(torch.cat([src, dst, neg]), torch.cat([t, t, t]))
-        pos_logit = model.score(z[:n], z[n:2 * n])
-        neg_logit = model.score(z[:n], z[2 * n:])
+        pos_logit, neg_logit, z = self.forward(src, dst, neg, t)
         loss = F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
             F.binary_cross_entropy_with_logits(neg_logit, torch.zeros_like(neg_logit))
         # stored states come from the weights that produced this batch's loss (PyG's order)
@@ -202,7 +204,7 @@ class Trainer:
         model = self.model
         model.train()
         model.reset_state()
-        rng = np.random.default_rng([self.config.seed, epoch])
+        rng = np.random.default_rng([self.config.seed, epoch, 0])  # PAC ranks use [seed, epoch, rank]
         losses = []
         start = time.perf_counter()
         with progress_bar(index.size, f"epoch {epoch}", progress=self.config.progress) as bar:
