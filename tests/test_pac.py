@@ -1,0 +1,144 @@
+"""PAC: grouping, the sync rule, equal steps, resume, failures (2-process gloo on CPU)."""
+
+import json
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.cli import main
+from speed.train.launch import RankFailedError, _free_port, run_parallel
+from speed.train.pac import PacConfig, combine_shared, part_groups
+from speed.train.trainer import TrainConfig
+
+TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
+            num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def shards4(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pac")
+    log = speed.write_generated(tmp / "log.csv", 300, 3000, seed=1)
+    assert main(["partition", str(log), "-o", str(tmp / "s4"), "--parts", "4", "--topk", "5",
+                 "--no-progress"]) == 0
+    return tmp / "s4"
+
+
+def test_groups_are_a_deterministic_partition_of_the_parts():
+    for epoch in range(5):
+        g = part_groups(8, 2, seed=3, epoch=epoch, shuffle=True)
+        assert [x.tolist() for x in g] == [x.tolist() for x in part_groups(8, 2, seed=3, epoch=epoch, shuffle=True)]
+        assert sorted(np.concatenate(g).tolist()) == list(range(8)) and all(len(x) == 4 for x in g)
+    epochs = {tuple(part_groups(8, 2, 3, e, True)[0]) for e in range(6)}
+    assert len(epochs) > 1  # shuffled from epoch to epoch
+    assert [x.tolist() for x in part_groups(8, 2, 3, 5, False)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_parts_must_be_a_multiple_of_ranks():
+    with pytest.raises(speed.InputError, match="not a multiple of 3"):
+        PacConfig(nproc=3).validate(4, 3)
+
+
+def test_sync_rule_by_hand():
+    states = torch.tensor([[[1.0], [1.0], [1.0]], [[2.0], [2.0], [2.0]]])  # (ranks, shared, dim)
+    last = torch.tensor([[5.0, 1.0, 3.0], [2.0, 4.0, 3.0]], dtype=torch.float64)
+    s, t = combine_shared(states, last, "last")
+    assert s[:, 0].tolist() == [1.0, 2.0, 1.0] and t.tolist() == [5.0, 4.0, 3.0]  # tie -> lowest rank
+    s, t = combine_shared(states, last, "mean")
+    assert s[:, 0].tolist() == [1.5, 1.5, 1.5] and t.tolist() == [5.0, 4.0, 3.0]
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("last", [1.0, 2.0, 1.0]), ("mean", [1.5, 1.5, 1.5]), ("none", None)])
+def test_sync_across_two_processes(mode, expected):
+    from _pac_helpers import sync_worker
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=sync_worker, args=(r, 2, port, mode, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict((r, (m, lu)) for r, m, lu in (queue.get(timeout=120) for _ in procs))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for rank in (0, 1):
+        mem, lu = out[rank]
+        if expected is None:
+            assert mem == [rank + 1.0] * 4
+        else:
+            assert mem[:3] == expected and lu[:3] == [5.0, 4.0, 3.0]
+            assert mem[3] == rank + 1.0  # a rank's own node is never synchronised
+
+
+def test_two_process_run_writes_per_rank_metrics(shards4, tmp_path):
+    m = run_parallel(shards4, TrainConfig(model="tgn", epochs=2, seed=0, **TINY), PacConfig(nproc=2), tmp_path)
+    assert m["nproc"] == 2 and len(m["epochs"]) >= 1
+    for e in m["epochs"]:
+        assert len(e["ranks"]) == 2 and "sync_seconds" in e
+        for r in e["ranks"]:
+            assert {"rank", "parts", "nodes", "events", "steps", "memory_bytes"} <= set(r)
+            assert r["memory_bytes"] < m["memory_bytes_unpartitioned"]
+        assert sorted(sum((r["parts"] for r in e["ranks"]), [])) == [0, 1, 2, 3]
+    assert {"ap", "auc"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "curves.png").exists()
+
+
+def test_uneven_parts_run_equal_steps(tmp_path):
+    ev = speed.generate_events(400, 4000, seed=2)
+    split = speed.chronological_split(ev, seed=0)
+    res = speed.partition(split.train(ev), 2)
+    res.node_parts = np.where(np.arange(ev.num_nodes) < 40, 1, 0).astype(np.int64)  # part 1 is small
+    res.shared = np.empty(0, dtype=np.int64)
+    res.save(tmp_path / "s", events=ev, split=split)
+    m = run_parallel(tmp_path / "s", TrainConfig(model="jodie", epochs=1, seed=0, **TINY),
+                     PacConfig(nproc=2, shuffle=False), tmp_path / "run")
+    ranks = m["epochs"][0]["ranks"]
+    assert ranks[0]["steps"] == ranks[1]["steps"]
+    assert ranks[0]["events"] > 5 * ranks[1]["events"] and ranks[1]["passes"] > 1
+
+
+def test_resume_gives_the_same_result(shards4, tmp_path):
+    cfg = dict(model="tgn", seed=0, patience=10, **TINY)
+    full = run_parallel(shards4, TrainConfig(epochs=3, **cfg), PacConfig(nproc=2), tmp_path / "full")
+    run_parallel(shards4, TrainConfig(epochs=1, **cfg), PacConfig(nproc=2), tmp_path / "part")
+    resumed = run_parallel(shards4, TrainConfig(epochs=3, **cfg), PacConfig(nproc=2, resume=True), tmp_path / "part")
+
+    def core(m):
+        return json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"]},
+                          sort_keys=True)
+
+    assert core(full) == core(resumed)
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_with_its_name(shards4, tmp_path, monkeypatch, how):
+    monkeypatch.setenv("SPEED_TEST_FAULT", f"1:{how}")
+    start = time.perf_counter()
+    with pytest.raises(RankFailedError, match="rank 1"):
+        run_parallel(shards4, TrainConfig(model="tgn", epochs=1, **TINY), PacConfig(nproc=2, timeout=60), tmp_path)
+    assert time.perf_counter() - start < 120
+
+
+def test_one_rank_on_one_part_equals_the_single_process_trainer(tmp_path):
+    ev = speed.generate_events(300, 3000, seed=4)
+    split = speed.chronological_split(ev, seed=0)
+    speed.partition(split.train(ev), 1).save(tmp_path / "s1", events=ev, split=split)
+    cfg = dict(model="tgn", epochs=1, seed=0, **TINY)
+    single = speed.train(speed.load_shards(tmp_path / "s1"), **cfg)
+    pac = run_parallel(tmp_path / "s1", TrainConfig(**cfg), PacConfig(nproc=1, eval="replay"), tmp_path / "run")
+    assert pac["epochs"][0]["loss"] == pytest.approx(single["epochs"][0]["loss"], abs=1e-6)
+    for period in ("transductive", "inductive"):
+        assert pac["test"][period]["ap"] == pytest.approx(single["test"][period]["ap"], abs=1e-6)
+
+
+def test_cli_parallel_errors(shards4, tmp_path, capsys):
+    assert main(["train", str(shards4), "--nproc", "3", "--out", str(tmp_path / "r")]) == 2
+    assert "not a multiple of 3" in capsys.readouterr().err
+    log = speed.write_generated(tmp_path / "log.csv", 50, 500, seed=0)
+    assert main(["train", str(log), "--nproc", "2", "--out", str(tmp_path / "r")]) == 2
+    assert "needs a shards directory" in capsys.readouterr().err
