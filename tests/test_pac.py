@@ -130,10 +130,14 @@ def test_one_rank_on_one_part_equals_the_single_process_trainer(tmp_path):
     speed.partition(split.train(ev), 1).save(tmp_path / "s1", events=ev, split=split)
     cfg = dict(model="tgn", epochs=1, seed=0, **TINY)
     single = speed.train(speed.load_shards(tmp_path / "s1"), **cfg)
-    pac = run_parallel(tmp_path / "s1", TrainConfig(**cfg), PacConfig(nproc=1, eval="replay"), tmp_path / "run")
+    pac = run_parallel(tmp_path / "s1", TrainConfig(**cfg), PacConfig(nproc=1), tmp_path / "run")
     assert pac["epochs"][0]["loss"] == pytest.approx(single["epochs"][0]["loss"], abs=1e-6)
     for period in ("transductive", "inductive"):
+        assert pac["epochs"][0]["val"][period]["ap"] == pytest.approx(single["epochs"][0]["val"][period]["ap"],
+                                                                      abs=1e-6)
         assert pac["test"][period]["ap"] == pytest.approx(single["test"][period]["ap"], abs=1e-6)
+    replay = run_parallel(tmp_path / "s1", TrainConfig(**cfg), PacConfig(nproc=1, eval="replay"), tmp_path / "rep")
+    assert replay["test"]["transductive"]["ap"] > 0.5  # replay runs and scores, differently
 
 
 def test_cli_parallel_errors(shards4, tmp_path, capsys):

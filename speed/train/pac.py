@@ -116,20 +116,21 @@ def memory_bytes(model: TemporalGNN) -> int:
 
 
 def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int) -> float:
-    """Apply pending messages, then make the shared nodes' state agree across ranks.
+    """Make the shared nodes' state agree across ranks; returns the seconds spent.
 
-    Returns the seconds spent.  With ``mode="last"`` the rank whose state has the largest
-    ``last_update`` wins (ties: the lowest rank); ``"mean"`` averages states and keeps the
-    latest time; ``"none"`` leaves each rank's own.
+    The shared nodes' pending events are applied first, so each rank offers a complete
+    state.  With ``mode="last"`` the rank whose state has the largest ``last_update`` wins
+    (ties: the lowest rank); ``"mean"`` averages states and keeps the latest time; ``"none"``
+    leaves each rank's own.  Other nodes keep their pending events.
     """
     start = time.perf_counter()
-    every = torch.arange(model.num_nodes, device=model.memory.memory.device)
+    if mode == "none" or num_shared == 0 or world == 1:
+        return time.perf_counter() - start
+    shared = torch.arange(num_shared, device=model.memory.memory.device)
     with torch.no_grad():
-        state, last = model.memory_of(every)
-        model.memory.write(every, state, last)
-        model.store.reset()
-        if mode == "none" or num_shared == 0 or world == 1:
-            return time.perf_counter() - start
+        state, last = model.memory_of(shared)
+        model.memory.write(shared, state, last)
+        model.store.clear(shared)
         for mem in (model.memory, model.left_memory):
             if mem is None:
                 continue
@@ -139,8 +140,7 @@ def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int) -> f
             dist.all_gather(all_s, s)
             dist.all_gather(all_lu, lu)
             new_s, new_lu = combine_shared(torch.stack(all_s), torch.stack(all_lu), mode)
-            ids = torch.arange(num_shared, device=s.device)
-            mem.write(ids, new_s, new_lu)
+            mem.write(shared, new_s, new_lu)
     return time.perf_counter() - start
 
 
@@ -241,35 +241,53 @@ class PacRank:
     def _gather_states(self):
         """Rank 0 gets every rank's (global ids, states, times[, left states, times])."""
         m, lm = self.model.memory, self.model.left_memory
-        payload = (self.graph.nodes, self.graph.num_shared, m.memory.cpu(), m.last_update.cpu(),
-                   None if lm is None else lm.memory.cpu(), None if lm is None else lm.last_update.cpu())
+        nodes, ns = self.graph.nodes, self.graph.num_shared
+        # pending events of every local node, in global ids (shared ones are empty after a sync)
+        local = torch.arange(self.model.num_nodes, device=m.memory.device)
+        row, other, t, eid = self.model.store.gather(local)
+        g = torch.from_numpy(nodes)
+        pending = (g[row.cpu()], g[other.cpu()], t.cpu(), eid.cpu())
+        payload = (nodes, ns, m.memory.cpu(), m.last_update.cpu(),
+                   None if lm is None else lm.memory.cpu(), None if lm is None else lm.last_update.cpu(), pending)
         out = [None] * self.world
         dist.all_gather_object(out, payload)
         return out
 
-    def assemble(self, payloads) -> Dict[str, torch.Tensor]:
-        """Global memory: non-shared nodes from their rank, shared nodes by the sync rule
-        (``last`` when sync is ``none``, so evaluation still sees one state per node)."""
+    def assemble(self, payloads) -> Dict:
+        """Global state: non-shared nodes' memory and pending events from their rank, shared
+        nodes by the sync rule (``last`` when sync is ``none``, so evaluation sees one state
+        per node; their pending events then come from the winning rank)."""
         n = self.shards.num_nodes
         out = {}
+        ns = payloads[0][1]
+        shared = torch.from_numpy(payloads[0][0][:ns])
+        rule = "last" if self.pac.sync == "none" else self.pac.sync
+        winner = None
         for k, (mi, li) in {"memory": (2, 3), "left_memory": (4, 5)}.items():
             if payloads[0][mi] is None:
                 continue
             dim = payloads[0][mi].shape[1]
             mem = torch.zeros(n, dim)
             last = torch.zeros(n, dtype=torch.float64)
-            for nodes, ns, s, lu, *_ in ((p[0], p[1], p[mi], p[li]) for p in payloads):
-                own = torch.from_numpy(nodes[ns:])
-                mem[own] = s[ns:]
-                last[own] = lu[ns:]
-            ns = payloads[0][1]
+            for p in payloads:
+                own = torch.from_numpy(p[0][ns:])
+                mem[own] = p[mi][ns:]
+                last[own] = p[li][ns:]
             if ns:
-                shared = torch.from_numpy(payloads[0][0][:ns])
-                rule = "last" if self.pac.sync == "none" else self.pac.sync
-                s_all = torch.stack([p[mi][:ns] for p in payloads])
                 l_all = torch.stack([p[li][:ns] for p in payloads])
-                mem[shared], last[shared] = combine_shared(s_all, l_all, rule)
+                mem[shared], last[shared] = combine_shared(torch.stack([p[mi][:ns] for p in payloads]), l_all, rule)
+                if k == "memory":
+                    winner = torch.argmax(l_all, dim=0)
             out[k] = (mem, last)
+        parts = []
+        for r, p in enumerate(payloads):
+            node, other, t, eid = p[6]
+            keep = ~torch.isin(node, shared)
+            if ns and winner is not None:  # a shared node's pending events come from its winning rank
+                pos = torch.searchsorted(shared, node).clamp(max=max(ns - 1, 0))
+                keep |= torch.isin(node, shared) & (winner[pos] == r)
+            parts.append((node[keep], other[keep], t[keep], eid[keep]))
+        out["pending"] = tuple(torch.cat([q[i] for q in parts]) for i in range(4))
         return out
 
     def _eval_trainer(self) -> Trainer:
@@ -294,10 +312,15 @@ class PacRank:
     def _load_global(self, ev: Trainer, state: Dict) -> None:
         model = ev.model
         model.reset_state()
-        for k, (mem, last) in state.items():
-            target = getattr(model, k)
-            target.memory = mem.to(self.device)
-            target.last_update = last.to(self.device)
+        for k in ("memory", "left_memory"):
+            if k in state:
+                mem, last = state[k]
+                target = getattr(model, k)
+                target.memory = mem.to(self.device)
+                target.last_update = last.to(self.device)
+        node, other, t, eid = (x.to(self.device) for x in state["pending"])
+        if node.numel():
+            model.store.replace(node, other, t, eid)
         tr = ev.train_index
         e = self.events
         model.sampler.insert(e.src[tr], e.dst[tr], e.t_float()[tr], e.eid[tr])

@@ -53,6 +53,11 @@ class MessageStore:
         if self.other.numel() > max(4 * self.alive, 1 << 15):
             self._compact()
 
+    def clear(self, n_id: torch.Tensor) -> None:
+        """Forget the pending events of ``n_id`` (distinct ids), e.g. once applied."""
+        self.alive -= int(self.count[n_id].sum())
+        self.count[n_id] = 0
+
     def gather(self, n_id: torch.Tensor):
         """Pending events of ``n_id``.
 
