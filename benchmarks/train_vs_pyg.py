@@ -8,9 +8,9 @@ installed from the registry.  Both sides:
   zero feature because its ``TGNMemory`` fails on 0-dimensional messages), the same chronological
   70/15/15 split, training on the same (inductively masked) training events;
 * batch 200, memory/time/embedding dim 100, 10 neighbours, Adam lr 1e-4, 2 torch threads;
-* the same negatives: training negatives from ``numpy.random.default_rng([seed, epoch])``,
+* the same negatives: training negatives from ``numpy.random.default_rng([seed, epoch, 0])``,
   evaluation negatives from ``default_rng(seed + 1)`` (val) and ``default_rng(seed + 2)`` (test),
-  drawn from the training period's destination nodes;
+  drawn from the training events' destination nodes;
 * after the last epoch, val then test are streamed (continuing from the trained state) and AP /
   AUC are computed once over all test scores with scikit-learn.
 
@@ -117,8 +117,8 @@ def run_pyg(a) -> dict:
     assoc = torch.empty(num_nodes, dtype=torch.long)
 
     train_index = np.flatnonzero(split.train_mask)
-    train = events.select(slice(0, split.num_train))
-    pool = np.unique(train.dst if events.bipartite else np.concatenate([train.src, train.dst]))
+    tr_src, tr_dst = events.src[train_index], events.dst[train_index]  # the trainer's pool
+    pool = np.unique(tr_dst if events.bipartite else np.concatenate([tr_src, tr_dst]))
 
     def batches(index):
         for s in range(0, index.size, 200):
@@ -141,7 +141,7 @@ def run_pyg(a) -> dict:
     for e in range(1, a.epochs + 1):
         memory.train(); gnn.train(); link_pred.train()
         memory.reset_state(); neighbor_loader.reset_state()
-        rng = np.random.default_rng([a.seed, e])
+        rng = np.random.default_rng([a.seed, e, 0])  # the stream speed's trainer uses
         losses = []
         start = time.perf_counter()
         for idx in batches(train_index):
