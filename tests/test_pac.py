@@ -76,7 +76,7 @@ def test_sync_across_two_processes(mode, expected):
 
 
 def test_two_process_run_writes_per_rank_metrics(shards4, tmp_path):
-    m = run_parallel(shards4, TrainConfig(model="tgn", epochs=2, seed=0, **TINY), PacConfig(nproc=2), tmp_path)
+    m = speed.train(speed.load_shards(shards4), model="tgn", epochs=2, seed=0, nproc=2, out=tmp_path, **TINY)
     assert m["nproc"] == 2 and len(m["epochs"]) >= 1
     for e in m["epochs"]:
         assert len(e["ranks"]) == 2 and "sync_seconds" in e

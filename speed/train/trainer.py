@@ -425,7 +425,9 @@ def plot_curves(metrics: Dict, path: Path) -> None:
     plt.close(fig)
 
 
-def train(events_or_shards, model: str = "tgn", out=None, split: Optional[Split] = None, **kwargs) -> Dict:
+def train(events_or_shards, model: str = "tgn", out=None, split: Optional[Split] = None,
+          nproc: Optional[int] = None, sync: str = "last", shuffle: bool = True, eval: str = "assemble",
+          **kwargs) -> Dict:
     """Train a temporal GNN and return its metrics (the library form of ``speed train``).
 
     Parameters
@@ -438,6 +440,11 @@ def train(events_or_shards, model: str = "tgn", out=None, split: Optional[Split]
         Run directory for ``metrics.json``, ``curves.png`` and ``checkpoint.pt``.
     split : Split, optional
         Overrides the chronological split of an event log.
+    nproc : int, optional
+        Train in parallel (PAC) with this many spawned ranks; needs shards and ``out``.
+    sync, shuffle, eval : optional
+        PAC's shared-node sync rule, part shuffling and evaluation mode (see
+        :class:`speed.train.pac.PacConfig`).
     **kwargs
         Fields of :class:`TrainConfig` (``epochs``, ``batch_size``, ``lr``, ...).
 
@@ -446,6 +453,15 @@ def train(events_or_shards, model: str = "tgn", out=None, split: Optional[Split]
     dict
         The metrics written to ``metrics.json``.
     """
+    if nproc is not None:
+        from .launch import run_parallel
+        from .pac import PacConfig
+
+        path = events_or_shards.path if hasattr(events_or_shards, "path") else events_or_shards
+        if not Path(path).is_dir():
+            raise InputError("parallel training needs a shards directory from `speed partition`", path)
+        return run_parallel(path, TrainConfig(model=model, **kwargs),
+                            PacConfig(nproc=nproc, sync=sync, shuffle=shuffle, eval=eval), out)
     from ..data.readers import read_events
     from ..partition.shards import Shards
 
