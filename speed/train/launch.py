@@ -115,9 +115,19 @@ def run_parallel(shards_path, config: TrainConfig, pac, out=None) -> Optional[Di
     # positive here (the first batch of a pass has no pending messages, so the message and
     # updater weights are unused then), and the flag must stay.  Children inherit this.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    ctx = mp.start_processes(_spawned, args=(pac.nproc, _free_port(), str(shards_path), config, pac, str(out)),
+                             nprocs=pac.nproc, join=False, start_method="spawn")
     try:
-        mp.start_processes(_spawned, args=(pac.nproc, _free_port(), str(shards_path), config, pac, str(out)),
-                           nprocs=pac.nproc, join=True, start_method="spawn")
+        while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
+            pass
+    except KeyboardInterrupt:
+        # a Ctrl-C in a terminal reaches every rank; a SIGINT sent to this process alone must too
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in ctx.processes:
+            proc.join(timeout=30)
+        raise
     except mp.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         raise RankFailedError(f"rank {exc.error_index} failed: {last}") from None
