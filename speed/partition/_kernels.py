@@ -61,6 +61,19 @@ def initial_codes(num_nodes: int, hubs: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, inline="always")
+def _load_range(load):
+    """(largest, smallest) load: the balance term's maxsize and minsize."""
+    max_load = load[0]
+    min_load = load[0]
+    for q in range(1, load.shape[0]):
+        if load[q] > max_load:
+            max_load = load[q]
+        if load[q] < min_load:
+            min_load = load[q]
+    return max_load, min_load
+
+
+@numba.njit(cache=True, inline="always")
 def _member(c, p, hub_mask):
     """Whether partition ``p`` is in A(i) for a node with state ``c``."""
     if c <= -2:
@@ -120,13 +133,7 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
                 theta_j = 0.5
             h_i = 1.0 + (1.0 - theta_i)
             h_j = 1.0 + (1.0 - theta_j)
-            max_load = load[0]
-            min_load = load[0]
-            for q in range(1, num_parts):
-                if load[q] > max_load:
-                    max_load = load[q]
-                if load[q] < min_load:
-                    min_load = load[q]
+            max_load, min_load = _load_range(load)
             best = -np.inf
             best_p = 0
             for q in range(num_parts):
@@ -328,13 +335,7 @@ def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
         theta_j = dj / (di + dj)
         g_i = 1.0 + (1.0 - theta_i)
         g_j = 1.0 + (1.0 - theta_j)
-        max_load = load[0]
-        min_load = load[0]
-        for q in range(1, num_parts):
-            if load[q] > max_load:
-                max_load = load[q]
-            if load[q] < min_load:
-                min_load = load[q]
+        max_load, min_load = _load_range(load)
         best = -np.inf
         best_p = 0
         for q in range(num_parts):
