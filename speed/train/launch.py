@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -54,17 +55,17 @@ def _setup(rank: int, world: int, local_rank: int, local_world: int, config: Tra
 
 
 def _rank_main(rank: int, world: int, local_rank: int, local_world: int, shards_path: str, config: TrainConfig,
-               pac, out: Optional[str]):
+               pac, out: Optional[str], teardown: bool = True):
     from ..partition.shards import Shards
     from .pac import PacRank
 
     config = _setup(rank, world, local_rank, local_world, config, pac.timeout)
-    try:
-        _maybe_fault(rank)
-        return PacRank(Shards(shards_path), config, pac, rank, world, None if out is None else Path(out)).run()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    _maybe_fault(rank)
+    result = PacRank(Shards(shards_path), config, pac, rank, world, None if out is None else Path(out)).run()
+    if teardown and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
 
 
 def _maybe_fault(rank: int) -> None:
@@ -82,7 +83,13 @@ def _maybe_fault(rank: int) -> None:
 def _spawned(index: int, world: int, port: int, shards_path: str, config: TrainConfig, pac, out: Optional[str]):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    _rank_main(index, world, index, world, shards_path, config, pac, out)
+    _rank_main(index, world, index, world, shards_path, config, pac, out, teardown=False)
+    # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
+    # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
+    # had exited (torch 2.2), and interpreter shutdown runs the same destructor.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def under_torchrun() -> bool:
@@ -115,6 +122,9 @@ def run_parallel(shards_path, config: TrainConfig, pac, out=None) -> Optional[Di
     # positive here (the first batch of a pass has no pending messages, so the message and
     # updater weights are unused then), and the flag must stay.  Children inherit this.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
+    # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
     ctx = mp.start_processes(_spawned, args=(pac.nproc, _free_port(), str(shards_path), config, pac, str(out)),
                              nprocs=pac.nproc, join=False, start_method="spawn")
     try:
