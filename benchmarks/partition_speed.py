@@ -37,20 +37,21 @@ HERE = Path(__file__).resolve().parent
 RAW_BYTES_PER_EVENT = 24
 
 
-def _rss_now() -> int:
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _rss_now() -> int:
+    return _status_bytes("VmRSS")
 
 
 def _hwm() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return _status_bytes("VmHWM")
 
 
 def _reset_hwm() -> None:
