@@ -167,3 +167,30 @@ def test_link_metrics_by_hand():
     assert mean_reciprocal_rank(np.array([0.9, 0.2]), np.array([[0.95, 0.5, 0.1], [0.1, 0.0, 0.1]])) == \
         pytest.approx((1 / 2 + 1 / 1) / 2)
     assert np.isnan(link_metrics(np.array([]), np.array([0.1]))["ap"])
+
+
+def test_aggregators_by_hand():
+    from speed.train.modules import MeanAggregator
+
+    msg = torch.tensor([[1.0, 10.0], [3.0, 30.0], [5.0, 50.0]])
+    index = torch.tensor([0, 1, 0])
+    t = torch.tensor([2.0, 4.0, 1.0], dtype=torch.float64)
+    last, t_last = LastAggregator()(msg, index, t, 2)
+    assert last.tolist() == [[5.0, 50.0], [3.0, 30.0]] and t_last.tolist() == [1.0, 4.0]  # the later entry wins
+    mean, t_max = MeanAggregator()(msg, index, t, 2)
+    assert mean.tolist() == [[3.0, 30.0], [3.0, 30.0]] and t_max.tolist() == [2.0, 4.0]
+
+
+def test_custom_composition_with_mlp_message_and_mean_aggregator():
+    # variants are built by passing modules in: MLP message + mean aggregation + GRU + attention
+    from speed.train.modules import GraphAttentionEmbedding, GRUUpdater, MeanAggregator, MLPMessage
+
+    message = MLPMessage(8, 8, 0, out_dim=12)
+    model = TemporalGNN(20, 8, 8, 0, message, MeanAggregator(), GRUUpdater(12, 8),
+                        GraphAttentionEmbedding(8, 8, 0, 8), LinkPredictor(8), neighbors=3)
+    src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([3, 4, 5, 4])
+    t = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    model.observe(src[:2], dst[:2], t[:2], torch.arange(2))
+    pos, neg, _ = model(src[2:], dst[2:], torch.tensor([6, 7]), t[2:])  # node 0 has a pending message
+    (pos.sum() - neg.sum()).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in message.parameters())
