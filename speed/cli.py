@@ -156,7 +156,7 @@ def _cmd_train(args) -> int:
             raise InputError("parallel training (--nproc, torchrun) needs a shards directory from "
                              "`speed partition`", inp)
         pac = PacConfig(nproc=args.nproc or 1, sync=args.sync, shuffle=not args.no_shuffle, eval=args.eval,
-                        timeout=args.timeout, resume=args.resume)
+                        timeout=args.timeout, resume=args.resume, lr_scaling=not args.no_lr_scaling)
         try:
             metrics = run_parallel(inp, TrainConfig(model=args.model, **kwargs), pac, out)
         except RankFailedError as exc:
@@ -252,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--eval", choices=("assemble", "replay"), default="assemble",
                      help="evaluate on a memory gathered from the ranks (default) or replay all events")
     par.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    par.add_argument("--no-lr-scaling", action="store_true",
+                     help="keep --lr as given (default: multiply it by the number of ranks)")
     par.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may wait (default 300)")
     t.add_argument("--no-progress", action="store_true")
     _add_reader_options(t)
