@@ -146,3 +146,18 @@ def test_cli_parallel_errors(shards4, tmp_path, capsys):
     log = speed.write_generated(tmp_path / "log.csv", 50, 500, seed=0)
     assert main(["train", str(log), "--nproc", "2", "--out", str(tmp_path / "r")]) == 2
     assert "needs a shards directory" in capsys.readouterr().err
+
+
+def test_torchrun_runs_the_same_entry_point(shards4, tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), "-m", "speed", "train", str(shards4), "--model", "jodie", "--epochs", "1",
+           "--out", str(run), "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8",
+           "--threads", "1", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["nproc"] == 2 and len(m["epochs"][0]["ranks"]) == 2
