@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import sys
@@ -11,9 +12,24 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from .errors import InputError
+
+
+def jsonable(x):
+    """``x`` with numpy scalars as Python numbers, keys as strings and NaN/inf as None, so
+    ``json.dump`` writes standard JSON."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (np.floating, np.integer)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 def progress_enabled(progress: Optional[bool] = None) -> bool:

@@ -17,7 +17,8 @@ from .data.events import Events
 from .errors import InputError, MissingDependencyError
 
 
-def _dgl(what: str):
+def require_dgl(what: str):
+    """``(dgl, torch)``, or :class:`~speed.MissingDependencyError` naming the extra."""
     os.environ.setdefault("DGLBACKEND", "pytorch")
     try:
         import dgl
@@ -42,7 +43,7 @@ def to_dgl(events: Events):
         ``edata['label']`` when the events have them.  Numeric original node ids are in
         ``ndata['node_id']``.
     """
-    dgl, torch = _dgl("speed.to_dgl")
+    dgl, torch = require_dgl("speed.to_dgl")
     g = dgl.graph((torch.from_numpy(np.ascontiguousarray(events.src)),
                    torch.from_numpy(np.ascontiguousarray(events.dst))), num_nodes=events.num_nodes)
     g.edata["t"] = torch.from_numpy(np.ascontiguousarray(events.t))
@@ -75,7 +76,7 @@ def from_dgl(graph, time_key: str = "t", msg_key: Optional[str] = "msg",
         Sorted by time (stable), node ids as in the graph; ``ndata['node_id']`` becomes
         ``node_ids`` when present.
     """
-    _dgl("speed.from_dgl")
+    require_dgl("speed.from_dgl")
     if len(graph.ntypes) != 1 or len(graph.etypes) != 1:
         raise InputError(f"from_dgl needs a homogeneous graph, got node types {graph.ntypes} "
                          f"and edge types {graph.etypes}")
@@ -99,7 +100,7 @@ def part_graph(events: Events, node_parts: np.ndarray, parts: Iterable[int]):
     global id order); ``ndata[dgl.NID]`` maps them back and ``edata[dgl.EID]`` holds the
     event ids.  Other edge data as in :func:`to_dgl`.
     """
-    dgl, torch = _dgl("speed.part_graph")
+    dgl, torch = require_dgl("speed.part_graph")
     parts = list(parts)
     shared = np.flatnonzero(node_parts == -1)
     own = np.flatnonzero(np.isin(node_parts, parts))
@@ -138,7 +139,7 @@ def save_dgl_parts(shards, out_dir, period: str = "all", overwrite: bool = False
     """
     from .partition.shards import Shards, load_shards
 
-    dgl, _ = _dgl("speed.save_dgl_parts")
+    dgl, _ = require_dgl("speed.save_dgl_parts")
     sh = shards if isinstance(shards, Shards) else load_shards(shards)
     out_dir = Path(out_dir)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:

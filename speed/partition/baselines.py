@@ -10,14 +10,12 @@ array (-1 = shared), so shards and metrics are computed by the same code for eve
 
 from __future__ import annotations
 
-import os
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
 from .._util import captured_fds, progress_bar
 from ..data.events import Events
-from ..errors import MissingDependencyError
 from . import _kernels
 
 _CHUNK = 1 << 21
@@ -129,23 +127,15 @@ def kl(events: Events, num_parts: int, seed: int = 0, max_iter: int = 10) -> Tup
     return _kernels.fill_unplaced(parts, num_parts), {}
 
 
-def _import_dgl(what: str):
-    os.environ.setdefault("DGLBACKEND", "pytorch")
-    try:
-        import dgl  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependencyError("dgl", "dgl", what) from exc
-    return dgl
-
-
 def metis(events: Events, num_parts: int, seed: int = 0) -> Tuple[np.ndarray, Dict]:
     """METIS k-way (through DGL's ``metis_partition_assignment``) on the static projection.
 
     Needs the ``dgl`` extra.  Nodes are relabelled to the ones present, the projection is
     made symmetric, and nodes absent from the events fill the smallest parts.
     """
-    dgl = _import_dgl("method='metis'")
-    import torch
+    from ..interop import require_dgl
+
+    dgl, torch = require_dgl("method='metis'")
 
     present = np.flatnonzero(events.node_mask())
     local = np.full(events.num_nodes, -1, dtype=np.int64)

@@ -26,7 +26,7 @@ from typing import Iterable, List, Optional
 
 import numpy as np
 
-from .._util import atomic_dir, progress_bar
+from .._util import atomic_dir, jsonable, progress_bar
 from ..data.events import Events
 from ..errors import InputError
 from . import _kernels
@@ -48,16 +48,6 @@ def bucket_id(a: int, b: int, num_parts: int) -> int:
         a, b = b, a
     q = num_parts + 1
     return a * q - a * (a - 1) // 2 + (b - a)
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None) -> dict:
@@ -99,7 +89,7 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
     }
     if extra:
         manifest.update(extra)
-    return _jsonable(manifest)
+    return jsonable(manifest)
 
 
 def _write_columns(folder: Path, events: Events, arrays, bid, offsets, progress) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._util import atomic_file, progress_bar
+from .._util import atomic_file, jsonable, progress_bar
 from ..data.events import Events
 from ..data.split import Split, chronological_split
 from ..errors import InputError
@@ -380,23 +380,11 @@ class Trainer:
             torch.save(state, tmp)
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, (np.floating, np.integer)):
-        return _jsonable(x.item())
-    return x
-
-
 def write_run(out: Path, metrics: Dict) -> None:
     """``metrics.json`` and ``curves.png`` (loss and validation AP per epoch), atomically."""
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "metrics.json") as tmp:
-        tmp.write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+        tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
     plot_curves(metrics, out / "curves.png")
 
 
