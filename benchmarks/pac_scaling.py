@@ -50,9 +50,6 @@ def main() -> int:
     a = ap.parse_args()
 
     import speed
-    from speed.train.launch import run_parallel
-    from speed.train.pac import PacConfig
-    from speed.train.trainer import TrainConfig
 
     cores = os.cpu_count() or 1
     rows = []
@@ -79,15 +76,14 @@ def main() -> int:
                     print(f"{ds} {model}: 2 ranks, P={parts}, topk {topk:g}%", file=sys.stderr)
                     out = tmp / f"run-{ds}-{model}-{parts}-{topk:g}"
                     t0 = time.perf_counter()
-                    m = run_parallel(path, TrainConfig(model=model, epochs=a.epochs, seed=0, progress=False,
-                                                       patience=a.epochs),
-                                     PacConfig(nproc=2), out)
+                    m = speed.train(path, model=model, epochs=a.epochs, seed=0, progress=False, patience=a.epochs,
+                                    nproc=2, out=out)
                     ranks = [r for e in m["epochs"] for r in e["ranks"]]
                     rows.append({
                         "dataset": ds, "model": model, "nproc": 2, "parts": parts, "topk": topk,
                         "edge_cut": stats["edge_cut"], "shared_nodes": stats["shared_nodes"],
                         "epoch_seconds": float(np.mean([e["train_seconds"] for e in m["epochs"]])),
-                        "sync_seconds": float(np.mean([e["sync_seconds"] for e in m["epochs"]])),
+                        "sync_seconds": float(np.mean([e["seconds"]["sync"] for e in m["epochs"]])),
                         "test": m["test"], "rank_memory_bytes": max(r["memory_bytes"] for r in ranks),
                         "rank_nodes": max(r["nodes"] for r in ranks), "num_nodes": m["data"]["num_nodes"],
                         "unpartitioned_memory_bytes": m["memory_bytes_unpartitioned"], "wall_seconds": time.perf_counter() - t0,

@@ -49,20 +49,19 @@ def _setup(threads: int):
 
 
 def run_speed(a) -> dict:
-    from speed.train.evaluate import link_metrics
-    from speed.train.trainer import TrainConfig, Trainer
+    from speed.train import TrainConfig, Trainer
 
     events, split = _setup(a.threads)
     cfg = TrainConfig(model="tgn", batch_size=200, lr=1e-4, memory_dim=100, time_dim=100, embedding_dim=100,
-                      neighbors=10, device="cpu", seed=a.seed, progress=False, num_threads=a.threads)
+                      neighbors=10, device="cpu", seed=a.seed, progress=False, num_threads=a.threads).validate()
     tr = Trainer(events, split, cfg)
     epochs = []
     for e in range(1, a.epochs + 1):
-        log = tr._run_epoch(e)
+        log = tr.train_epoch(e)
         epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss})
-    tr.stream(tr._period("val"), seed=a.seed + 1)
-    test = tr.stream(tr._period("test"), seed=a.seed + 2)
-    return {"epochs": epochs, "test": link_metrics(test.pos, test.neg)}
+    tr.evaluator.evaluate(tr.model, "val")
+    test, _ = tr.evaluator.evaluate(tr.model, "test")
+    return {"epochs": epochs, "test": test["transductive"]}
 
 
 def run_pyg(a) -> dict:

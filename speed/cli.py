@@ -136,9 +136,11 @@ def _cmd_generate(args) -> int:
 
 # ------------------------------------------------------------------------------- train
 def _cmd_train(args) -> int:
-    from .train.launch import RankFailedError, run_parallel, under_torchrun
-    from .train.pac import PacConfig
-    from .train.trainer import TrainConfig, train
+    from dataclasses import fields
+
+    from .train.api import train
+    from .train.config import TrainConfig
+    from .train.pac.launch import RankFailedError, under_torchrun
 
     out = Path(args.out)
     if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
@@ -146,31 +148,46 @@ def _cmd_train(args) -> int:
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)
-    kwargs = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, memory_dim=args.memory_dim,
-                  time_dim=args.time_dim, embedding_dim=args.embedding_dim, neighbors=args.neighbors,
-                  device=args.device, seed=args.seed, patience=args.patience, mrr_negatives=args.mrr_negatives,
-                  deterministic=args.deterministic, num_threads=args.threads,
-                  progress=False if args.no_progress else None)
-    if args.nproc is not None or under_torchrun():
-        if not inp.is_dir():
-            raise InputError("parallel training (--nproc, torchrun) needs a shards directory from "
-                             "`speed partition`", inp)
-        pac = PacConfig(nproc=args.nproc or 1, sync=args.sync, shuffle=not args.no_shuffle, eval=args.eval,
-                        timeout=args.timeout, resume=args.resume, lr_scaling=not args.no_lr_scaling)
-        try:
-            metrics = run_parallel(inp, TrainConfig(model=args.model, **kwargs), pac, out)
-        except RankFailedError as exc:
-            print(f"speed train: error: {exc}", file=sys.stderr)
-            return 1
-        if metrics is None:  # a non-zero rank under torchrun
-            return 0
-    else:
-        if args.resume:
-            raise InputError("--resume is for parallel runs (--nproc or torchrun)")
-        data = inp if inp.is_dir() else _read(args)
-        metrics = train(data, model=args.model, out=out, **kwargs)
+    config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.metadata["cli"]}
+    config["progress"] = False if args.no_progress else None
+    parallel = args.nproc is not None or under_torchrun()
+    # an event log is read here, with the reader options; shards (and parallel runs) by path
+    data = inp if (inp.is_dir() or parallel) else _read(args)
+    try:
+        metrics = train(data, out=out, **config)
+    except RankFailedError as exc:
+        print(f"speed train: error: {exc}", file=sys.stderr)
+        return 1
+    if metrics is None:  # a non-zero rank under torchrun
+        return 0
     print(format_train_summary(metrics, out))
     return 0
+
+
+def _add_config_options(t: argparse.ArgumentParser) -> None:
+    """``speed train`` options: one per :class:`TrainConfig` field, with its default and choices."""
+    import typing
+    from dataclasses import MISSING, fields
+
+    from .train.config import TrainConfig, cli_flag
+
+    hints = typing.get_type_hints(TrainConfig)
+    groups = {"train": t, "pac": t.add_argument_group("parallel training (PAC) on a shards directory")}
+    for f in fields(TrainConfig):
+        meta = f.metadata
+        if not meta["cli"]:
+            continue
+        g, flag, default = groups[meta["group"]], cli_flag(f), f.default
+        assert default is not MISSING
+        if hints[f.name] is bool:
+            action = "store_false" if flag.startswith("--no-") else "store_true"
+            g.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+            continue
+        typ = next(a for a in typing.get_args(hints[f.name]) if a is not type(None)) \
+            if typing.get_origin(hints[f.name]) is typing.Union else hints[f.name]
+        shown = "" if default is None else f" (default {default})"
+        g.add_argument(flag, dest=f.name, type=typ, default=default, choices=meta["choices"], metavar=meta["metavar"],
+                       help=meta["help"] + shown)
 
 
 def format_train_summary(m: dict, out: Path) -> str:
@@ -225,37 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a temporal GNN on an event log or a shards directory")
     t.add_argument("input", help="event log (same formats as partition) or a shards directory")
-    from .train.models import MODELS
-
-    t.add_argument("--model", choices=MODELS, default="tgn", help="model (default tgn)")
-    t.add_argument("--epochs", type=int, default=10, help="maximum epochs (default 10)")
-    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt")
-    t.add_argument("--batch-size", type=int, default=200, help="events per batch (default 200)")
-    t.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (default 1e-4)")
-    t.add_argument("--memory-dim", type=int, default=100)
-    t.add_argument("--time-dim", type=int, default=100)
-    t.add_argument("--embedding-dim", type=int, default=100)
-    t.add_argument("--neighbors", type=int, default=10, help="sampled recent neighbours (default 10)")
-    t.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--patience", type=int, default=5, help="epochs without val AP gain before stopping")
-    t.add_argument("--mrr-negatives", type=int, default=0, help="also report test MRR against K negatives")
-    t.add_argument("--deterministic", action="store_true", help="deterministic torch algorithms")
-    t.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
     t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
-    par = t.add_argument_group("parallel training (PAC) on a shards directory")
-    par.add_argument("--nproc", type=int, default=None,
-                     help="processes to spawn, one per GPU or CPU share (parts must be a multiple of it)")
-    par.add_argument("--sync", choices=("last", "mean", "none"), default="last",
-                     help="shared-node memory after each epoch: latest state wins (default), mean, or none")
-    par.add_argument("--no-shuffle", action="store_true", help="keep the same parts on each rank every epoch")
-    par.add_argument("--eval", choices=("assemble", "replay"), default="assemble",
-                     help="evaluate on a memory gathered from the ranks (default) or replay all events")
-    par.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-    par.add_argument("--no-lr-scaling", action="store_true",
-                     help="keep --lr as given (default: multiply it by the number of ranks)")
-    par.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may wait (default 300)")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_config_options(t)
     _add_reader_options(t)
     t.set_defaults(func=_cmd_train)
 
@@ -274,13 +264,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flag_hint(exc: Exception) -> str:
+    """`` (--flag)`` for an error about a training parameter the command line exposes."""
+    from .train.config import ConfigError, flag_of
+
+    if isinstance(exc, ConfigError) and flag_of(exc.param):
+        return f" ({flag_of(exc.param)})"
+    return ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (InputError, MissingDependencyError) as exc:
-        print(f"speed {args.command}: error: {exc}", file=sys.stderr)
+        print(f"speed {args.command}: error: {exc}{_flag_hint(exc)}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print(f"speed {args.command}: interrupted", file=sys.stderr)

@@ -10,6 +10,11 @@ import numpy as np
 from ..errors import InputError
 from .events import Events
 
+# The default chronological split (fractions of events) and inductive hold-out (fraction of
+# val/test nodes); the partition and train commands and TrainConfig all read these.
+DEFAULT_VAL = 0.15
+DEFAULT_TEST = 0.15
+DEFAULT_NEW_NODE_FRACTION = 0.1
 
 @dataclass
 class Split:
@@ -102,9 +107,9 @@ def _sorted_quantile(t: np.ndarray, q: float) -> float:
 
 def chronological_split(
     events: Events,
-    val: float = 0.15,
-    test: float = 0.15,
-    new_node_fraction: float = 0.1,
+    val: float = DEFAULT_VAL,
+    test: float = DEFAULT_TEST,
+    new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION,
     seed: int = 0,
 ) -> Split:
     """Split events by time quantiles and choose the inductive held-out nodes.

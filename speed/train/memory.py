@@ -40,6 +40,12 @@ class NodeMemory(nn.Module):
         self.memory = torch.zeros_like(self.memory)
         self.last_update = torch.zeros_like(self.last_update)
 
+    def resize(self, num_nodes: int) -> None:
+        """Hold ``num_nodes`` fresh (zero) rows, on the same device."""
+        self.num_nodes = int(num_nodes)
+        self.memory = self.memory.new_zeros(self.num_nodes, self.memory_dim)
+        self.last_update = self.last_update.new_zeros(self.num_nodes)
+
     def read(self, n_id: torch.Tensor):
         """``(memory[n_id], last_update[n_id])`` as stored."""
         return self.memory[n_id], self.last_update[n_id]

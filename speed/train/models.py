@@ -40,7 +40,8 @@ So an event never sees itself or any later event, in memory or in sampling.
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -62,6 +63,28 @@ from .sampler import RecentNeighborSampler
 from .store import MessageStore
 
 MODELS = ("jodie", "dyrep", "tgn", "tige")
+
+
+@dataclass
+class NodeState:
+    """Rows of a model's node state, detached: what PAC synchronises, gathers and checkpoints.
+
+    Attributes
+    ----------
+    memories : dict of str to (float32 tensor (n, d), float64 tensor (n,))
+        For each memory of the model (:meth:`TemporalGNN.memories`), the states and
+        ``last_update`` of the rows, in the order of the ids they were read for.
+    pending : tuple of 4 tensors, each shape (M,)
+        ``(node, other, t, eid)``: the rows' pending events (int64, int64, float64, int64),
+        ``node`` and ``other`` in the same id space as the ids.
+    """
+
+    memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]
+    pending: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+    def to(self, device) -> "NodeState":
+        return NodeState({k: (s.to(device), t.to(device)) for k, (s, t) in self.memories.items()},
+                         tuple(x.to(device) for x in self.pending))
 
 
 class TemporalGNN(nn.Module):
@@ -118,31 +141,82 @@ class TemporalGNN(nn.Module):
     def reset_state(self) -> None:
         """Start of a pass: zero memory, forget pending messages and neighbours."""
         self._last_states = None
-        self.memory.reset_state()
-        if self.left_memory is not None:
-            self.left_memory.reset_state()
+        for mem in self.memories().values():
+            mem.reset_state()
         self.sampler.reset()
         self.store.reset()
 
     def detach(self) -> None:
-        self.memory.detach()
+        for mem in self.memories().values():
+            mem.detach()
+
+    def memories(self) -> Dict[str, NodeMemory]:
+        """The node memories by name: ``memory``, and TIGE's ``left_memory`` (``h(t-)``)."""
+        out = {"memory": self.memory}
         if self.left_memory is not None:
-            self.left_memory.detach()
+            out["left_memory"] = self.left_memory
+        return out
+
+    def node_state(self, n_id: torch.Tensor) -> NodeState:
+        """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
+        row, other, t, eid = self.store.gather(n_id)
+        return NodeState({k: tuple(x.detach().clone() for x in m.read(n_id)) for k, m in self.memories().items()},
+                         (n_id[row], other, t, eid))
+
+    def load_node_state(self, n_id: torch.Tensor, state: NodeState) -> None:
+        """Overwrite the rows ``n_id`` with ``state`` (as returned by :meth:`node_state`);
+        their pending events become exactly ``state.pending``."""
+        self._last_states = None
+        for k, mem in self.memories().items():
+            values, last = state.memories[k]
+            mem.write(n_id, values.to(mem.memory.device), last.to(mem.last_update.device))
+        self.store.clear(n_id)
+        node, other, t, eid = (x.to(self.memory.memory.device) for x in state.pending)
+        if node.numel():
+            self.store.replace(node, other, t, eid)
+
+    @torch.no_grad()
+    def settle(self, n_id: torch.Tensor) -> None:
+        """Apply the pending events of the distinct nodes ``n_id`` to their stored memory
+        (so the stored rows are complete states, e.g. before they are synchronised)."""
+        self._last_states = None
+        state, last = self.memory_of(n_id)
+        self.memory.write(n_id, state, last)
+        self.store.clear(n_id)
+
+    def insert_neighbors(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        """Record events in the neighbour sampler without touching memory (e.g. the training
+        events before evaluation continues from a gathered memory)."""
+        self.sampler.insert(src, dst, t, eid)
+
+    def state_prefixes(self) -> Tuple[str, ...]:
+        return tuple(f"{k}." for k in self.memories())
+
+    def params_state_dict(self) -> Dict[str, torch.Tensor]:
+        """``state_dict()`` without the node state: what ranks share and checkpoints restore."""
+        prefixes = self.state_prefixes()
+        return {k: v for k, v in self.state_dict().items() if not k.startswith(prefixes)}
+
+    def load_params(self, params: Dict[str, torch.Tensor]) -> None:
+        """Load weights from a state dict, ignoring any node-state entries in it."""
+        prefixes = self.state_prefixes()
+        self.load_state_dict({k: v for k, v in params.items() if not k.startswith(prefixes)}, strict=False)
+
+    def node_state_bytes(self, num_nodes: Optional[int] = None) -> int:
+        """Bytes of memories and timestamps for ``num_nodes`` rows (default: as held)."""
+        n = self.num_nodes if num_nodes is None else int(num_nodes)
+        return int(sum(n * (m.memory_dim * m.memory.element_size() + m.last_update.element_size())
+                       for m in self.memories().values()))
 
     def backup(self) -> dict:
         """Memory, pending messages and neighbours, detached (see :meth:`restore`)."""
-        return {
-            "memory": self.memory.backup(),
-            "left_memory": None if self.left_memory is None else self.left_memory.backup(),
-            "store": self.store.state_dict(),
-            "sampler": self.sampler.state_dict(),
-        }
+        return {"memories": {k: m.backup() for k, m in self.memories().items()},
+                "store": self.store.state_dict(), "sampler": self.sampler.state_dict()}
 
     def restore(self, state: dict) -> None:
         self._last_states = None
-        self.memory.restore(state["memory"])
-        if self.left_memory is not None:
-            self.left_memory.restore(state["left_memory"])
+        for k, mem in self.memories().items():
+            mem.restore(state["memories"][k])
         self.store.load_state_dict(state["store"])
         self.sampler.load_state_dict(state["sampler"])
 
@@ -212,11 +286,8 @@ class TemporalGNN(nn.Module):
         (a PAC rank's local nodes); parameters are untouched."""
         dev = self.memory.memory.device
         self.num_nodes = int(num_nodes)
-        for mem in (self.memory, self.left_memory):
-            if mem is not None:
-                mem.num_nodes = self.num_nodes
-                mem.memory = torch.zeros(self.num_nodes, mem.memory_dim, device=dev)
-                mem.last_update = torch.zeros(self.num_nodes, dtype=torch.float64, device=dev)
+        for mem in self.memories().values():
+            mem.resize(self.num_nodes)
         self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
         self.store = MessageStore(self.num_nodes, dev)
         self._last_states = None

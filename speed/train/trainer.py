@@ -1,76 +1,36 @@
-"""Single-process training and evaluation of a temporal GNN on one event stream.
+"""The epoch loop of every run, and the single-process trainer.
 
-The loop is written so that one PAC rank is this same loop over its sub-graph:
-``Trainer._run_epoch`` streams whatever events it is given.
+:class:`EpochLoop` is the one loop: train an epoch (a hook), validate on the full graph,
+stop early on validation AP, score the test period at each best epoch, write ``last.pt`` and
+``checkpoint.pt`` (:mod:`speed.train.checkpoint`), resume, and assemble ``metrics.json``.
+:class:`Trainer` fills its hooks for one process over one stream; a PAC rank
+(:class:`speed.train.pac.rank.PacRank`) fills them for one rank of a parallel run.  Both
+train with the same :class:`~speed.train.engine.Engine` and evaluate with the same
+:class:`~speed.train.evaluator.Evaluator`.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .._util import atomic_file, jsonable, progress_bar
 from ..data.events import Events
-from ..data.split import Split, chronological_split
+from ..data.split import Split
 from ..errors import InputError
-from .evaluate import link_metrics, mean_reciprocal_rank, node_classification_auroc
-from .models import MODELS, TemporalGNN, build_model
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of a training run (stored unchanged in ``metrics.json``)."""
-
-    model: str = "tgn"
-    epochs: int = 10
-    batch_size: int = 200
-    lr: float = 1e-4
-    memory_dim: int = 100
-    time_dim: int = 100
-    embedding_dim: int = 100
-    neighbors: int = 10
-    device: str = "auto"
-    seed: int = 0
-    patience: int = 5
-    mrr_negatives: int = 0
-    deterministic: bool = False
-    num_threads: Optional[int] = None
-    val: float = 0.15
-    test: float = 0.15
-    new_node_fraction: float = 0.1
-    node_classification: bool = True
-    progress: Optional[bool] = None
-
-    def validate(self) -> None:
-        if self.model not in MODELS:
-            raise InputError(f"unknown model '{self.model}' (choose from {', '.join(MODELS)})")
-        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{name} must be an integer >= 1, got {v!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise InputError(f"lr must be a positive number, got {self.lr!r}")
-        if self.patience < 1:
-            raise InputError(f"patience must be >= 1, got {self.patience}")
-        if self.mrr_negatives < 0:
-            raise InputError(f"mrr_negatives must be >= 0, got {self.mrr_negatives}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise InputError(f"num_threads must be >= 1, got {self.num_threads}")
-        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
-            raise InputError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise InputError(f"device {self.device!r} requested but CUDA is not available")
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .engine import Batches, EarlyStopping, Engine, EpochLog, EventTensors
+from .evaluator import Evaluator
+from .models import TemporalGNN, build_model
+from .negatives import RandomNegatives, negative_pool, train_seed
+from .report import write_run
 
 
 def resolve_device(name: str) -> torch.device:
@@ -100,29 +60,193 @@ def time_scale(events: Events) -> float:
     return scale if scale > 0 else 1.0
 
 
-@dataclass
-class StreamResult:
-    """Scores of one evaluation pass."""
-
-    pos: np.ndarray
-    neg: np.ndarray
-    mrr_neg: Optional[np.ndarray] = None
-    z_src: Optional[np.ndarray] = None
-    eids: Optional[np.ndarray] = None
+def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> TemporalGNN:
+    """The configured model for ``num_nodes`` node-state rows, with the log's edge features."""
+    model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, memory_dim=config.memory_dim,
+                        time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
+                        time_scale=time_scale(train))
+    return model
 
 
-@dataclass
-class EpochLog:
-    epoch: int
-    train_seconds: float
-    train_events: int
-    train_events_per_s: float
-    loss: float
-    val: Dict = field(default_factory=dict)
+class EpochLoop:
+    """Train, validate, stop early, checkpoint and report: the loop shared by every run.
+
+    Subclasses set ``config, events, split, device, model, optimizer, evaluator, out`` and
+    implement :meth:`train_epoch`; the other hooks have single-process defaults.
+    """
+
+    is_main = True  # the process that evaluates and writes files
+    world = 1
+
+    def _init_loop(self) -> None:
+        self.history: List[EpochLog] = []
+        self.stopping = EarlyStopping(self.config.patience)
+        self.best: Dict = {}
+        self.best_params: Optional[Dict] = None
+        self.start_epoch = 1
+        self._z_train: Optional[list] = None
+
+    # ------------------------------------------------------------------ hooks
+    def train_epoch(self, epoch: int) -> EpochLog:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def eval_model(self) -> TemporalGNN:
+        """The full-graph model that evaluation continues (ready after :meth:`prepare_eval`)."""
+        return self.model
+
+    def prepare_eval(self, log: EpochLog) -> None:
+        """Bring :meth:`eval_model` to the end of this epoch's training; runs on every
+        process (PAC: the ranks' state is gathered)."""
+
+    def agree(self, flag: bool) -> bool:
+        """The main process's decision, known to every process."""
+        return flag
+
+    def rng_states(self) -> List[Dict]:
+        """RNG state of every process, in rank order (collective under PAC)."""
+        return [ckpt.rng_state()]
+
+    def data_summary(self) -> Dict:
+        return {}
+
+    def extra_metrics(self) -> Dict:
+        return {}
+
+    # ------------------------------------------------------------ evaluation
+    def validate(self, log: Optional[EpochLog] = None) -> Dict:
+        """Continue the evaluation model through the validation period."""
+        scores, res = self.evaluator.evaluate(self.eval_model(), "val", collect_z=self._z_train is not None)
+        self._val_z = res.z_src
+        return scores
+
+    def _best_results(self, log: EpochLog) -> Dict:
+        """Scores of a new best epoch: its validation, then the test period continued."""
+        model = self.eval_model()
+        test, res = self.evaluator.evaluate(model, "test", collect_z=self._z_train is not None)
+        best = {"val": log.val, "test": test}
+        if self._z_train is not None:
+            nc = self.evaluator.node_classification(torch.cat(self._z_train).numpy(), self._val_z, res.z_src)
+            if nc is not None:
+                best["node_classification"] = nc
+        return best
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> Optional[Dict]:
+        """Train with early stopping on validation AP.
+
+        Evaluation follows TGN's protocol: after each epoch's training the stream goes on
+        through the validation events, and at a best epoch on through the test events too.
+        Returns the metrics (also written to ``out/metrics.json``) on the main process,
+        None elsewhere.
+        """
+        cfg = self.config
+        if cfg.resume:
+            self.load_last()
+        started = time.perf_counter()
+        for epoch in range(self.start_epoch, cfg.epochs + 1):
+            log = self.train_epoch(epoch)
+            t0 = time.perf_counter()
+            self.prepare_eval(log)  # collective under PAC
+            log.seconds["exchange"] = time.perf_counter() - t0
+            if self.is_main:
+                t0 = time.perf_counter()
+                log.val = self.validate(log)
+                log.seconds["validate"] = time.perf_counter() - t0
+                self.history.append(log)
+                if self.stopping.update(epoch, log.val["transductive"]["ap"]):
+                    self.best = self._best_results(log)
+                    self._save_best(epoch)
+            stop = self.agree(self.stopping.should_stop)
+            self.save_last(epoch)
+            if stop:
+                break
+        train_seconds = time.perf_counter() - started
+        if not self.is_main:
+            return None
+        t0 = time.perf_counter()
+        final = self.final_results()
+        metrics = {
+            "model": cfg.model,
+            "nproc": self.world,
+            "config": cfg.to_dict(),
+            "data": {"num_events": len(self.events), "num_nodes": self.events.num_nodes,
+                     "num_train_events": int(self.split.train_mask.sum()), "num_val_events": self.split.num_val,
+                     "num_test_events": self.split.num_test, "msg_dim": self.events.msg_dim,
+                     "source": self.events.meta.get("source"), **self.data_summary()},
+            **self.extra_metrics(),
+            "epochs": [asdict(h) for h in self.history],
+            "best_epoch": self.stopping.best_epoch,
+            **final,
+            "negatives_true_edges": self.evaluator.true_negative_counts(),
+            "seconds": {"total": time.perf_counter() - started, "train": train_seconds,
+                        "final_evaluation": time.perf_counter() - t0},
+        }
+        if self.out is not None:
+            write_run(self.out, metrics)
+        return metrics
+
+    def final_results(self) -> Dict:
+        """The reported results: those of the best epoch, or a replay with its weights."""
+        if self.config.eval == "replay":
+            model = self.eval_model()
+            model.load_params(self.best_params)
+            return self.evaluator.replay(model)
+        return self.best
+
+    # ------------------------------------------------------------- checkpoints
+    def _checkpoint(self, kind: str, epoch: int, model_state: Dict, pending=None, rng=None) -> ckpt.Checkpoint:
+        return ckpt.Checkpoint(kind=kind, epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
+                               model=model_state, optimizer=self.optimizer.state_dict(),
+                               rng=rng if rng is not None else [ckpt.rng_state()],
+                               history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(),
+                               best=self.best, num_nodes=self.events.num_nodes, pending=pending,
+                               val_ap=self.stopping.best_score)
+
+    def _save_best(self, epoch: int) -> None:
+        """``checkpoint.pt``: weights and the full-graph node state after the log, at the best epoch."""
+        model = self.eval_model()
+        if self.config.eval == "replay":
+            self.best_params = {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
+        if self.out is None:
+            return
+        everyone = torch.arange(model.num_nodes, device=model.memory.memory.device)
+        pending = tuple(x.cpu() for x in model.node_state(everyone).pending)
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        self._checkpoint("best", epoch, state, pending).save(Path(self.out) / ckpt.BEST)
+
+    def save_last(self, epoch: int) -> None:
+        """``last.pt``: everything ``resume`` needs (every process's RNG state)."""
+        rngs = self.rng_states()
+        if not self.is_main or self.out is None:
+            return
+        params = {k: v.detach().cpu() for k, v in self.model.params_state_dict().items()}
+        last = self._checkpoint("last", epoch, params, rng=rngs)
+        last.extra = {"best_params": self.best_params}
+        last.save(Path(self.out) / ckpt.LAST)
+
+    def load_last(self) -> None:
+        """Continue from ``out/last.pt``: weights, optimiser, RNG, history, early stopping."""
+        if self.out is None:
+            raise InputError("resume needs the run directory (out=...)")
+        state = ckpt.load_checkpoint(Path(self.out) / ckpt.LAST)
+        if state.model_name != self.model.name:
+            raise InputError(f"cannot resume: the run trained {state.model_name}, not {self.model.name}",
+                             Path(self.out) / ckpt.LAST)
+        if len(state.rng) != self.world:
+            raise InputError(f"cannot resume: the run had {len(state.rng)} processes, not {self.world}",
+                             Path(self.out) / ckpt.LAST)
+        self.model.load_params(state.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        ckpt.set_rng_state(state.rng[getattr(self, "rank", 0)])
+        self.history = [EpochLog(**h) for h in state.history]
+        self.stopping.load_state_dict(state.stopping)
+        self.best = state.best
+        self.best_params = state.extra.get("best_params")
+        self.start_epoch = state.epoch + 1
 
 
-class Trainer:
-    """Train a temporal GNN on chronological batches and evaluate it on the full stream.
+class Trainer(EpochLoop):
+    """Train a temporal GNN in this process on chronological batches of the training events.
 
     Parameters
     ----------
@@ -131,339 +255,41 @@ class Trainer:
     split : Split
         Its chronological split; training uses ``split.train_mask`` events only.
     config : TrainConfig
+        Validated by the caller (:func:`speed.train`).
     model : TemporalGNN, optional
         Built from ``config`` when omitted.
+    out : path-like, optional
+        Run directory for ``metrics.json``, ``curves.png``, ``checkpoint.pt`` and ``last.pt``.
     """
 
-    def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[TemporalGNN] = None):
-        config.validate()
-        self.events = events
-        self.split = split
-        self.config = config
+    def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[TemporalGNN] = None,
+                 out=None):
+        self.events, self.split, self.config = events, split, config
+        self.out = None if out is None else Path(out)
         self.device = resolve_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         seed_everything(config.seed, config.deterministic)
-        train = split.train(events)
-        self.model = (model or build_model(
-            config.model, events.num_nodes, msg_dim=events.msg_dim, memory_dim=config.memory_dim,
-            time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
-            time_scale=time_scale(train))).to(self.device)
+        self.train_index = np.flatnonzero(split.train_mask)
+        self.model = (model or model_for(config, events.num_nodes, events, split.train(events))).to(self.device)
         self.model.set_edge_features(events.msg)
         # foreach: one kernel per step for all parameters instead of a Python loop over them
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
-        # Negatives come from the destination side of the training events (items of a
-        # bipartite log, every node otherwise), as in TGN.
-        self.train_index = np.flatnonzero(split.train_mask)
-        tr_src, tr_dst = events.src[self.train_index], events.dst[self.train_index]
-        self.neg_pool = np.unique(tr_dst if events.bipartite else np.concatenate([tr_src, tr_dst]))
-        # torch.tensor copies: event arrays may be read-only views (arrow, memory maps)
-        self._src = torch.tensor(events.src)
-        self._dst = torch.tensor(events.dst)
-        self._t = torch.tensor(events.t_float())
-        self._eid = torch.tensor(events.eid)
-        self.history: List[EpochLog] = []
+        self.engine = Engine(self.model, self.optimizer, progress=config.progress)
+        self.stream = EventTensors(events, self.device)
+        self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
+                                   node_classification=config.node_classification, progress=config.progress,
+                                   tensors=self.stream)
+        self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
+        self._init_loop()
 
-    # ---------------------------------------------------------------------- batches
-    def _batches(self, index: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:
-        for start in range(0, index.size, batch_size):
-            yield index[start:start + batch_size]
-
-    def _tensors(self, idx: np.ndarray):
-        i = torch.from_numpy(idx)
-        dev = self.device
-        return self._src[i].to(dev), self._dst[i].to(dev), self._t[i].to(dev), self._eid[i].to(dev)
-
-    def _negatives(self, rng: np.random.Generator, n: int, k: int = 1) -> torch.Tensor:
-        return torch.from_numpy(self.neg_pool[rng.integers(0, self.neg_pool.size, size=(n, k))]).to(self.device)
-
-    def forward(self, src, dst, neg, t):
-        """The model's forward (a DDP-wrapped one under PAC)."""
-        return self.model(src, dst, neg, t)
-
-    def _run_batch(self, idx: np.ndarray, rng: np.random.Generator, collect: Optional[list] = None) -> float:
-        """One optimiser step on the events ``idx`` (in the documented memory order)."""
-        model = self.model
-        src, dst, t, eid = self._tensors(idx)
-        neg = self._negatives(rng, idx.size)[:, 0]
-        self.optimizer.zero_grad()
-        n = idx.size
-        pos_logit, neg_logit, z = self.forward(src, dst, neg, t)
-        loss = F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
-            F.binary_cross_entropy_with_logits(neg_logit, torch.zeros_like(neg_logit))
-        # stored states come from the weights that produced this batch's loss (PyG's order)
-        model.observe(src, dst, t, eid, z[:2 * n])
-        if collect is not None:
-            collect.append(z[:n].detach().cpu())
-        loss.backward()
-        self.optimizer.step()
-        model.detach()
-        return float(loss.detach())
-
-    def _run_epoch(self, epoch: int, index: Optional[np.ndarray] = None, collect: Optional[list] = None) -> EpochLog:
-        """Reset memory, then one pass over ``index`` (default: the training events).
-        Source embeddings are appended to ``collect`` when given."""
-        index = self.train_index if index is None else index
-        model = self.model
-        model.train()
-        model.reset_state()
-        rng = np.random.default_rng([self.config.seed, epoch, 0])  # PAC ranks use [seed, epoch, rank]
-        losses = []
-        start = time.perf_counter()
-        with progress_bar(index.size, f"epoch {epoch}", progress=self.config.progress) as bar:
-            for idx in self._batches(index, self.config.batch_size):
-                losses.append(self._run_batch(idx, rng, collect))
-                bar.update(idx.size)
-                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-        seconds = time.perf_counter() - start
-        return EpochLog(epoch=epoch, train_seconds=seconds, train_events=int(index.size),
-                        train_events_per_s=index.size / max(seconds, 1e-9), loss=float(np.mean(losses)))
-
-    @torch.no_grad()
-    def stream(self, index: np.ndarray, seed: Optional[int], mrr_negatives: int = 0, collect_z: bool = False,
-               desc: str = "eval") -> StreamResult:
-        """Stream events without gradients, continuing from the current state.
-
-        With ``seed`` None no negatives are scored (used to rebuild memory).
-        """
-        model = self.model
-        model.eval()
-        rng = None if seed is None else np.random.default_rng(seed)
-        pos, neg, mrr, zs = [], [], [], []
-        bs = self.config.batch_size
-        with progress_bar(index.size, desc, progress=self.config.progress) as bar:
-            for idx in self._batches(index, bs):
-                src, dst, t, eid = self._tensors(idx)
-                n = idx.size
-                nodes, times = [src, dst], [t, t]
-                if rng is not None:
-                    nodes.append(self._negatives(rng, n)[:, 0])
-                    times.append(t)
-                z = model.embed(torch.cat(nodes), torch.cat(times))
-                if rng is not None:
-                    pos.append(model.score(z[:n], z[n:2 * n]).cpu())
-                    neg.append(model.score(z[:n], z[2 * n:]).cpu())
-                    if mrr_negatives:
-                        cand = self._negatives(rng, n, mrr_negatives)
-                        zc = model.embed(cand.reshape(-1), t.repeat_interleave(mrr_negatives))
-                        zsrc = z[:n].repeat_interleave(mrr_negatives, dim=0)
-                        mrr.append(model.score(zsrc, zc).reshape(n, mrr_negatives).cpu())
-                if collect_z:
-                    zs.append(z[:n].cpu())
-                model.observe(src, dst, t, eid, z[:2 * n])
-                bar.update(n)
-        cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
-        return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
-
-    # ------------------------------------------------------------------- evaluation
-    def _period(self, name: str) -> np.ndarray:
-        sp = self.split
-        if name == "val":
-            return np.arange(sp.num_train, sp.num_train + sp.num_val)
-        return np.arange(sp.num_train + sp.num_val, sp.num_train + sp.num_val + sp.num_test)
-
-    def _scores(self, res: StreamResult, inductive: np.ndarray) -> Dict:
-        out = {"transductive": link_metrics(res.pos, res.neg),
-               "inductive": link_metrics(res.pos[inductive], res.neg[inductive])}
-        if res.mrr_neg is not None:
-            out["transductive"]["mrr"] = mean_reciprocal_rank(res.pos, res.mrr_neg)
-        return out
-
-    def validate_epoch(self) -> Dict:
-        """Continue from the end of the training pass through the validation events."""
-        res = self.stream(self._period("val"), seed=self.config.seed + 1, desc="val")
-        return self._scores(res, self.split.val_inductive)
-
-    def count_true_negatives(self, period: str) -> int:
-        """Evaluation negatives that are real edges of the log (same pairs, any time)."""
-        ev = self.events
-        keys = np.unique(ev.src * np.int64(ev.num_nodes) + ev.dst)
-        idx = self._period(period)
-        rng = np.random.default_rng(self.config.seed + (1 if period == "val" else 2))
-        neg = self.neg_pool[rng.integers(0, self.neg_pool.size, size=(idx.size, 1))][:, 0]
-        return int(np.isin(ev.src[idx] * np.int64(ev.num_nodes) + neg, keys).sum())
-
-    def final_evaluation(self) -> Dict:
-        """Replay the stream with the current weights: rebuild memory on the training
-        events, then score val and test, collecting source embeddings for node
-        classification (PAC's ``--eval replay``)."""
-        cfg = self.config
-        self.model.reset_state()
-        collect = cfg.node_classification and self.events.label is not None
-        tr = self.stream(self.train_index, seed=None, collect_z=collect, desc="replay train")
-        val = self.stream(self._period("val"), seed=cfg.seed + 1, collect_z=collect, desc="val")
-        test = self.stream(self._period("test"), seed=cfg.seed + 2, mrr_negatives=cfg.mrr_negatives,
-                           collect_z=collect, desc="test")
-        out = {"val": self._scores(val, self.split.val_inductive),
-               "test": self._scores(test, self.split.test_inductive),
-               "negatives_true_edges": {p: self.count_true_negatives(p) for p in ("val", "test")}}
-        if collect:
-            nc = self._node_classification(tr.z_src, val.z_src, test.z_src)
-            if nc is not None:
-                out["node_classification"] = nc
-        return out
-
-    # --------------------------------------------------------------------------- fit
-    def fit(self, out: Optional[Path] = None) -> Dict:
-        """Train with early stopping on validation AP; report the best epoch.
-
-        Evaluation follows TGN's protocol: after each epoch's training pass the stream goes
-        on through the validation events, and when the epoch is the best so far, on through
-        the test events too.  (Replaying the training events from scratch with the final
-        weights, :meth:`final_evaluation`, rebuilds a memory those weights were never
-        trained on, and scores much lower.)  Writes ``metrics.json``, ``curves.png`` and
-        ``checkpoint.pt`` (best by val AP) into ``out`` when given.
-        """
-        cfg = self.config
-        collect = cfg.node_classification and self.events.label is not None
-        best_ap, best, best_epoch, waited = -1.0, None, None, 0
-        started = time.perf_counter()
-        for epoch in range(1, cfg.epochs + 1):
-            z_train: Optional[list] = [] if collect else None
-            log = self._run_epoch(epoch, collect=z_train)
-            val = self.stream(self._period("val"), seed=cfg.seed + 1, collect_z=collect, desc="val")
-            log.val = self._scores(val, self.split.val_inductive)
-            self.history.append(log)
-            ap = log.val["transductive"]["ap"]
-            if ap > best_ap:
-                best_ap, best_epoch, waited = ap, epoch, 0
-                test = self.stream(self._period("test"), seed=cfg.seed + 2, mrr_negatives=cfg.mrr_negatives,
-                                   collect_z=collect, desc="test")
-                best = {"val": log.val, "test": self._scores(test, self.split.test_inductive)}
-                if collect:
-                    nc = self._node_classification(torch.cat(z_train).numpy(), val.z_src, test.z_src)
-                    if nc is not None:
-                        best["node_classification"] = nc
-                if out is not None:
-                    self.save_checkpoint(Path(out) / "checkpoint.pt", epoch, ap)
-            else:
-                waited += 1
-                if waited >= cfg.patience:
-                    break
-        metrics = {
-            "model": cfg.model,
-            "nproc": 1,
-            "config": {k: v for k, v in asdict(cfg).items() if k != "progress"},
-            "data": {"num_events": len(self.events), "num_nodes": self.events.num_nodes,
-                     "num_train_events": int(self.train_index.size), "num_val_events": self.split.num_val,
-                     "num_test_events": self.split.num_test, "msg_dim": self.events.msg_dim,
-                     "source": self.events.meta.get("source")},
-            "epochs": [asdict(h) for h in self.history],
-            "best_epoch": best_epoch,
-            **best,
-            "negatives_true_edges": {p: self.count_true_negatives(p) for p in ("val", "test")},
-            "seconds": {"total": time.perf_counter() - started},
-        }
-        if out is not None:
-            write_run(Path(out), metrics)
-        return metrics
-
-    def _node_classification(self, z_train, z_val, z_test) -> Optional[Dict]:
-        idx = np.concatenate([self.train_index, self._period("val"), self._period("test")])
-        z = np.concatenate([z_train, z_val, z_test])
-        n_tr, n_val = self.train_index.size, self.split.num_val
-        masks = [np.zeros(idx.size, bool) for _ in range(3)]
-        masks[0][:n_tr] = True
-        masks[1][n_tr:n_tr + n_val] = True
-        masks[2][n_tr + n_val:] = True
-        return node_classification_auroc(z, self.events.label[idx], *masks, seed=self.config.seed,
-                                          device=str(self.device))
-
-    def save_checkpoint(self, path: Path, epoch: int, val_ap: float) -> None:
-        """Model, optimiser, epoch and RNG states, written atomically."""
-        state = {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "epoch": epoch,
-            "val_ap": val_ap, "config": asdict(self.config), "model_name": self.model.name,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-        }
-        with atomic_file(path) as tmp:
-            torch.save(state, tmp)
-
-
-def write_run(out: Path, metrics: Dict) -> None:
-    """``metrics.json`` and ``curves.png`` (loss and validation AP per epoch), atomically."""
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_file(out / "metrics.json") as tmp:
-        tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
-    plot_curves(metrics, out / "curves.png")
-
-
-def plot_curves(metrics: Dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ep = [e["epoch"] for e in metrics["epochs"]]
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax[0].plot(ep, [e["loss"] for e in metrics["epochs"]], "o-")
-    ax[0].set_xlabel("epoch")
-    ax[0].set_ylabel("training loss (BCE)")
-    ax[1].plot(ep, [e["val"]["transductive"]["ap"] for e in metrics["epochs"]], "o-", label="transductive")
-    ax[1].plot(ep, [e["val"]["inductive"]["ap"] for e in metrics["epochs"]], "s--", label="inductive")
-    ax[1].set_xlabel("epoch")
-    ax[1].set_ylabel("validation AP")
-    ax[1].legend()
-    for a in ax:
-        a.grid(alpha=0.3)
-    fig.suptitle(f"{metrics['model']} on {Path(str(metrics['data'].get('source'))).name}")
-    fig.tight_layout()
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-
-
-def train(events_or_shards, model: str = "tgn", out=None, split: Optional[Split] = None,
-          nproc: Optional[int] = None, sync: str = "last", shuffle: bool = True, eval: str = "assemble",
-          **kwargs) -> Dict:
-    """Train a temporal GNN and return its metrics (the library form of ``speed train``).
-
-    Parameters
-    ----------
-    events_or_shards : Events, Shards, or path-like
-        An event log (split chronologically here), a :class:`~speed.Shards` (trained on the
-        merged graph, with the split stored at partitioning time), or a path to either.
-    model : {"jodie", "dyrep", "tgn", "tige"}
-    out : path-like, optional
-        Run directory for ``metrics.json``, ``curves.png`` and ``checkpoint.pt``.
-    split : Split, optional
-        Overrides the chronological split of an event log.
-    nproc : int, optional
-        Train in parallel (PAC) with this many spawned ranks; needs shards and ``out``.
-    sync, shuffle, eval : optional
-        PAC's shared-node sync rule, part shuffling and evaluation mode (see
-        :class:`speed.train.pac.PacConfig`).
-    **kwargs
-        Fields of :class:`TrainConfig` (``epochs``, ``batch_size``, ``lr``, ...).
-
-    Returns
-    -------
-    dict
-        The metrics written to ``metrics.json``.
-    """
-    if nproc is not None:
-        from .launch import run_parallel
-        from .pac import PacConfig
-
-        path = events_or_shards.path if hasattr(events_or_shards, "path") else events_or_shards
-        if not Path(path).is_dir():
-            raise InputError("parallel training needs a shards directory from `speed partition`", path)
-        return run_parallel(path, TrainConfig(model=model, **kwargs),
-                            PacConfig(nproc=nproc, sync=sync, shuffle=shuffle, eval=eval), out)
-    from ..data.readers import read_events
-    from ..partition.shards import Shards
-
-    config = TrainConfig(model=model, **kwargs)
-    config.validate()
-    src = events_or_shards
-    if isinstance(src, (str, Path)):
-        p = Path(src)
-        src = Shards(p) if p.is_dir() else read_events(p, progress=config.progress)
-    if isinstance(src, Shards):
-        events, split = src.events(), (split or src.split())
-    else:
-        events = src
-        split = split or chronological_split(events, val=config.val, test=config.test,
-                                             new_node_fraction=config.new_node_fraction, seed=config.seed)
-    trainer = Trainer(events, split, config)
-    return trainer.fit(None if out is None else Path(out))
+    def train_epoch(self, epoch: int) -> EpochLog:
+        """Reset memory, then one pass over the training events."""
+        self._z_train = [] if self.evaluator.with_node_classification else None
+        stats = self.engine.run_epoch(self.stream, Batches(self.train_index, self.config.batch_size),
+                                      RandomNegatives(self.neg_pool, train_seed(self.config.seed, epoch)),
+                                      desc=f"epoch {epoch}", collect=self._z_train)
+        n = int(self.train_index.size)
+        return EpochLog(epoch=epoch, train_seconds=stats.seconds, train_events=n,
+                        train_events_per_s=n / max(stats.seconds, 1e-9), loss=stats.loss,
+                        seconds={"train": stats.seconds})

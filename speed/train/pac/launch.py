@@ -1,4 +1,4 @@
-"""Process launch for PAC: ``speed train SHARDS --nproc N`` here, or one rank under torchrun.
+"""Process launch for PAC: N spawned ranks here, or one rank under torchrun.
 
 * Spawned (no ``RANK`` in the environment): N processes on this machine, rendezvous on a free
   loopback port.  If any rank raises or dies, the others are terminated and the launcher
@@ -9,8 +9,9 @@
       torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
           -m speed train SHARDS --model tgn --epochs 10 --out RUN
 
-Backend: NCCL when CUDA is available (``torch.cuda.set_device(local_rank)`` first), gloo
-otherwise.  CPU ranks get ``torch.set_num_threads(max(1, cores // ranks_on_this_machine))``.
+Backend: NCCL when CUDA is available (``torch.cuda.set_device(local_rank)`` first, and a gloo
+group beside it for host-memory state exchange), gloo otherwise.  CPU ranks get
+``torch.set_num_threads(max(1, cores // ranks_on_this_machine))``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .trainer import TrainConfig
+from ...errors import InputError
+from ...partition.shards import Shards
+from ..config import TrainConfig
 
 
 class RankFailedError(RuntimeError):
@@ -41,7 +44,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _setup(rank: int, world: int, local_rank: int, local_world: int, config: TrainConfig, timeout: float):
+def _setup(rank: int, world: int, local_rank: int, local_world: int, config: TrainConfig):
+    """Start the process group; returns the rank's config (its device) and a host group."""
     cuda = torch.cuda.is_available() and config.device != "cpu"
     if cuda:
         torch.cuda.set_device(local_rank)
@@ -49,19 +53,20 @@ def _setup(rank: int, world: int, local_rank: int, local_world: int, config: Tra
     else:
         config = replace(config, device="cpu",
                          num_threads=config.num_threads or max(1, (os.cpu_count() or 1) // local_world))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout))
-    return config
+    timeout = timedelta(seconds=config.timeout)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+    host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
+    return config, host_group
 
 
 def _rank_main(rank: int, world: int, local_rank: int, local_world: int, shards_path: str, config: TrainConfig,
-               pac, out: Optional[str], teardown: bool = True):
-    from ..partition.shards import Shards
-    from .pac import PacRank
+               out: Optional[str], teardown: bool = True):
+    from .rank import PacRank
 
-    config = _setup(rank, world, local_rank, local_world, config, pac.timeout)
+    config, host_group = _setup(rank, world, local_rank, local_world, config)
     _maybe_fault(rank)
-    result = PacRank(Shards(shards_path), config, pac, rank, world, None if out is None else Path(out)).run()
+    result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
+                     host_group=host_group).run()
     if teardown and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -80,10 +85,10 @@ def _maybe_fault(rank: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank}")
 
 
-def _spawned(index: int, world: int, port: int, shards_path: str, config: TrainConfig, pac, out: Optional[str]):
+def _spawned(index: int, world: int, port: int, shards_path: str, config: TrainConfig, out: Optional[str]):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    _rank_main(index, world, index, world, shards_path, config, pac, out, teardown=False)
+    _rank_main(index, world, index, world, shards_path, config, out, teardown=False)
     # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
     # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
     # had exited (torch 2.2), and interpreter shutdown runs the same destructor.
@@ -96,28 +101,28 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run_parallel(shards_path, config: TrainConfig, pac, out=None) -> Optional[Dict]:
-    """Run PAC with ``pac.nproc`` spawned ranks, or as one rank under torchrun.
+def torchrun_world() -> int:
+    return int(os.environ["WORLD_SIZE"])
 
-    Returns rank 0's metrics (read back from ``out/metrics.json`` when spawned; ``out`` is
-    required then), or None on the other ranks of a torchrun job.
+
+def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict]:
+    """Run PAC with ``config.nproc`` spawned ranks, or as one rank under torchrun.
+
+    ``config`` is validated by the caller (:func:`speed.train`), and so are the shards'
+    part count against the world size.  Returns rank 0's metrics (read back from
+    ``out/metrics.json`` when spawned; ``out`` is required then), or None on the other ranks
+    of a torchrun job.
     """
-    from ..errors import InputError
-    from ..partition.shards import Shards
-
-    sh = Shards(shards_path)  # validate before starting anything
-    config.validate()
     if under_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        pac.validate(sh.num_parts, world)
+        world = torchrun_world()
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)), local_world,
-                          str(shards_path), config, pac, None if out is None else str(out))
-    pac.validate(sh.num_parts, pac.nproc)
+                          str(shards.path), config, None if out is None else str(out))
     if out is None:
         raise InputError("a spawned parallel run needs an output directory (out=...)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    nproc = config.nproc
     # DDP warns once per rank that find_unused_parameters found nothing unused; it is a false
     # positive here (the first batch of a pass has no pending messages, so the message and
     # updater weights are unused then), and the flag must stay.  Children inherit this.
@@ -125,8 +130,8 @@ def run_parallel(shards_path, config: TrainConfig, pac, out=None) -> Optional[Di
     # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
     # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
-    ctx = mp.start_processes(_spawned, args=(pac.nproc, _free_port(), str(shards_path), config, pac, str(out)),
-                             nprocs=pac.nproc, join=False, start_method="spawn")
+    ctx = mp.start_processes(_spawned, args=(nproc, _free_port(), str(shards.path), config, str(out)),
+                             nprocs=nproc, join=False, start_method="spawn")
     try:
         while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
             pass

@@ -1,0 +1,75 @@
+"""``speed.train``: the one way in for training, single-process or parallel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+from ..data.events import Events
+from ..data.split import Split, chronological_split
+from ..errors import InputError
+from ..partition.shards import Shards
+from .config import TrainConfig
+
+
+def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
+          **kwargs) -> Optional[Dict]:
+    """Train a temporal GNN and return its metrics (the library form of ``speed train``).
+
+    Parameters
+    ----------
+    data : Events, Shards, or path-like
+        An event log (split chronologically here), a :class:`~speed.Shards` (trained on the
+        merged graph, with the split stored at partitioning time), or a path to either.
+    model : {"jodie", "dyrep", "tgn", "tige"}
+    out : path-like, optional
+        Run directory for ``metrics.json``, ``curves.png``, ``checkpoint.pt`` and ``last.pt``.
+    split : Split, optional
+        Overrides the chronological split of an event log.
+    nproc : int, optional
+        Train in parallel (PAC) with this many spawned ranks; needs shards and ``out``.
+        Under torchrun every process calls this and is one rank (``nproc`` is then ignored).
+    **kwargs
+        Any other field of :class:`~speed.train.config.TrainConfig` (``epochs``,
+        ``batch_size``, ``lr``, ``sync``, ``resume``, ...).
+
+    Returns
+    -------
+    dict or None
+        The metrics written to ``metrics.json`` (None on non-zero torchrun ranks).
+    """
+    from .pac.launch import run_parallel, torchrun_world, under_torchrun
+
+    config = TrainConfig(model=model, nproc=nproc, **kwargs).validate()
+    parallel = config.parallel or under_torchrun()
+    if parallel:
+        path = data.path if isinstance(data, Shards) else data
+        if isinstance(data, Events) or not Path(path).is_dir():
+            raise InputError("parallel training (nproc, torchrun) needs a shards directory from `speed partition`",
+                             None if isinstance(data, Events) else path)
+        shards = data if isinstance(data, Shards) else Shards(path)
+        from .pac.groups import check_world
+
+        check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
+        return run_parallel(shards, config, out)
+    from .trainer import Trainer
+
+    events, split = _load(data, split, config)
+    return Trainer(events, split, config, out=out).fit()
+
+
+def _load(data, split: Optional[Split], config: TrainConfig):
+    """Events and split from an event log, shards, or a path to either."""
+    from ..data.readers import read_events
+
+    if isinstance(data, (str, Path)):
+        p = Path(data)
+        if not p.exists():
+            raise InputError("file not found", p)
+        data = Shards(p) if p.is_dir() else read_events(p, progress=config.progress)
+    if isinstance(data, Shards):
+        return data.events(), (split or data.split())
+    if not isinstance(data, Events):
+        raise InputError(f"cannot train on a {type(data).__name__}: give Events, Shards or a path")
+    return data, split or chronological_split(data, val=config.val, test=config.test,
+                                              new_node_fraction=config.new_node_fraction, seed=config.seed)

@@ -1,0 +1,112 @@
+"""One checkpoint schema for every run: best and last, single-process and PAC.
+
+A run directory holds two files of the same schema (:class:`Checkpoint`):
+
+* ``checkpoint.pt`` -- the best epoch by validation AP: weights *and* the full-graph node
+  state at the end of that epoch's training (PAC: assembled from the ranks), so a model can
+  be rebuilt and continued from it;
+* ``last.pt`` -- the latest epoch: weights, optimiser, every rank's RNG state, the epoch
+  history and early-stopping state, so ``resume=True`` continues the run exactly.
+
+Both are written atomically by one process (rank 0).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from .._util import atomic_file
+from ..errors import InputError
+
+FORMAT = 1
+BEST = "checkpoint.pt"
+LAST = "last.pt"
+
+
+@dataclass
+class Checkpoint:
+    """The saved state of a run.
+
+    Attributes
+    ----------
+    kind : {"best", "last"}
+    epoch : int
+    model_name : str
+    config : dict
+        :meth:`TrainConfig.to_dict`.
+    model : dict
+        A state dict of the full-graph model: weights, plus memory buffers for all
+        ``num_nodes`` nodes in a best checkpoint (weights only in ``last``).
+    pending : tuple of 4 tensors or None
+        Pending events ``(node, other, t, eid)`` in global ids (best only).
+    optimizer : dict
+    rng : list of dict
+        RNG states (torch, numpy, python) of each rank, rank order.
+    history : list of dict
+        Epoch logs so far.
+    stopping : dict
+        :meth:`EarlyStopping.state_dict`.
+    best : dict
+        The best epoch's results (``val``, ``test``, ...), as reported in ``metrics.json``.
+    num_nodes : int
+    format : int
+    """
+
+    kind: str
+    epoch: int
+    model_name: str
+    config: Dict[str, Any]
+    model: Dict[str, torch.Tensor]
+    optimizer: Dict[str, Any]
+    rng: List[Dict[str, Any]]
+    history: List[Dict[str, Any]]
+    stopping: Dict[str, Any]
+    best: Dict[str, Any]
+    num_nodes: int
+    pending: Optional[tuple] = None
+    val_ap: Optional[float] = None
+    format: int = FORMAT
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path) -> Path:
+        path = Path(path)
+        with atomic_file(path) as tmp:
+            torch.save(asdict(self), tmp)
+        return path
+
+
+def load_checkpoint(path) -> Checkpoint:
+    """Read and check a checkpoint; a missing, foreign or damaged file is an :class:`InputError`."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no checkpoint here", path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # truncated or not a torch file
+        raise InputError(f"not a readable checkpoint ({type(exc).__name__})", path) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else None
+        raise InputError(f"unknown checkpoint format {found!r} (this version reads format {FORMAT})", path)
+    names = {f.name for f in fields(Checkpoint)}
+    missing = sorted(n for n in names if n not in state and n not in ("pending", "val_ap", "extra"))
+    if missing:
+        raise InputError(f"checkpoint lacks {', '.join(missing)}", path)
+    return Checkpoint(**{k: v for k, v in state.items() if k in names})
+
+
+def rng_state() -> Dict[str, Any]:
+    """This process's RNG states."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    if "python" in state:
+        random.setstate(state["python"])

@@ -1,0 +1,154 @@
+"""The one configuration of a training run: every default, choice and check lives here.
+
+:class:`TrainConfig` is used unchanged by ``speed.train(...)``, by each PAC rank (spawned or
+under torchrun) and by the ``speed train`` command, whose options are generated from the
+fields below (their ``help``, ``choices`` and flag names are in each field's metadata).
+``validate()`` runs once, at the public boundary (:func:`speed.train.api.train`); its errors
+name the parameter (``batch_size``), and the CLI adds the flag (``--batch-size``).
+
+To add a hyperparameter: add a field here with its help text, read it where it is used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Optional
+
+from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
+from ..errors import InputError
+from .models import MODELS
+
+SYNC_MODES = ("last", "mean", "none")
+EVAL_MODES = ("assemble", "replay")
+SUBGRAPH_MODES = ("induced", "assigned")
+
+
+class ConfigError(InputError):
+    """A bad hyperparameter; ``param`` names the :class:`TrainConfig` field."""
+
+    def __init__(self, param: str, problem: str):
+        self.param = param
+        super().__init__(f"{param} {problem}")
+
+
+def _opt(default, help: str, *, choices=None, flag: Optional[str] = None, group: str = "train", cli: bool = True,
+         metavar: Optional[str] = None):
+    """A config field with what the CLI needs to expose it."""
+    meta = {"help": help, "choices": choices, "flag": flag, "group": group, "cli": cli, "metavar": metavar}
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of a training run, single-process or parallel (stored unchanged in
+    ``metrics.json`` and in checkpoints).
+
+    ``nproc=None`` trains in this process; an integer N runs PAC with N ranks over a shards
+    directory (``speed train --nproc N``).  Under torchrun the world size comes from the
+    environment instead.
+    """
+
+    model: str = _opt("tgn", "model", choices=MODELS)
+    epochs: int = _opt(10, "maximum epochs")
+    batch_size: int = _opt(200, "events per batch")
+    lr: float = _opt(1e-4, "Adam learning rate")
+    memory_dim: int = _opt(100, "node memory width")
+    time_dim: int = _opt(100, "time encoding width")
+    embedding_dim: int = _opt(100, "embedding width")
+    neighbors: int = _opt(10, "sampled recent neighbours")
+    device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
+    seed: int = _opt(0, "seed of weights, negatives and the split")
+    patience: int = _opt(5, "epochs without validation AP gain before stopping")
+    mrr_negatives: int = _opt(0, "also report test MRR against K negatives per event", metavar="K")
+    deterministic: bool = _opt(False, "deterministic torch algorithms")
+    num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
+                                      flag="--threads", metavar="N")
+    val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False)
+    test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False)
+    new_node_fraction: float = _opt(DEFAULT_NEW_NODE_FRACTION, "held-out node fraction (inductive)", cli=False)
+    node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False)
+    resume: bool = _opt(False, "continue the run in --out from its last epoch")
+    progress: Optional[bool] = _opt(None, "progress bars", flag="--no-progress", cli=False)
+    # ---- parallel training (PAC) over a shards directory
+    nproc: Optional[int] = _opt(None, "processes to spawn, one per GPU or CPU share (parts must be a multiple of "
+                                      "it)", group="pac", metavar="N")
+    sync: str = _opt("last", "shared-node memory after each epoch: latest state wins, mean, or none",
+                     choices=SYNC_MODES, group="pac")
+    shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
+    eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
+                     choices=EVAL_MODES, group="pac")
+    lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
+    timeout: float = _opt(300.0, "seconds a collective may wait", group="pac")
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> "TrainConfig":
+        """Check every field; raises :class:`ConfigError` naming the first bad one."""
+        if self.model not in MODELS:
+            raise ConfigError("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
+        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience"):
+            _positive_int(name, getattr(self, name))
+        for name in ("num_threads", "nproc"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        v = self.mrr_negatives
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError("mrr_negatives", f"must be an integer >= 0, got {v!r}")
+        if not (_number(self.lr) and self.lr > 0):
+            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+        if not (_number(self.timeout) and self.timeout > 0):
+            raise ConfigError("timeout", f"must be a positive number, got {self.timeout!r}")
+        for name in ("val", "test", "new_node_fraction"):
+            x = getattr(self, name)
+            if not (_number(x) and 0 <= x < 1):
+                raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES)):
+            if getattr(self, name) not in options:
+                raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
+        if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")
+                                                and not self.device.startswith("cuda")):
+            raise ConfigError("device", f"must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device", f"{self.device!r} requested but CUDA is not available")
+        return self
+
+    @property
+    def parallel(self) -> bool:
+        return self.nproc is not None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as stored in ``metrics.json`` and checkpoints (``progress`` is a display choice)."""
+        return {k: v for k, v in asdict(self).items() if k != "progress"}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], "is not a training parameter")
+        return cls(**d)
+
+
+def cli_flag(f) -> str:
+    """The command-line flag of a config field."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def flag_of(param: str) -> Optional[str]:
+    """The flag of parameter ``param``, or None if the CLI does not expose it."""
+    for f in fields(TrainConfig):
+        if f.name == param:
+            return cli_flag(f)
+    return None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _positive_int(name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(name, f"must be an integer >= 1, got {v!r}")

@@ -1,0 +1,239 @@
+"""The training engine: what the single-process trainer and every PAC rank run.
+
+* :class:`EventTensors` -- one chronological event stream as tensors on the device;
+* :class:`Batches` / :class:`CyclingBatches` -- chronological batches over it; the cycling
+  form runs a fixed number of steps, starting the stream again when it runs out (Alg. 2);
+* :class:`Engine` -- one optimiser step (:meth:`Engine.step`) and one epoch
+  (:meth:`Engine.run_epoch`, with Alg. 2's back-up at the end of each complete pass and
+  restore at the end of the epoch);
+* :class:`EarlyStopping` and :class:`EpochLog`.
+
+The engine is given the model, the optimiser and the callable that runs the forward pass
+(the model itself, or its DDP wrapper under PAC): DDP wraps the model and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .._util import progress_bar
+from ..data.events import Events
+from .negatives import NegativeSampler
+
+
+class EventTensors:
+    """``src, dst, t, eid`` of an event stream as tensors, indexed by batch.
+
+    Parameters
+    ----------
+    events : Events
+    device : torch.device
+    """
+
+    def __init__(self, events: Events, device: torch.device):
+        self.device = device
+        # torch.tensor copies: event arrays may be read-only views (arrow, memory maps)
+        self.src = torch.tensor(events.src)
+        self.dst = torch.tensor(events.dst)
+        self.t = torch.tensor(events.t_float())
+        self.eid = torch.tensor(events.eid)
+
+    def __len__(self) -> int:
+        return int(self.src.numel())
+
+    def batch(self, idx: np.ndarray) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(src, dst, t, eid)`` of the events at positions ``idx`` (int64, shape (B,))."""
+        i = torch.from_numpy(idx)
+        dev = self.device
+        return self.src[i].to(dev), self.dst[i].to(dev), self.t[i].to(dev), self.eid[i].to(dev)
+
+
+class Batches:
+    """Consecutive chronological batches of the event positions ``index``.
+
+    Iterating yields ``(positions, pass_ended)``; ``pass_ended`` is True on the last batch.
+    """
+
+    def __init__(self, index: np.ndarray, batch_size: int):
+        self.index = np.asarray(index, dtype=np.int64)
+        self.batch_size = int(batch_size)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    @property
+    def num_batches(self) -> int:
+        """Batches in one pass."""
+        return -(-self.index.size // self.batch_size)
+
+    @property
+    def num_events(self) -> int:
+        return int(self.index.size)
+
+    def _batch(self, i: int) -> np.ndarray:
+        return self.index[i * self.batch_size:(i + 1) * self.batch_size]
+
+    def __iter__(self) -> Iterator[Tuple[np.ndarray, bool]]:
+        n = len(self)
+        for i in range(n):
+            yield self._batch(i), i == n - 1
+
+
+class CyclingBatches(Batches):
+    """``steps`` batches of ``index``, starting again from its first batch when it runs out
+    (PAC: every rank takes the same number of steps).  ``passes`` = steps / batches."""
+
+    def __init__(self, index: np.ndarray, batch_size: int, steps: int):
+        super().__init__(index, batch_size)
+        self.steps = int(steps)
+
+    @property
+    def passes(self) -> float:
+        return self.steps / max(1, self.num_batches)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[Tuple[np.ndarray, bool]]:
+        n = self.num_batches
+        for s in range(self.steps):
+            yield self._batch(s % n), s % n == n - 1
+
+
+@dataclass
+class EpochLog:
+    """One epoch of a run, as written to ``metrics.json``.
+
+    ``train_events`` are the distinct training events of the epoch (over all ranks);
+    ``seconds`` splits the epoch's wall time into stages (train, sync, exchange, validate);
+    ``ranks`` has one entry per PAC rank.
+    """
+
+    epoch: int
+    train_seconds: float
+    train_events: int
+    train_events_per_s: float
+    loss: float
+    val: Dict = field(default_factory=dict)
+    seconds: Dict[str, float] = field(default_factory=dict)
+    ranks: List[Dict] = field(default_factory=list)
+
+
+class EarlyStopping:
+    """Stop after ``patience`` epochs without a better validation score."""
+
+    def __init__(self, patience: int):
+        self.patience = int(patience)
+        self.best_score = -1.0
+        self.best_epoch: Optional[int] = None
+        self.waited = 0
+
+    def update(self, epoch: int, score: float) -> bool:
+        """Record an epoch's score; True if it is the best so far."""
+        if score > self.best_score:
+            self.best_score, self.best_epoch, self.waited = score, epoch, 0
+            return True
+        self.waited += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.waited >= self.patience
+
+    def state_dict(self) -> Dict:
+        return {"best_score": self.best_score, "best_epoch": self.best_epoch, "waited": self.waited}
+
+    def load_state_dict(self, state: Dict) -> None:
+        self.best_score, self.best_epoch, self.waited = state["best_score"], state["best_epoch"], state["waited"]
+
+
+@dataclass
+class EpochStats:
+    """What one pass of the engine measured."""
+
+    loss: float
+    seconds: float
+    steps: int
+    passes: float
+
+
+def link_loss(pos_logit: torch.Tensor, neg_logit: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of positives against their negatives."""
+    return F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
+        F.binary_cross_entropy_with_logits(neg_logit, torch.zeros_like(neg_logit))
+
+
+class Engine:
+    """One training step and one epoch over a chronological stream.
+
+    Parameters
+    ----------
+    model : TemporalGNN
+    optimizer : torch.optim.Optimizer
+    forward : callable, optional
+        Runs the forward pass, ``forward(src, dst, neg, t) -> (pos, neg, z)``: the model
+        (default) or its ``DistributedDataParallel`` wrapper.
+    progress : bool, optional
+        A progress bar per epoch.
+    """
+
+    def __init__(self, model, optimizer: torch.optim.Optimizer, forward: Optional[Callable] = None,
+                 progress: Optional[bool] = None):
+        self.model = model
+        self.optimizer = optimizer
+        self.forward = forward or model
+        self.progress = progress
+
+    def step(self, src, dst, t, eid, neg, collect: Optional[list] = None) -> float:
+        """One optimiser step on a batch (in the memory order of :mod:`speed.train.models`)."""
+        model = self.model
+        n = src.shape[0]
+        self.optimizer.zero_grad()
+        pos_logit, neg_logit, z = self.forward(src, dst, neg, t)
+        loss = link_loss(pos_logit, neg_logit)
+        # stored states come from the weights that produced this batch's loss (PyG's order)
+        model.observe(src, dst, t, eid, z[:2 * n])
+        if collect is not None:
+            collect.append(z[:n].detach().cpu())
+        loss.backward()
+        self.optimizer.step()
+        model.detach()
+        return float(loss.detach())
+
+    def run_epoch(self, stream: EventTensors, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
+                  collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None) -> EpochStats:
+        """Reset the model's state, then train on ``batches`` of ``stream``.
+
+        With :class:`CyclingBatches` the state is backed up at the end of each complete
+        pass and reset for the next; at the end the last complete pass's state is restored
+        (Alg. 2).  ``on_step(step)`` runs after each step (PAC's periodic sync).
+        """
+        model = self.model
+        model.train()
+        model.reset_state()
+        dev = stream.device
+        losses, backup, ended = [], None, True
+        start = time.perf_counter()
+        total = len(batches)
+        with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
+            for s, (idx, ended) in enumerate(batches):
+                src, dst, t, eid = stream.batch(idx)
+                neg = negatives.draw_tensor(idx.size, 1, dev)[:, 0]
+                losses.append(self.step(src, dst, t, eid, neg, collect))
+                if on_step is not None:
+                    on_step(s + 1)
+                if ended and s + 1 < total:  # a complete pass with more steps to go
+                    backup = model.backup()
+                    model.reset_state()
+                bar.update(idx.size)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if not ended:  # stopped inside a pass: keep the last complete one
+            model.restore(backup)
+        return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
+                          passes=getattr(batches, "passes", 1.0))

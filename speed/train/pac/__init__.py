@@ -1,0 +1,20 @@
+"""PAC: parallel training over shards (paper §II-C, Alg. 2; DESIGN §5).
+
+One process per GPU (or CPU share) trains the same model with DistributedDataParallel on the
+sub-graph of its group of parts.  The modules, one job each:
+
+* :mod:`.groups` -- which parts a rank trains on each epoch, and its sub-graph in local ids;
+* :mod:`.sync` -- the shared-node sync rules (``last``, ``mean``, ``none``); a new rule is a
+  branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_MODES``;
+* :mod:`.state` -- gathering the ranks' node state into one full-graph state on rank 0;
+* :mod:`.rank` -- one rank: the shared :class:`~speed.train.engine.Engine` and epoch loop,
+  plus groups, sync and state exchange;
+* :mod:`.launch` -- spawning N ranks, or running as one rank under torchrun.
+"""
+
+from .groups import RankGraph, check_world, part_groups, rank_graph
+from .launch import RankFailedError, run_parallel, under_torchrun
+from .sync import combine_shared, sync_shared
+
+__all__ = ["RankFailedError", "RankGraph", "check_world", "combine_shared", "part_groups", "rank_graph",
+           "run_parallel", "sync_shared", "under_torchrun"]

@@ -1,0 +1,43 @@
+"""The files a run leaves for people: ``metrics.json`` and ``curves.png``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict
+
+from .._util import atomic_file, jsonable
+
+
+def write_run(out: Path, metrics: Dict) -> None:
+    """``metrics.json`` and ``curves.png`` (loss and validation AP per epoch), atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_file(out / "metrics.json") as tmp:
+        tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
+    plot_curves(metrics, out / "curves.png")
+
+
+def plot_curves(metrics: Dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = [e["epoch"] for e in metrics["epochs"]]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax[0].plot(ep, [e["loss"] for e in metrics["epochs"]], "o-")
+    ax[0].set_xlabel("epoch")
+    ax[0].set_ylabel("training loss (BCE)")
+    ax[1].plot(ep, [e["val"]["transductive"]["ap"] for e in metrics["epochs"]], "o-", label="transductive")
+    ax[1].plot(ep, [e["val"]["inductive"]["ap"] for e in metrics["epochs"]], "s--", label="inductive")
+    ax[1].set_xlabel("epoch")
+    ax[1].set_ylabel("validation AP")
+    ax[1].legend()
+    for a in ax:
+        a.grid(alpha=0.3)
+    fig.suptitle(f"{metrics['model']} on {Path(str(metrics['data'].get('source'))).name}")
+    fig.tight_layout()
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
