@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from .data.split import DEFAULT_TEST, DEFAULT_VAL
 from .errors import InputError, MissingDependencyError
 
 EXIT_INPUT = 2
@@ -221,18 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("partition", help="split an event log chronologically and partition it into shards")
     p.add_argument("input", help="event log: CSV/TSV/SNAP/JODIE/TGL text (optionally .gz) or Parquet")
     p.add_argument("-o", "--output", required=True, help="shards directory to create")
-    p.add_argument("--parts", type=int, default=4, help="number of parts P (default 4)")
-    from .partition.api import METHODS
+    from .partition.api import DEFAULTS as PD, METHODS
 
-    p.add_argument("--method", choices=METHODS, default="sep",
-                   help="sep (default); baselines: hdrf, greedy (vertex-cut), random, kl, metis (edge-cut)")
-    p.add_argument("--topk", type=float, default=0.0, help="percent of nodes that may be replicated (default 0)")
-    p.add_argument("--beta", type=float, default=0.1, help="centrality time decay (default 0.1)")
-    p.add_argument("--lam", type=float, default=1.0, help="load-balance weight λ (default 1)")
-    p.add_argument("--eps", type=float, default=1.0, help="load-balance smoothing ε (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the split's inductive node mask (default 0)")
-    p.add_argument("--val", type=float, default=0.15, help="validation fraction (default 0.15)")
-    p.add_argument("--test", type=float, default=0.15, help="test fraction (default 0.15)")
+    p.add_argument("--parts", type=int, default=PD["num_parts"], help=f"number of parts P (default {PD['num_parts']})")
+    p.add_argument("--method", choices=METHODS, default=PD["method"],
+                   help=f"{PD['method']} (default); baselines: hdrf, greedy (vertex-cut), random, kl, metis (edge-cut)")
+    p.add_argument("--topk", type=float, default=100 * PD["topk"],
+                   help=f"percent of nodes that may be replicated (default {100 * PD['topk']:g})")
+    p.add_argument("--beta", type=float, default=PD["beta"], help=f"centrality time decay (default {PD['beta']})")
+    p.add_argument("--lam", type=float, default=PD["lam"], help=f"load-balance weight λ (default {PD['lam']})")
+    p.add_argument("--eps", type=float, default=PD["eps"], help=f"load-balance smoothing ε (default {PD['eps']})")
+    p.add_argument("--seed", type=int, default=PD["seed"],
+                   help=f"seed of the split's inductive node mask (default {PD['seed']})")
+    p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")
+    p.add_argument("--test", type=float, default=DEFAULT_TEST, help=f"test fraction (default {DEFAULT_TEST})")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
     p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")

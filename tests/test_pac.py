@@ -160,3 +160,12 @@ def test_torchrun_runs_the_same_entry_point(shards4, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((run / "metrics.json").read_text())
     assert m["nproc"] == 2 and len(m["epochs"][0]["ranks"]) == 2
+
+
+def test_parallel_runs_are_deterministic(shards4, tmp_path):
+    kw = dict(model="jodie", epochs=2, seed=0, nproc=2, deterministic=True, patience=10, **TINY)
+    a = speed.train(shards4, out=tmp_path / "a", **kw)
+    b = speed.train(shards4, out=tmp_path / "b", **kw)
+    core = (lambda m: json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"]},
+                                 sort_keys=True))
+    assert core(a) == core(b)

@@ -123,7 +123,7 @@ def test_string_ids_survive(tmp_path):
 
 
 def test_bucket_ids_are_a_bijection():
-    from speed.partition.shards import bucket_id
+    from speed.partition._kernels import bucket_id
 
     for p in range(1, 7):
         ids = {bucket_id(a, b, p) for a, b in itertools.combinations_with_replacement(range(p + 1), 2)}

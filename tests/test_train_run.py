@@ -119,3 +119,58 @@ def test_cli_train_bad_inputs(tmp_path, capsys):
         main(["train", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "run"), "--model", "gcn"])
     assert info.value.code == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_single_process_resume_equals_an_uninterrupted_run(tmp_path):
+    ev = periodic_log()
+    kw = dict(model="tgn", lr=1e-3, seed=0, patience=10, **SMALL)
+    full = speed.train(ev, epochs=3, out=tmp_path / "full", **kw)
+    speed.train(ev, epochs=1, out=tmp_path / "part", **kw)
+    resumed = speed.train(ev, epochs=3, resume=True, out=tmp_path / "part", **kw)
+
+    def core(m):
+        return json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"],
+                           "best": m["best_epoch"]}, sort_keys=True)
+
+    assert core(full) == core(resumed)
+    with pytest.raises(speed.InputError, match="no checkpoint here"):
+        speed.train(ev, epochs=2, resume=True, out=tmp_path / "never", **kw)
+
+
+def test_best_and_last_share_one_checkpoint_schema(tmp_path):
+    from speed.train.checkpoint import load_checkpoint
+
+    ev = periodic_log()
+    speed.train(ev, model="tige", epochs=2, lr=1e-3, seed=0, out=tmp_path, **SMALL)
+    best, last = load_checkpoint(tmp_path / "checkpoint.pt"), load_checkpoint(tmp_path / "last.pt")
+    assert (best.kind, last.kind) == ("best", "last") and last.epoch == 2
+    # best: weights and the whole node state of both TIGE memories; last: weights only
+    assert best.model["memory.memory"].shape[0] == ev.num_nodes
+    assert best.model["left_memory.memory"].shape[0] == ev.num_nodes
+    assert not any(k.startswith(("memory.", "left_memory.")) for k in last.model)
+    assert best.pending is not None and len(best.pending) == 4
+    model = speed.build_model("tige", ev.num_nodes, memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5)
+    model.load_state_dict(best.model)  # a full-graph model loads the best checkpoint as it is
+    (tmp_path / "broken.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(speed.InputError, match="broken.pt: not a readable checkpoint"):
+        load_checkpoint(tmp_path / "broken.pt")
+
+
+def test_cli_defaults_come_from_the_config():
+    from dataclasses import fields
+
+    from speed.cli import build_parser
+    from speed.train import TrainConfig
+
+    args = build_parser().parse_args(["train", "x.csv", "--out", "r"])
+    for f in fields(TrainConfig):
+        if f.metadata["cli"]:
+            assert getattr(args, f.name) == f.default, f.name
+
+
+def test_cli_names_the_flag_of_a_bad_parameter(tmp_path, capsys):
+    log = speed.write_generated(tmp_path / "log.csv", 50, 500, seed=0)
+    assert main(["train", str(log), "--out", str(tmp_path / "run"), "--batch-size", "0"]) == 2
+    assert "batch_size must be an integer >= 1, got 0 (--batch-size)" in capsys.readouterr().err
+    with pytest.raises(speed.InputError, match="^epochs must be an integer >= 1"):
+        speed.train(speed.read_events(log), epochs=0)  # the library speaks in parameter names

@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,6 @@ from ..errors import InputError
 from . import _kernels
 from .events import Events
 
-FORMATS = ("jodie", "snap", "tgl", "csv", "parquet")
 Column = Union[int, str, None]
 
 _JODIE_NAMES = (
@@ -35,6 +34,67 @@ _JODIE_NAMES = (
     {"item_id", "item", "i", "dst"},
     {"timestamp", "ts", "time", "t"},
 )
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """What the reader knows about one input format.
+
+    Attributes
+    ----------
+    name : str
+    detect : callable or None
+        ``detect(fields, sep) -> bool`` on the first record of a text file; formats are
+        tried in table order, the first match wins.  None: never detected from text.
+    header : bool or None
+        Whether the first record is a header; None: decided from the time field.
+    columns : callable
+        ``columns(ncols) -> (src, dst, t, label)`` default columns (index or name).
+    bipartite : bool
+        Sources and destinations are different node sets (destinations get ids after sources).
+    features_from : int or None
+        First edge-feature column (``msg``) when the record has more columns.
+    """
+
+    name: str
+    detect: Optional[Callable[[List[str], str], bool]]
+    header: Optional[bool]
+    columns: Callable[[int], Tuple[Column, Column, Column, Column]]
+    bipartite: bool = False
+    features_from: Optional[int] = None
+
+
+def _low(fields: List[str]) -> List[str]:
+    return [x.strip().lower() for x in fields]
+
+
+def _is_tgl(fields, sep) -> bool:
+    low = _low(fields)
+    return sep == "," and bool(low) and low[0] == "" and "src" in low and "dst" in low
+
+
+def _is_jodie(fields, sep) -> bool:
+    low = _low(fields)
+    return len(low) >= 3 and all(low[k] in names for k, names in enumerate(_JODIE_NAMES)) \
+        and low[:3] != ["src", "dst", "t"]
+
+
+def _is_snap(fields, sep) -> bool:
+    return sep in (" ", "\t") and all(_is_number(x) or x == "" for x in fields[:3])
+
+
+_FIRST_THREE = (lambda ncols: (0, 1, 2, None))
+
+# To add a text format: a row here (and its detection function); detection runs in this order.
+FORMAT_SPECS: Dict[str, FormatSpec] = {f.name: f for f in (
+    FormatSpec("tgl", _is_tgl, header=True, columns=lambda ncols: ("src", "dst", "time", None)),
+    FormatSpec("jodie", _is_jodie, header=True, columns=lambda ncols: (0, 1, 2, 3 if ncols > 3 else None),
+               bipartite=True, features_from=4),
+    FormatSpec("snap", _is_snap, header=False, columns=_FIRST_THREE),
+    FormatSpec("csv", lambda fields, sep: True, header=None, columns=_FIRST_THREE),
+    FormatSpec("parquet", None, header=True, columns=_FIRST_THREE),
+)}
+FORMATS = tuple(FORMAT_SPECS)
 _SNIFF_BYTES = 1 << 16
 _WHAT = {"src": "src", "dst": "dst", "t": "time", "label": "label"}
 
@@ -99,22 +159,12 @@ def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header:
     fields = _split(first, sep)
 
     if fmt is None:
-        low = [x.strip().lower() for x in fields]
-        if sep == "," and low and low[0] == "" and "src" in low and "dst" in low:
-            fmt = "tgl"
-        elif len(low) >= 3 and all(low[k] in names for k, names in enumerate(_JODIE_NAMES)) and low[:3] != ["src", "dst", "t"]:
-            fmt = "jodie"
-        elif sep in (" ", "\t") and all(_is_number(x) or x == "" for x in fields[:3]):
-            fmt = "snap"
-        else:
-            fmt = "csv"
+        fmt = next(f.name for f in FORMAT_SPECS.values() if f.detect is not None and f.detect(fields, sep))
 
     if header is None:
-        if fmt in ("jodie", "tgl"):
-            header = True
-        elif fmt == "snap":
-            header = False
-        elif isinstance(time_col, str):
+        header = FORMAT_SPECS[fmt].header
+    if header is None:
+        if isinstance(time_col, str):
             header = True
         else:
             tpos = 2 if time_col is None else int(time_col)
@@ -359,7 +409,7 @@ def read_events(
     cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
     msg_cols: List[int] = []
     if fmt == "parquet" or (fmt is None and _is_parquet(path)):
-        for k, default in (("src", 0), ("dst", 1), ("t", 2)):
+        for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
             if cols_in[k] is None:
                 cols_in[k] = default
         col, nrows, cols = _read_parquet(path, cols_in, progress)
@@ -370,16 +420,15 @@ def read_events(
         gz = _is_gzip(path)
         lay = _sniff(path, gz, fmt, sep, header, time_col)
         fmt = lay.fmt
-        defaults = {"tgl": ("src", "dst", "time", None), "jodie": (0, 1, 2, 3 if lay.ncols > 3 else None)}
-        d = defaults.get(fmt, (0, 1, 2, None))
-        for k, default in zip(("src", "dst", "t", "label"), d):
+        spec = FORMAT_SPECS[fmt]
+        for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):
             if cols_in[k] is None:
                 cols_in[k] = default
         line = lay.first_data_line
         cols = {k: _resolve(v, lay.header, lay.ncols, _WHAT[k], path, line) for k, v in cols_in.items()}
         _check_distinct(cols, path)
-        if fmt == "jodie" and label_col is None and lay.ncols > 4:
-            msg_cols = list(range(4, lay.ncols))
+        if spec.features_from is not None and label_col is None and lay.ncols > spec.features_from:
+            msg_cols = list(range(spec.features_from, lay.ncols))
         col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress)
 
     def where(row: int):
@@ -422,9 +471,10 @@ def read_events(
     if msg_cols:
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
 
-    src, dst, node_ids = _compact(ids[0], ids[1], bipartite=(fmt == "jodie"))
+    bipartite = FORMAT_SPECS[fmt].bipartite
+    src, dst, node_ids = _compact(ids[0], ids[1], bipartite=bipartite)
     ev = Events.from_arrays(src, dst, t, msg=msg, label=label, node_ids=node_ids,
-                            bipartite=True if fmt == "jodie" else None, remap=False, sort=sort)
+                            bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
     return ev
 

@@ -6,8 +6,9 @@ Arrays and scalars in, arrays out; no RNG, no Python objects.  The Python side
 State of the SEP stream (paper Alg. 1, DESIGN §4):
 
 ``code[i]``     int64, one word per node so each endpoint costs one random memory access:
-                ``p >= 0`` a non-hub living in partition ``p``; ``-1`` a non-hub not yet
-                placed; ``-2 - r`` a hub whose partition set is row ``r`` of ``hub_mask``.
+                ``p >= 0`` a non-hub living in partition ``p``; ``UNPLACED`` (-1) a non-hub
+                not yet placed; ``HUB_ROW0 - r`` (-2 - r) a hub whose partition set is row
+                ``r`` of ``hub_mask``.
 ``hub_mask``    uint64 (num_hubs, ceil(P / 64)), the partition set A(i) of each hub as bits.
 ``load[p]``     int64, events assigned to partition ``p`` so far.
 """
@@ -17,7 +18,23 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-SHARED = -1
+# Part codes of ``node_parts`` (the result of every method):
+SHARED = -1  # the node is in several parts: placed in every part
+NO_PART = -2  # no event placed the node (yet); fill_unplaced gives it a home
+
+# Bucket of an event: the unordered pair of its endpoints' codes, 0 = shared, p + 1 = part p.
+@numba.njit(cache=True)
+def bucket_id(a, b, num_parts):
+    """Bucket of the unordered code pair ``(a, b)``; codes are 0 (shared) .. ``num_parts``."""
+    if a > b:
+        a, b = b, a
+    q = num_parts + 1
+    return a * q - a * (a - 1) // 2 + (b - a)
+
+
+def num_buckets(num_parts: int) -> int:
+    return (num_parts + 1) * (num_parts + 2) // 2
+
 
 
 @numba.njit(cache=True)
@@ -50,13 +67,14 @@ def centrality(src, dst, t, num_nodes, beta, t_min, t_max):
     return cent
 
 
-UNPLACED = -1
+UNPLACED = -1  # SEP stream code of a non-hub not yet placed
+HUB_ROW0 = -2  # SEP stream code of hub row r is HUB_ROW0 - r
 
 
 def initial_codes(num_nodes: int, hubs: np.ndarray) -> np.ndarray:
     """``code`` for a fresh stream: every node unplaced, hub ``hubs[r]`` pointing at row ``r``."""
     code = np.full(num_nodes, UNPLACED, dtype=np.int64)
-    code[hubs] = -2 - np.arange(hubs.size, dtype=np.int64)
+    code[hubs] = HUB_ROW0 - np.arange(hubs.size, dtype=np.int64)
     return code
 
 
@@ -76,15 +94,15 @@ def _load_range(load):
 @numba.njit(cache=True, inline="always")
 def _member(c, p, hub_mask):
     """Whether partition ``p`` is in A(i) for a node with state ``c``."""
-    if c <= -2:
-        return (hub_mask[-2 - c, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+    if c <= HUB_ROW0:
+        return (hub_mask[HUB_ROW0 - c, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
     return c == p
 
 
 @numba.njit(cache=True, inline="always")
 def _join(i, c, p, code, hub_mask):
-    if c <= -2:
-        hub_mask[-2 - c, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    if c <= HUB_ROW0:
+        hub_mask[HUB_ROW0 - c, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
     else:
         code[i] = p
 
@@ -155,8 +173,8 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
 
 @numba.njit(cache=True)
 def finalize_parts(code, hub_mask):
-    """Node to partition after the stream: the single partition, SHARED (-1) for nodes
-    in several, and -2 for nodes no event placed."""
+    """Node to partition after the stream: the single partition, SHARED for nodes in
+    several, and NO_PART for nodes no event placed."""
     n = code.shape[0]
     out = np.empty(n, dtype=np.int64)
     for i in range(n):
@@ -164,9 +182,9 @@ def finalize_parts(code, hub_mask):
         if c >= 0:
             out[i] = c
         elif c == UNPLACED:
-            out[i] = -2
+            out[i] = NO_PART
         else:
-            r = -2 - c
+            r = HUB_ROW0 - c
             count = 0
             first = -1
             for w in range(hub_mask.shape[1]):
@@ -179,13 +197,13 @@ def finalize_parts(code, hub_mask):
                             first = 64 * w + b
                     x >>= np.uint64(1)
                     b += 1
-            out[i] = -2 if count == 0 else (SHARED if count > 1 else first)
+            out[i] = NO_PART if count == 0 else (SHARED if count > 1 else first)
     return out
 
 
 @numba.njit(cache=True)
 def fill_unplaced(node_parts, num_parts):
-    """Give every unplaced node (-2) a home: the partition with the fewest nodes so far,
+    """Give every unplaced node (NO_PART) a home: the partition with the fewest nodes so far,
     lowest id on ties, in node-id order.  Keeps node counts balanced for nodes that only
     occur outside the partitioned events (e.g. in val/test)."""
     count = np.zeros(num_parts, dtype=np.int64)
@@ -193,7 +211,7 @@ def fill_unplaced(node_parts, num_parts):
         if node_parts[i] >= 0:
             count[node_parts[i]] += 1
     for i in range(node_parts.shape[0]):
-        if node_parts[i] == -2:
+        if node_parts[i] == NO_PART:
             best = 0
             for q in range(1, num_parts):
                 if count[q] < count[best]:
@@ -240,8 +258,7 @@ def part_event_counts(src, dst, node_parts, num_parts):
 def bucket_ids(src, dst, node_parts, num_parts):
     """Bucket of each event: the unordered pair of its endpoint codes.
 
-    Code 0 is SHARED, ``p + 1`` is partition ``p``.  Pair ``(a, b)`` with ``a <= b``
-    has bucket ``a * Q - a * (a - 1) // 2 + (b - a)`` with ``Q = num_parts + 1``.
+    Code 0 is SHARED, ``p + 1`` is partition ``p`` (:func:`bucket_id`).
 
     Returns
     -------
@@ -255,11 +272,7 @@ def bucket_ids(src, dst, node_parts, num_parts):
     bid = np.empty(n, dtype=np.int32)
     offsets = np.zeros(nb + 1, dtype=np.int64)
     for e in range(n):
-        a = node_parts[src[e]] + 1
-        b = node_parts[dst[e]] + 1
-        if a > b:
-            a, b = b, a
-        k = a * q - a * (a - 1) // 2 + (b - a)
+        k = bucket_id(node_parts[src[e]] + 1, node_parts[dst[e]] + 1, num_parts)
         bid[e] = k
         offsets[k + 1] += 1
     for k in range(nb):
@@ -412,7 +425,7 @@ def greedy_assign(src, dst, start, end, remaining, mask, load):
 
 @numba.njit(cache=True)
 def mask_to_parts(mask, num_parts):
-    """Node to partition from A(i) bits: the single part, SHARED (-1) for several, -2 for none."""
+    """Node to partition from A(i) bits: the single part, SHARED for several, NO_PART for none."""
     n = mask.shape[0]
     out = np.empty(n, dtype=np.int64)
     for i in range(n):
@@ -423,5 +436,5 @@ def mask_to_parts(mask, num_parts):
                 count += 1
                 if first < 0:
                     first = q
-        out[i] = -2 if count == 0 else (SHARED if count > 1 else first)
+        out[i] = NO_PART if count == 0 else (SHARED if count > 1 else first)
     return out

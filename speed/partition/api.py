@@ -2,13 +2,16 @@
 
 Every method -- SEP and the baselines -- produces a ``node_parts`` array (-1 = shared), so
 the result, the metrics and the shard format are the same whichever method ran.
+
+To add a partitioner: write ``run(events, num_parts, params, timer, progress) -> MethodOutput``
+and add a :class:`Method` to :data:`REGISTRY` naming the parameters it uses.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -19,8 +22,68 @@ from . import _kernels, baselines
 from .metrics import partition_metrics
 from .sep import sep
 
-METHODS = ("sep", "hdrf", "greedy", "random", "kl", "metis")
-VERTEX_CUT = ("sep", "hdrf", "greedy")  # streaming methods that may replicate nodes
+# The defaults of partitioning, read by partition(), Partitioner and the CLI.
+DEFAULTS: Dict[str, Any] = {"num_parts": 4, "topk": 0.0, "beta": 0.1, "lam": 1.0, "eps": 1.0, "seed": 0,
+                            "method": "sep"}
+
+
+@dataclass(frozen=True)
+class MethodOutput:
+    node_parts: np.ndarray
+    extra: Dict[str, Any]
+    centrality: Optional[np.ndarray] = None
+    hubs: Optional[np.ndarray] = None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A partitioning method.
+
+    Attributes
+    ----------
+    name : str
+    run : callable
+        ``run(events, num_parts, params, timer, progress) -> MethodOutput``.
+    params : tuple of str
+        The hyperparameters it uses (recorded in the manifest).
+    vertex_cut : bool
+        Whether it assigns events and may replicate nodes (else it assigns nodes).
+    """
+
+    name: str
+    run: Callable[..., MethodOutput]
+    params: Tuple[str, ...]
+    vertex_cut: bool
+
+
+def _run_sep(events, num_parts, p, timer, progress):
+    node_parts, cent, hubs, extra = sep(events, num_parts, float(p["topk"]), float(p["beta"]), float(p["lam"]),
+                                        float(p["eps"]), timer, progress)
+    return MethodOutput(node_parts, extra, cent, hubs)
+
+
+def _staged(fn):
+    """A baseline timed as the ``assign`` stage; edge-cut methods do not stream."""
+    def run(events, num_parts, p, timer, progress):
+        with timer.stage("assign"):
+            node_parts, extra = fn(events, num_parts, p, progress)
+        extra.setdefault("stream_loads", None)
+        return MethodOutput(node_parts, extra)
+    return run
+
+
+REGISTRY: Dict[str, Method] = {m.name: m for m in (
+    Method("sep", _run_sep, ("topk", "beta", "lam", "eps", "seed"), vertex_cut=True),
+    Method("hdrf", _staged(lambda e, n, p, pr: baselines.hdrf(e, n, p["lam"], p["eps"], pr)), ("lam", "eps", "seed"),
+           vertex_cut=True),
+    Method("greedy", _staged(lambda e, n, p, pr: baselines.greedy(e, n, pr)), ("seed",), vertex_cut=True),
+    Method("random", _staged(lambda e, n, p, pr: baselines.random_parts(e, n, p["seed"])), ("seed",),
+           vertex_cut=False),
+    Method("kl", _staged(lambda e, n, p, pr: baselines.kl(e, n, p["seed"])), ("seed",), vertex_cut=False),
+    Method("metis", _staged(lambda e, n, p, pr: baselines.metis(e, n, p["seed"])), ("seed",), vertex_cut=False),
+)}
+METHODS = tuple(REGISTRY)
+VERTEX_CUT = tuple(m.name for m in REGISTRY.values() if m.vertex_cut)  # may replicate nodes
 
 
 @dataclass
@@ -107,24 +170,15 @@ def _validate(num_parts, topk, beta, lam, eps, method):
         raise InputError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
 
 
-def _params(method, topk, beta, lam, eps, seed) -> Dict[str, Any]:
-    """The hyperparameters that the method uses, as given."""
-    if method == "sep":
-        return {"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed}
-    if method == "hdrf":
-        return {"lam": lam, "eps": eps, "seed": seed}
-    return {"seed": seed}
-
-
 def partition(
     events: Events,
     num_parts: int,
-    topk: float = 0.0,
-    beta: float = 0.1,
-    lam: float = 1.0,
-    eps: float = 1.0,
-    seed: int = 0,
-    method: str = "sep",
+    topk: float = DEFAULTS["topk"],
+    beta: float = DEFAULTS["beta"],
+    lam: float = DEFAULTS["lam"],
+    eps: float = DEFAULTS["eps"],
+    seed: int = DEFAULTS["seed"],
+    method: str = DEFAULTS["method"],
     progress: Optional[bool] = None,
 ) -> PartitionResult:
     """Partition exactly the given events into ``num_parts`` node-induced sub-graphs.
@@ -167,37 +221,23 @@ def partition(
         raise InputError("no events to partition")
     timer = StageTimer()
     num_parts = int(num_parts)
-    cent = hubs = None
-    if method == "sep":
-        node_parts, cent, hubs, extra = sep(events, num_parts, float(topk), float(beta), float(lam), float(eps),
-                                            timer, progress)
-    else:
-        with timer.stage("assign"):
-            if method == "hdrf":
-                node_parts, extra = baselines.hdrf(events, num_parts, lam, eps, progress)
-            elif method == "greedy":
-                node_parts, extra = baselines.greedy(events, num_parts, progress)
-            elif method == "random":
-                node_parts, extra = baselines.random_parts(events, num_parts, seed)
-            elif method == "kl":
-                node_parts, extra = baselines.kl(events, num_parts, seed)
-            else:
-                node_parts, extra = baselines.metis(events, num_parts, seed)
-        extra.setdefault("stream_loads", None)  # edge-cut methods do not stream
+    m = REGISTRY[method]
+    given = {"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed}
+    out = m.run(events, num_parts, given, timer, progress)
     with timer.stage("metrics"):
-        stats = partition_metrics(events, node_parts, int(num_parts))
-    stats.update(extra)
+        stats = partition_metrics(events, out.node_parts, num_parts)
+    stats.update(out.extra)
     stats["seconds"] = timer.rounded()
     return PartitionResult(
-        node_parts=node_parts,
-        shared=np.flatnonzero(node_parts == _kernels.SHARED).astype(np.int64),
-        num_parts=int(num_parts),
+        node_parts=out.node_parts,
+        shared=np.flatnonzero(out.node_parts == _kernels.SHARED).astype(np.int64),
+        num_parts=num_parts,
         method=method,
-        params=_params(method, topk, beta, lam, eps, seed),
+        params={k: given[k] for k in m.params},
         stats=stats,
         events=events,
-        centrality=cent,
-        hubs=hubs,
+        centrality=out.centrality,
+        hubs=out.hubs,
     )
 
 
@@ -213,8 +253,9 @@ class Partitioner:
     >>> p.node_parts_, p.shared_, p.stats_["edge_cut"]          # doctest: +SKIP
     """
 
-    def __init__(self, num_parts: int = 4, topk: float = 0.0, beta: float = 0.1, lam: float = 1.0,
-                 eps: float = 1.0, seed: int = 0, method: str = "sep", progress: Optional[bool] = None):
+    def __init__(self, num_parts: int = DEFAULTS["num_parts"], topk: float = DEFAULTS["topk"],
+                 beta: float = DEFAULTS["beta"], lam: float = DEFAULTS["lam"], eps: float = DEFAULTS["eps"],
+                 seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], progress: Optional[bool] = None):
         self.num_parts = num_parts
         self.topk = topk
         self.beta = beta

@@ -101,7 +101,7 @@ def kl(events: Events, num_parts: int, seed: int = 0, max_iter: int = 10) -> Tup
     present = np.flatnonzero(events.node_mask())
     graph.add_nodes_from(present.tolist())
     graph.add_weighted_edges_from(zip(u.tolist(), v.tolist(), w.tolist()))
-    parts = np.full(events.num_nodes, -2, dtype=np.int64)
+    parts = np.full(events.num_nodes, _kernels.NO_PART, dtype=np.int64)
     rng = np.random.default_rng(seed)
 
     def split(nodes: list, first: int, count: int) -> None:
@@ -144,7 +144,7 @@ def metis(events: Events, num_parts: int, seed: int = 0) -> Tuple[np.ndarray, Di
     lu, lv = local[u], local[v]
     g = dgl.graph((torch.from_numpy(np.concatenate([lu, lv])), torch.from_numpy(np.concatenate([lv, lu]))),
                   num_nodes=int(present.size))
-    parts = np.full(events.num_nodes, -2, dtype=np.int64)
+    parts = np.full(events.num_nodes, _kernels.NO_PART, dtype=np.int64)
     if num_parts == 1:
         parts[present] = 0
     else:

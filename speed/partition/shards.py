@@ -42,14 +42,6 @@ def _fits_int32(events: Events, name: str) -> bool:
     return bound <= _INT32_MAX
 
 
-def bucket_id(a: int, b: int, num_parts: int) -> int:
-    """Bucket of the unordered code pair (a, b); codes are 0 (shared) .. num_parts."""
-    if a > b:
-        a, b = b, a
-    q = num_parts + 1
-    return a * q - a * (a - 1) // 2 + (b - a)
-
-
 def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None) -> dict:
     """The manifest dictionary for ``result`` stored with ``events``."""
     st = result.stats
@@ -85,7 +77,7 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
     manifest["layout"] = {
         "codes": "0 = shared node, p + 1 = part p",
         "bucket": "a * (P + 1) - a * (a - 1) // 2 + (b - a) for codes a <= b",
-        "num_buckets": (result.num_parts + 1) * (result.num_parts + 2) // 2,
+        "num_buckets": _kernels.num_buckets(result.num_parts),
     }
     if extra:
         manifest.update(extra)
@@ -210,7 +202,7 @@ class Shards:
 
     def _buckets(self, parts: Iterable[int]) -> List[int]:
         codes = sorted({0} | {int(p) + 1 for p in parts})
-        return [bucket_id(a, b, self.num_parts) for i, a in enumerate(codes) for b in codes[i:]]
+        return [int(_kernels.bucket_id(a, b, self.num_parts)) for i, a in enumerate(codes) for b in codes[i:]]
 
     def merge(self, parts: Iterable[int], period: str = "all") -> Events:
         """The node-induced sub-graph of the union of ``parts`` and the shared nodes.
