@@ -319,6 +319,9 @@ def _set(mask, i, p):
     mask[i, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
 
 
+# hdrf_assign scores like sep_assign but keeps its own loop: one shared helper taking A(i) as
+# bit rows cost SEP about 13% (7.0 -> 6.1 M events/s over 5M events, P=8, same loads), as
+# SEP's membership test reads a hub row or nothing without building row views.
 @numba.njit(cache=True)
 def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
     """HDRF (Petroni et al., CIKM 2015) over events ``[start, end)``, state updated in place.
