@@ -116,7 +116,8 @@ def worker_memory_partition(a):
         hub_mask = np.zeros((hubs.size, (a["parts"] + 63) // 64), dtype=np.uint64)
         load = np.zeros(a["parts"], dtype=np.int64)
         t0 = time.perf_counter()
-        _kernels.sep_assign(ev.src, ev.dst, 0, len(ev), res.centrality, code, hub_mask, load, 1.0, 1.0)
+        _kernels.sep_assign(ev.src, ev.dst, 0, len(ev), res.centrality, code, hub_mask, load, 1.0, 1.0,
+                            np.empty(len(ev), dtype=np.int32))
         best = min(best, time.perf_counter() - t0)
     raw = len(ev) * RAW_BYTES_PER_EVENT
     return {

@@ -165,6 +165,39 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _cmd_plan(args) -> int:
+    from .partition.shards import Shards
+    from .train.config import TrainConfig
+    from .train.pac.plan import plan
+
+    config = TrainConfig(model=args.model, epochs=args.epochs, seed=args.seed, shuffle=args.shuffle,
+                         subgraph=args.subgraph, memory_dim=args.memory_dim, time_dim=args.time_dim,
+                         embedding_dim=args.embedding_dim, nproc=args.nproc).validate()
+    inp = Path(args.input)
+    if not inp.exists():
+        raise InputError("file not found", inp)
+    p = plan(Shards(inp), config, args.nproc)
+    print(json.dumps(p, indent=2) if args.json else format_plan(p))
+    return 0
+
+
+def format_plan(p: dict) -> str:
+    """A human-readable table of :func:`speed.train.pac.plan.plan`."""
+    mib = 1 << 20
+    lines = [f"{p['shards']}: {p['num_parts']} parts, {p['num_shared']:,} shared nodes, "
+             f"{p['train_events']:,} training events",
+             f"{p['nproc']} ranks, subgraph {p['subgraph']}, {p['model']} node state "
+             f"{p['memory_bytes_per_node']} B/node ({p['memory_bytes_unpartitioned'] / mib:,.1f} MiB unpartitioned)",
+             "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'nodes':>10}  {'memory MiB':>10}"]
+    for e in p["epochs"]:
+        for r in e["ranks"]:
+            lines.append(f"{e['epoch']:>5}  {r['rank']:>4}  {','.join(map(str, r['parts'])):<12}  {r['events']:>12,}  "
+                         f"{r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}")
+        lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
+                     f"of the training events")
+    return "\n".join(lines)
+
+
 def _add_config_options(t: argparse.ArgumentParser) -> None:
     """``speed train`` options: one per :class:`TrainConfig` field, with its default and choices."""
     import typing
@@ -195,8 +228,9 @@ def format_train_summary(m: dict, out: Path) -> str:
     """A human-readable summary of a training run."""
     lines = [f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}"]
     for e in m["epochs"]:
-        v = e["val"]["transductive"]
-        lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {v['ap']:>7.4f}  {v['auc']:>7.4f}  "
+        v = e["val"]["transductive"] if e.get("val") else None
+        val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
+        lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
                      f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
     tt, ti = m["test"]["transductive"], m["test"]["inductive"]
     lines.append("")
@@ -251,6 +285,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(t)
     _add_reader_options(t)
     t.set_defaults(func=_cmd_train)
+
+    from dataclasses import fields
+
+    from .train.config import SUBGRAPH_MODES, TrainConfig
+
+    d = {f.name: f.default for f in fields(TrainConfig)}
+    pl = sub.add_parser("plan", help="dry run of a parallel run: events, nodes and memory per rank, work inflation")
+    pl.add_argument("input", help="shards directory from `speed partition`")
+    pl.add_argument("--nproc", type=int, required=True, help="number of ranks")
+    pl.add_argument("--subgraph", choices=SUBGRAPH_MODES, default=d["subgraph"],
+                    help=f"what a rank trains on (default {d['subgraph']})")
+    pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
+    pl.add_argument("--seed", type=int, default=d["seed"])
+    pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
+    from .train.models import MODELS
+
+    pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
+    for name in ("memory_dim", "time_dim", "embedding_dim"):
+        pl.add_argument("--" + name.replace("_", "-"), type=int, default=d[name], help=f"default {d[name]}")
+    pl.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    pl.set_defaults(func=_cmd_plan)
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

@@ -21,8 +21,10 @@ def reference_centrality(src, dst, t, num_nodes, beta):
     return cent
 
 
-def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0, eps=1.0):
-    """Returns (node_parts, loads, dropped, hubs) with node_parts -1 for shared nodes."""
+def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0, eps=1.0, event_parts=None):
+    """Returns (node_parts, loads, dropped, hubs) with node_parts -1 for shared nodes; each
+    event's part (-1 if dropped) is appended to ``event_parts`` when given."""
+    event_parts = [] if event_parts is None else event_parts
     src = [int(x) for x in src]
     dst = [int(x) for x in dst]
     cent = reference_centrality(src, dst, t, num_nodes, beta)
@@ -38,6 +40,7 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
         pin_j = next(iter(parts_of[j])) if j not in hubs and parts_of[j] else None
         if pin_i is not None and pin_j is not None and pin_i != pin_j:
             dropped += 1  # Case 3: two non-hubs already living in different parts
+            event_parts.append(-1)
             continue
         if pin_i is not None or pin_j is not None:
             p = pin_i if pin_i is not None else pin_j
@@ -54,6 +57,7 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
                 if score > best:
                     best, p = score, q
         load[p] += 1
+        event_parts.append(p)
         parts_of[i].add(p)
         parts_of[j].add(p)
 
@@ -87,8 +91,10 @@ def _finish(parts_of, num_parts):
     return node_parts
 
 
-def reference_hdrf(src, dst, num_nodes, num_parts, lam=1.0, eps=1.0):
-    """HDRF with partial degrees, plain Python.  Returns (node_parts, loads)."""
+def reference_hdrf(src, dst, num_nodes, num_parts, lam=1.0, eps=1.0, event_parts=None):
+    """HDRF with partial degrees, plain Python.  Returns (node_parts, loads); each event's
+    part is appended to ``event_parts`` when given."""
+    event_parts = [] if event_parts is None else event_parts
     parts_of = [set() for _ in range(num_nodes)]
     degree = [0] * num_nodes
     load = [0] * num_parts
@@ -106,13 +112,16 @@ def reference_hdrf(src, dst, num_nodes, num_parts, lam=1.0, eps=1.0):
             if score > best:
                 best, p = score, q
         load[p] += 1
+        event_parts.append(p)
         parts_of[i].add(p)
         parts_of[j].add(p)
     return _finish(parts_of, num_parts), load
 
 
-def reference_greedy(src, dst, num_nodes, num_parts):
-    """PowerGraph greedy, plain Python.  Returns (node_parts, loads)."""
+def reference_greedy(src, dst, num_nodes, num_parts, event_parts=None):
+    """PowerGraph greedy, plain Python.  Returns (node_parts, loads); each event's part is
+    appended to ``event_parts`` when given."""
+    event_parts = [] if event_parts is None else event_parts
     src, dst = list(map(int, src)), list(map(int, dst))
     remaining = [0] * num_nodes
     for i, j in zip(src, dst):
@@ -130,6 +139,7 @@ def reference_greedy(src, dst, num_nodes, num_parts):
             cand = a or b or set(range(num_parts))
         p = min(cand, key=lambda q: (load[q], q))
         load[p] += 1
+        event_parts.append(p)
         remaining[i] -= 1
         remaining[j] -= 1
         a.add(p)

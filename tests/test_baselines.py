@@ -52,11 +52,15 @@ def test_vertex_cut_kernels_match_references(n, e, p, seed):
     src, dst, t = random_stream(np.random.default_rng(seed), n, e)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
     h = speed.partition(ev, p, method="hdrf", lam=1.0)
-    ref_parts, ref_load = reference_hdrf(src, dst, n, p)
+    ref_events = []
+    ref_parts, ref_load = reference_hdrf(src, dst, n, p, event_parts=ref_events)
     assert list(h.node_parts) == ref_parts and h.stats["stream_loads"] == ref_load
+    assert h.event_part.tolist() == ref_events
     g = speed.partition(ev, p, method="greedy")
-    ref_parts, ref_load = reference_greedy(src, dst, n, p)
+    ref_events = []
+    ref_parts, ref_load = reference_greedy(src, dst, n, p, event_parts=ref_events)
     assert list(g.node_parts) == ref_parts and g.stats["stream_loads"] == ref_load
+    assert g.event_part.tolist() == ref_events
     for res in (h, g):
         assert res.edge_cut == 0.0  # every event lands where both endpoints live
 

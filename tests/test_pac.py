@@ -74,11 +74,26 @@ def test_sync_across_two_processes(mode, expected):
             assert mem[3] == rank + 1.0  # a rank's own node is never synchronised
 
 
-def test_two_process_run_writes_per_rank_metrics(shards4, tmp_path):
-    m = speed.train(speed.load_shards(shards4), model="tgn", epochs=2, seed=0, nproc=2, out=tmp_path, **TINY)
-    assert m["nproc"] == 2 and len(m["epochs"]) >= 1
+@pytest.mark.parametrize("subgraph", ["assigned", "induced"])
+def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp_path, subgraph, capsys):
+    m = speed.train(speed.load_shards(shards4), model="tgn", epochs=2, seed=0, nproc=2, out=tmp_path,
+                    subgraph=subgraph, patience=10, **TINY)
+    assert m["nproc"] == 2 and len(m["epochs"]) == 2
+    assert main(["plan", str(shards4), "--nproc", "2", "--epochs", "2", "--subgraph", subgraph, "--model", "tgn",
+                 "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    for e, p in zip(m["epochs"], plan["epochs"]):
+        keys = ("rank", "parts", "events", "nodes", "memory_bytes")
+        assert [{k: r[k] for k in keys} for r in e["ranks"]] == p["ranks"]
+        inflation = sum(r["events"] for r in e["ranks"]) / m["data"]["num_train_events"]
+        assert p["work_inflation"] == pytest.approx(inflation)
+        if subgraph == "assigned":
+            assert p["work_inflation"] <= 1.0
+        else:
+            assert p["work_inflation"] > 1.0  # the shared-shared events are on both ranks
+    assert plan["memory_bytes_unpartitioned"] == m["memory_bytes_unpartitioned"]
     for e in m["epochs"]:
-        assert len(e["ranks"]) == 2 and "sync" in e["seconds"]
+        assert len(e["ranks"]) == 2 and {"train", "sync", "exchange", "validate"} <= set(e["seconds"])
         for r in e["ranks"]:
             assert {"rank", "parts", "nodes", "events", "steps", "memory_bytes"} <= set(r)
             assert r["memory_bytes"] < m["memory_bytes_unpartitioned"]
@@ -169,3 +184,12 @@ def test_parallel_runs_are_deterministic(shards4, tmp_path):
     core = (lambda m: json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"]},
                                  sort_keys=True))
     assert core(a) == core(b)
+
+
+def test_periodic_sync_and_sparse_validation(shards4, tmp_path):
+    m = speed.train(shards4, model="tige", epochs=3, seed=0, nproc=2, sync_every=2, val_every=2, patience=10,
+                    out=tmp_path, **TINY)
+    assert [bool(e["val"]) for e in m["epochs"]] == [False, True, True]  # every 2nd epoch and the last
+    assert all(e["seconds"]["sync"] > 0 for e in m["epochs"])
+    assert "validate" not in m["epochs"][0]["seconds"]
+    assert m["test"]["transductive"]["ap"] > 0.5

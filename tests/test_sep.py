@@ -24,7 +24,7 @@ def run_kernel(src, dst, cent, hubs, num_parts, lam=1.0, eps=1.0):
     hub_mask = np.zeros((len(hubs), (num_parts + 63) // 64), dtype=np.uint64)
     load = np.zeros(num_parts, dtype=np.int64)
     dropped = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), code, hub_mask,
-                                  load, lam, eps)
+                                  load, lam, eps, np.empty(len(src), dtype=np.int32))
     parts = _kernels.finalize_parts(code, hub_mask)
     return parts, load, dropped
 
@@ -135,7 +135,10 @@ def test_kernel_matches_reference(params):
     src, dst, t = random_stream(np.random.default_rng(seed), n, e)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
     res = speed.partition(ev, p, topk=topk, beta=beta, lam=1.0, eps=1.0)
-    ref_parts, ref_load, ref_dropped, ref_hubs = reference_sep(src, dst, t, n, p, topk=topk, beta=beta)
+    ref_events = []
+    ref_parts, ref_load, ref_dropped, ref_hubs = reference_sep(src, dst, t, n, p, topk=topk, beta=beta,
+                                                               event_parts=ref_events)
+    assert res.event_part.tolist() == ref_events
     np.testing.assert_allclose(res.centrality, reference_centrality(src, dst, t, n, beta), rtol=0, atol=0)
     assert list(res.hubs) == ref_hubs
     assert list(res.node_parts) == ref_parts

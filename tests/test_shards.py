@@ -128,3 +128,39 @@ def test_bucket_ids_are_a_bijection():
     for p in range(1, 7):
         ids = {bucket_id(a, b, p) for a, b in itertools.combinations_with_replacement(range(p + 1), 2)}
         assert ids == set(range((p + 1) * (p + 2) // 2))
+
+
+@pytest.mark.parametrize("method", ["sep", "hdrf", "greedy", "random"])
+def test_assigned_groups_train_each_event_once(tmp_path, method):
+    src, dst, t = random_stream(np.random.default_rng(3), 300, 4000)
+    ev = speed.Events.from_arrays(src, dst, t, num_nodes=300)
+    split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
+    res = speed.partition(split.train(ev), 4, topk=0.1, method=method)
+    sh = speed.load_shards(res.save(tmp_path / "s", events=ev, split=split))
+    groups = [[0, 2], [1, 3]]
+    assigned = [sh.merge(g, period="train", subgraph="assigned") for g in groups]
+    induced = [sh.merge(g, period="train") for g in groups]
+    for a, i in zip(assigned, induced):
+        assert set(a.eid.tolist()) <= set(i.eid.tolist())
+        assert np.all(np.diff(a.t) >= 0)
+    ids = np.concatenate([a.eid for a in assigned])
+    assert ids.size == np.unique(ids).size  # no event on two groups
+    # every training event is on a group, except cut events whose parts are on different groups
+    home = {p: k for k, g in enumerate(groups) for p in g}
+    a_part, b_part = res.node_parts[split.train(ev).src], res.node_parts[split.train(ev).dst]
+    lost = [(x >= 0 and y >= 0 and home[x] != home[y]) for x, y in zip(a_part, b_part)]
+    assert ids.size == split.num_train - sum(lost)
+    if method in ("sep", "hdrf", "greedy") and sh.shared.size:
+        assert sum(len(i) for i in induced) > ids.size  # induced repeats the shared-shared events
+
+
+def test_shards_without_event_parts_refuse_assigned_clearly(tmp_path):
+    src, dst, t = random_stream(np.random.default_rng(4), 200, 3000)
+    ev = speed.Events.from_arrays(src, dst, t, num_nodes=200)
+    split = speed.chronological_split(ev, seed=0)
+    path = speed.partition(split.train(ev), 2, topk=0.2).save(tmp_path / "s", events=ev, split=split)
+    (path / "events" / "part.npy").unlink()  # as written by speed 0.1
+    sh = speed.load_shards(path)
+    assert len(sh.merge([0], period="train")) > 0
+    with pytest.raises(speed.InputError, match="re-partition them, or use subgraph 'induced'"):
+        sh.merge([0], period="train", subgraph="assigned")

@@ -21,6 +21,8 @@ import numpy as np
 # Part codes of ``node_parts`` (the result of every method):
 SHARED = -1  # the node is in several parts: placed in every part
 NO_PART = -2  # no event placed the node (yet); fill_unplaced gives it a home
+# Part of an event (``event_part``, int32, one per partitioned event) that no part took:
+DROPPED = -1  # SEP's Case 3 (a cut event), or an edge-cut method's event across parts
 
 # Bucket of an event: the unordered pair of its endpoints' codes, 0 = shared, p + 1 = part p.
 @numba.njit(cache=True)
@@ -108,7 +110,7 @@ def _join(i, c, p, code, hub_mask):
 
 
 @numba.njit(cache=True)
-def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
+def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event_part):
     """Stream events ``[start, end)`` through SEP, updating the state in place.
 
     For event (i, j): a non-hub already placed pins the event to its partition; two
@@ -117,6 +119,9 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
     ``h(i,p) + h(j,p) + lam * (maxload - load[p]) / (eps + maxload - minload)`` is
     maximised, ties going to the lowest partition id; ``h(i,p) = 1 + (1 - theta(i))``
     when ``p`` is in A(i), else 0, with ``theta(i) = Cent(i) / (Cent(i) + Cent(j))``.
+
+    ``event_part[e]`` (int32, shape (E,)) receives the partition of event ``e``, or
+    DROPPED.
 
     Returns
     -------
@@ -133,6 +138,7 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
         if pin_i >= 0 and pin_j >= 0:
             if pin_i != pin_j:
                 dropped += 1
+                event_part[e] = DROPPED
                 continue
             best_p = pin_i
         elif pin_i >= 0:
@@ -165,6 +171,7 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps):
                     best = score
                     best_p = q
         load[best_p] += 1
+        event_part[e] = best_p
         _join(i, pin_i, best_p, code, hub_mask)
         if j != i:
             _join(j, pin_j, best_p, code, hub_mask)
@@ -323,7 +330,7 @@ def _set(mask, i, p):
 # bit rows cost SEP about 13% (7.0 -> 6.1 M events/s over 5M events, P=8, same loads), as
 # SEP's membership test reads a hub row or nothing without building row views.
 @numba.njit(cache=True)
-def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
+def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps, event_part):
     """HDRF (Petroni et al., CIKM 2015) over events ``[start, end)``, state updated in place.
 
     Partial degrees are counted as the stream goes (``degree`` is incremented for both
@@ -338,6 +345,8 @@ def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
     mask : uint64 ndarray, shape (num_nodes, ceil(P / 64))
         A(i) as bits.
     load : int64 ndarray, shape (P,)
+    event_part : int32 ndarray, shape (E,)
+        Receives each event's partition.
     """
     num_parts = load.shape[0]
     for e in range(start, end):
@@ -365,12 +374,13 @@ def hdrf_assign(src, dst, start, end, degree, mask, load, lam, eps):
                 best = score
                 best_p = q
         load[best_p] += 1
+        event_part[e] = best_p
         _set(mask, i, best_p)
         _set(mask, j, best_p)
 
 
 @numba.njit(cache=True)
-def greedy_assign(src, dst, start, end, remaining, mask, load):
+def greedy_assign(src, dst, start, end, remaining, mask, load, event_part):
     """PowerGraph's greedy vertex-cut (Gonzalez et al., OSDI 2012) over ``[start, end)``.
 
     For event (i, j) the candidates are: the partitions shared by A(i) and A(j) if any;
@@ -384,6 +394,7 @@ def greedy_assign(src, dst, start, end, remaining, mask, load):
         Events of each node not yet assigned (its degree at the start).
     mask : uint64 ndarray, shape (num_nodes, ceil(P / 64))
     load : int64 ndarray, shape (P,)
+    event_part : int32 ndarray, shape (E,)
     """
     num_parts = load.shape[0]
     for e in range(start, end):
@@ -420,6 +431,7 @@ def greedy_assign(src, dst, start, end, remaining, mask, load):
             if ok and (best_p < 0 or load[q] < load[best_p]):
                 best_p = q
         load[best_p] += 1
+        event_part[e] = best_p
         remaining[i] -= 1
         remaining[j] -= 1
         _set(mask, i, best_p)
@@ -440,4 +452,16 @@ def mask_to_parts(mask, num_parts):
                 if first < 0:
                     first = q
         out[i] = NO_PART if count == 0 else (SHARED if count > 1 else first)
+    return out
+
+
+@numba.njit(cache=True)
+def endpoint_event_parts(src, dst, node_parts):
+    """Part of each event for an edge-cut assignment: its endpoints' common part, or
+    DROPPED when they differ (a cut event).  Shared endpoints do not occur there."""
+    out = np.empty(src.shape[0], dtype=np.int32)
+    for e in range(src.shape[0]):
+        a = node_parts[src[e]]
+        b = node_parts[dst[e]]
+        out[e] = a if a == b else DROPPED
     return out

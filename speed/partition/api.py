@@ -104,6 +104,10 @@ class PartitionResult:
     stats : dict
         Manifest metrics (see :func:`speed.partition.metrics.partition_metrics`) plus
         ``stream_loads``, ``dropped_events``, ``num_hubs`` and ``seconds`` per stage.
+    event_part : int32 ndarray, shape (E,)
+        The part each partitioned event was assigned to, ``-1`` (DROPPED) for a cut event.
+        Vertex-cut methods decide it while streaming; for edge-cut methods it is the
+        endpoints' common part.  Shards store it, so a PAC rank can train each event once.
     centrality : float64 ndarray, shape (num_nodes,), optional
     hubs : int64 ndarray, shape (H,), optional
     events : Events
@@ -117,6 +121,7 @@ class PartitionResult:
     params: Dict[str, Any]
     stats: Dict[str, Any]
     events: Events = field(repr=False)
+    event_part: Optional[np.ndarray] = field(default=None, repr=False)
     centrality: Optional[np.ndarray] = field(default=None, repr=False)
     hubs: Optional[np.ndarray] = field(default=None, repr=False)
 
@@ -224,9 +229,13 @@ def partition(
     m = REGISTRY[method]
     given = {"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed}
     out = m.run(events, num_parts, given, timer, progress)
+    extra = dict(out.extra)
+    event_part = extra.pop("event_part", None)
     with timer.stage("metrics"):
         stats = partition_metrics(events, out.node_parts, num_parts)
-    stats.update(out.extra)
+        if event_part is None:
+            event_part = _kernels.endpoint_event_parts(events.src, events.dst, out.node_parts)
+    stats.update(extra)
     stats["seconds"] = timer.rounded()
     return PartitionResult(
         node_parts=out.node_parts,
@@ -236,6 +245,7 @@ def partition(
         params={k: given[k] for k in m.params},
         stats=stats,
         events=events,
+        event_part=event_part,
         centrality=out.centrality,
         hubs=out.hubs,
     )

@@ -42,14 +42,16 @@ def hdrf(events: Events, num_parts: int, lam: float = 1.0, eps: float = 1.0,
     -------
     node_parts : int64 ndarray, shape (num_nodes,)
     extra : dict
-        ``stream_loads``.
+        ``stream_loads``, ``event_part``.
     """
     mask = _empty_mask(events.num_nodes, num_parts)
     degree = np.zeros(events.num_nodes, dtype=np.int64)
     load = np.zeros(num_parts, dtype=np.int64)
-    _stream(_kernels.hdrf_assign, events, (degree, mask, load, float(lam), float(eps)), "HDRF assign", progress)
+    event_part = np.empty(len(events), dtype=np.int32)
+    _stream(_kernels.hdrf_assign, events, (degree, mask, load, float(lam), float(eps), event_part), "HDRF assign",
+            progress)
     parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts), num_parts)
-    return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0}
+    return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0, "event_part": event_part}
 
 
 def greedy(events: Events, num_parts: int, progress: Optional[bool] = None) -> Tuple[np.ndarray, Dict]:
@@ -58,9 +60,10 @@ def greedy(events: Events, num_parts: int, progress: Optional[bool] = None) -> T
     remaining = (np.bincount(events.src, minlength=events.num_nodes)
                  + np.bincount(events.dst, minlength=events.num_nodes)).astype(np.int64)
     load = np.zeros(num_parts, dtype=np.int64)
-    _stream(_kernels.greedy_assign, events, (remaining, mask, load), "greedy assign", progress)
+    event_part = np.empty(len(events), dtype=np.int32)
+    _stream(_kernels.greedy_assign, events, (remaining, mask, load, event_part), "greedy assign", progress)
     parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts), num_parts)
-    return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0}
+    return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0, "event_part": event_part}
 
 
 def random_parts(events: Events, num_parts: int, seed: int = 0) -> Tuple[np.ndarray, Dict]:

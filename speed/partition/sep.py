@@ -29,7 +29,8 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
     centrality : float64 ndarray, shape (num_nodes,)
     hubs : int64 ndarray, shape (H,)
     extra : dict
-        ``stream_loads``, ``dropped_events``, ``num_hubs``.
+        ``stream_loads``, ``dropped_events``, ``num_hubs``, and ``event_part`` (int32 (E,):
+        each event's part, DROPPED for a cut event).
     """
     n = events.num_nodes
     with timer.stage("centrality"):
@@ -42,13 +43,15 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
         load = np.zeros(num_parts, dtype=np.int64)
         dropped = 0
         ne = len(events)
+        event_part = np.empty(ne, dtype=np.int32)
         with progress_bar(ne, "SEP assign", progress=progress) as bar:
             for start in range(0, ne, _CHUNK):
                 end = min(ne, start + _CHUNK)
                 dropped += _kernels.sep_assign(events.src, events.dst, start, end, cent, code, hub_mask, load,
-                                               float(lam), float(eps))
+                                               float(lam), float(eps), event_part)
                 bar.update(end - start)
         node_parts = _kernels.finalize_parts(code, hub_mask)
         node_parts = _kernels.fill_unplaced(node_parts, num_parts)
-    extra = {"stream_loads": [int(x) for x in load], "dropped_events": int(dropped), "num_hubs": int(hubs.size)}
+    extra = {"stream_loads": [int(x) for x in load], "dropped_events": int(dropped), "num_hubs": int(hubs.size),
+             "event_part": event_part}
     return node_parts, cent, hubs, extra

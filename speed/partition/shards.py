@@ -10,10 +10,20 @@ Layout of a shards directory::
                          its endpoints' codes (0 = shared, p + 1 = part p), each bucket in
                          time order; src, dst and eid are int32 when they fit
     events/offsets.npy   int64 (num_buckets + 1,), bucket boundaries
+    events/part.npy      int32, the part the partitioner assigned each event to (-1: cut,
+                         or not partitioned: val/test), same order as the other arrays
 
 A group of parts G is the node-induced sub-graph of ``V_G ∪ S``: the buckets whose two
 codes both lie in ``{0} ∪ {p + 1 : p in G}``.  Event arrays are memory-mapped, so a
 group reads only its own buckets, and the cut events between the parts of G come back.
+
+Sub-graph modes of a group (``merge(..., subgraph=...)``):
+
+* ``induced`` -- the node-induced sub-graph above (the paper's definition).  Events between
+  two shared nodes (bucket (0, 0)) are in every group.
+* ``assigned`` -- the same, except that of the shared-shared events a group keeps those the
+  partitioner assigned to one of its parts.  Groups that cover the parts then hold every
+  training event once (apart from cut events between groups).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from ..errors import InputError
 from . import _kernels
 
 FORMAT_VERSION = 1
+SUBGRAPHS = ("induced", "assigned")
 _EVENT_ARRAYS = ("src", "dst", "t", "eid", "label", "msg")
 _ID_ARRAYS = ("src", "dst", "eid")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -78,6 +89,7 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
         "codes": "0 = shared node, p + 1 = part p",
         "bucket": "a * (P + 1) - a * (a - 1) // 2 + (b - a) for codes a <= b",
         "num_buckets": _kernels.num_buckets(result.num_parts),
+        "event_part": "events/part.npy: the part each event was assigned to, -1 for cut or later events",
     }
     if extra:
         manifest.update(extra)
@@ -126,11 +138,16 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     events = result.events if events is None else events
     if events.num_nodes != result.node_parts.shape[0]:
         raise InputError(f"events have {events.num_nodes} nodes but the partition has {result.node_parts.shape[0]}")
+    # the partitioned events are the first ones of the stored log (the training period)
+    part = np.full(len(events), _kernels.DROPPED, dtype=np.int32)
+    if result.event_part is not None:
+        part[:result.event_part.size] = result.event_part
     start = time.perf_counter()
     bid, offsets = _kernels.bucket_ids(events.src, events.dst, result.node_parts, result.num_parts)
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
         arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
+        arrays.append(("part", part))
         _write_columns(tmp / "events", events, arrays, bid, offsets, progress)
         np.save(tmp / "events" / "offsets.npy", offsets)
         nodes = {"node_parts": result.node_parts}
@@ -191,6 +208,8 @@ class Shards:
         self.offsets = np.load(edir / "offsets.npy")
         self._arrays = {name: np.load(edir / f"{name}.npy", mmap_mode="r")
                         for name in _EVENT_ARRAYS if (edir / f"{name}.npy").exists()}
+        # shards written before per-event parts were stored lack it (induced mode only)
+        self._part = np.load(edir / "part.npy", mmap_mode="r") if (edir / "part.npy").exists() else None
 
     @property
     def num_events(self) -> int:
@@ -204,8 +223,8 @@ class Shards:
         codes = sorted({0} | {int(p) + 1 for p in parts})
         return [int(_kernels.bucket_id(a, b, self.num_parts)) for i, a in enumerate(codes) for b in codes[i:]]
 
-    def merge(self, parts: Iterable[int], period: str = "all") -> Events:
-        """The node-induced sub-graph of the union of ``parts`` and the shared nodes.
+    def merge(self, parts: Iterable[int], period: str = "all", subgraph: str = "induced") -> Events:
+        """The sub-graph of the union of ``parts`` and the shared nodes.
 
         Parameters
         ----------
@@ -213,6 +232,9 @@ class Shards:
             Part ids in ``[0, num_parts)``.
         period : {"all", "train", "eval"}
             All stored events, only the partitioned (training) ones, or only the later ones.
+        subgraph : {"induced", "assigned"}
+            Node-induced, or node-induced but keeping only the shared-shared events assigned
+            to one of ``parts`` (see the module docstring).
 
         Returns
         -------
@@ -223,7 +245,18 @@ class Shards:
         bad = [p for p in parts if not 0 <= p < self.num_parts]
         if bad:
             raise InputError(f"part {bad[0]} out of range (the shards have {self.num_parts} parts)", self.path)
-        return self._gather(self._buckets(parts), period)
+        if subgraph not in SUBGRAPHS:
+            raise InputError(f"subgraph must be one of {', '.join(SUBGRAPHS)}, got {subgraph!r}")
+        selectors = [slice(int(self.offsets[b]), int(self.offsets[b + 1])) for b in self._buckets(parts)]
+        shared_pair = int(_kernels.bucket_id(0, 0, self.num_parts))
+        if subgraph == "assigned" and self.offsets[shared_pair + 1] > self.offsets[shared_pair]:
+            if self._part is None:
+                raise InputError("these shards do not record which part each event was assigned to (written by an "
+                                 "older version): re-partition them, or use subgraph 'induced'", self.path)
+            lo, hi = int(self.offsets[shared_pair]), int(self.offsets[shared_pair + 1])
+            keep = lo + np.flatnonzero(np.isin(self._part[lo:hi], parts))
+            selectors[self._buckets(parts).index(shared_pair)] = keep
+        return self._gather(selectors, period)
 
     def part(self, p: int, period: str = "all") -> Events:
         """Part ``p``: its own nodes plus the shared nodes, node-induced."""
@@ -231,14 +264,13 @@ class Shards:
 
     def events(self, period: str = "all") -> Events:
         """Every stored event, in time order."""
-        nb = len(self.offsets) - 1
-        return self._gather(list(range(nb)), period)
+        return self._gather([slice(0, int(self.offsets[-1]))], period)
 
-    def _gather(self, buckets: List[int], period: str) -> Events:
+    def _gather(self, selectors: List, period: str) -> Events:
+        """Events at the stored positions ``selectors`` (slices or index arrays), in time order."""
         if period not in ("all", "train", "eval"):
             raise ValueError(f"period must be 'all', 'train' or 'eval', got {period!r}")
-        slices = [slice(int(self.offsets[b]), int(self.offsets[b + 1])) for b in buckets]
-        cat = {name: np.concatenate([arr[s] for s in slices]) for name, arr in self._arrays.items()}
+        cat = {name: np.concatenate([arr[s] for s in selectors]) for name, arr in self._arrays.items()}
         for name in _ID_ARRAYS:  # stored as int32 when they fit; Events always holds int64
             cat[name] = cat[name].astype(np.int64, copy=False)
         order = np.argsort(cat["eid"], kind="stable")
@@ -275,6 +307,10 @@ class Shards:
                      test_time=float(sp["test_time"]), new_nodes=new_nodes, seed=int(sp["seed"]),
                      new_node_fraction=float(sp["new_node_fraction"]),
                      events=self.events() if events is None else events)
+
+    @property
+    def has_event_parts(self) -> bool:
+        return self._part is not None
 
     def __repr__(self) -> str:
         m = self.manifest

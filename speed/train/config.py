@@ -17,11 +17,12 @@ from typing import Any, Dict, Optional
 
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
+from ..partition.shards import SUBGRAPHS
 from .models import MODELS
 
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
-SUBGRAPH_MODES = ("induced", "assigned")
+SUBGRAPH_MODES = SUBGRAPHS
 
 
 class ConfigError(InputError):
@@ -73,8 +74,16 @@ class TrainConfig:
     # ---- parallel training (PAC) over a shards directory
     nproc: Optional[int] = _opt(None, "processes to spawn, one per GPU or CPU share (parts must be a multiple of "
                                       "it)", group="pac", metavar="N")
-    sync: str = _opt("last", "shared-node memory after each epoch: latest state wins, mean, or none",
-                     choices=SYNC_MODES, group="pac")
+    subgraph: str = _opt("assigned", "what a rank trains on: the events assigned to its parts (each training "
+                                     "event once per epoch), or the node-induced sub-graph of its parts (events "
+                                     "between shared nodes on every rank, as in the paper)",
+                         choices=SUBGRAPH_MODES, group="pac")
+    sync: str = _opt("last", "shared-node memory rule: latest state wins, mean, or none", choices=SYNC_MODES,
+                     group="pac")
+    sync_every: int = _opt(0, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
+                           group="pac", metavar="K")
+    val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
+                          metavar="E")
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
     eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
                      choices=EVAL_MODES, group="pac")
@@ -86,14 +95,16 @@ class TrainConfig:
         """Check every field; raises :class:`ConfigError` naming the first bad one."""
         if self.model not in MODELS:
             raise ConfigError("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
-        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience"):
+        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience",
+                     "val_every"):
             _positive_int(name, getattr(self, name))
         for name in ("num_threads", "nproc"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        v = self.mrr_negatives
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError("mrr_negatives", f"must be an integer >= 0, got {v!r}")
+        for name in ("mrr_negatives", "sync_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(name, f"must be an integer >= 0, got {v!r}")
         if not (_number(self.lr) and self.lr > 0):
             raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
         if not (_number(self.timeout) and self.timeout > 0):
@@ -102,7 +113,7 @@ class TrainConfig:
             x = getattr(self, name)
             if not (_number(x) and 0 <= x < 1):
                 raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES)):
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")

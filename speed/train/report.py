@@ -29,8 +29,10 @@ def plot_curves(metrics: Dict, path: Path) -> None:
     ax[0].plot(ep, [e["loss"] for e in metrics["epochs"]], "o-")
     ax[0].set_xlabel("epoch")
     ax[0].set_ylabel("training loss (BCE)")
-    ax[1].plot(ep, [e["val"]["transductive"]["ap"] for e in metrics["epochs"]], "o-", label="transductive")
-    ax[1].plot(ep, [e["val"]["inductive"]["ap"] for e in metrics["epochs"]], "s--", label="inductive")
+    validated = [e for e in metrics["epochs"] if e.get("val")]  # with val_every > 1 some epochs have none
+    vep = [e["epoch"] for e in validated]
+    ax[1].plot(vep, [e["val"]["transductive"]["ap"] for e in validated], "o-", label="transductive")
+    ax[1].plot(vep, [e["val"]["inductive"]["ap"] for e in validated], "s--", label="inductive")
     ax[1].set_xlabel("epoch")
     ax[1].set_ylabel("validation AP")
     ax[1].legend()

@@ -145,14 +145,17 @@ class EpochLoop:
         started = time.perf_counter()
         for epoch in range(self.start_epoch, cfg.epochs + 1):
             log = self.train_epoch(epoch)
-            t0 = time.perf_counter()
-            self.prepare_eval(log)  # collective under PAC
-            log.seconds["exchange"] = time.perf_counter() - t0
+            validating = epoch % cfg.val_every == 0 or epoch == cfg.epochs  # known to every process
+            if validating:
+                t0 = time.perf_counter()
+                self.prepare_eval(log)  # collective under PAC
+                log.seconds["exchange"] = time.perf_counter() - t0
             if self.is_main:
+                self.history.append(log)
+            if self.is_main and validating:
                 t0 = time.perf_counter()
                 log.val = self.validate(log)
                 log.seconds["validate"] = time.perf_counter() - t0
-                self.history.append(log)
                 if self.stopping.update(epoch, log.val["transductive"]["ap"]):
                     self.best = self._best_results(log)
                     self._save_best(epoch)

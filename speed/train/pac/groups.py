@@ -63,12 +63,14 @@ def own_nodes(shards: Shards, group: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.isin(shards.node_parts, group))
 
 
-def rank_graph(shards: Shards, group: np.ndarray, new_nodes: Optional[np.ndarray]) -> RankGraph:
-    """The node-induced training sub-graph of ``group``'s parts plus the shared nodes."""
+def rank_graph(shards: Shards, group: np.ndarray, new_nodes: Optional[np.ndarray],
+               subgraph: str = "induced") -> RankGraph:
+    """The training sub-graph of ``group``'s parts plus the shared nodes (``subgraph``: see
+    :meth:`speed.partition.shards.Shards.merge`)."""
     nodes = np.concatenate([shards.shared, own_nodes(shards, group)])
     g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
     g2l[nodes] = np.arange(nodes.size)
-    ev = shards.merge(group, period="train")
+    ev = shards.merge(group, period="train", subgraph=subgraph)
     if new_nodes is not None and new_nodes.any():
         ev = ev.select(~(new_nodes[ev.src] | new_nodes[ev.dst]))
     local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(nodes.size),
