@@ -193,3 +193,16 @@ def test_periodic_sync_and_sparse_validation(shards4, tmp_path):
     assert all(e["seconds"]["sync"] > 0 for e in m["epochs"])
     assert "validate" not in m["epochs"][0]["seconds"]
     assert m["test"]["transductive"]["ap"] > 0.5
+
+
+def test_local_validation_keeps_the_test_exact(shards4, tmp_path):
+    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **TINY)
+    full = speed.train(shards4, validation="full", out=tmp_path / "full", **kw)
+    local = speed.train(shards4, validation="local", out=tmp_path / "local", **kw)
+    # one epoch: the same best epoch, so the full-graph val and test must be identical
+    assert json.dumps(local["test"], sort_keys=True) == json.dumps(full["test"], sort_keys=True)
+    assert json.dumps(local["val"], sort_keys=True) == json.dumps(full["val"], sort_keys=True)
+    approx = local["epochs"][0]["val"]
+    assert approx["scope"] == "local" and local["val_local"] == approx
+    assert 0 < approx["transductive"]["count"] <= full["val"]["transductive"]["count"]
+    assert (tmp_path / "local" / "checkpoint.pt").exists()

@@ -23,6 +23,7 @@ from .models import MODELS
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
+VALIDATION_MODES = ("full", "local")
 
 
 class ConfigError(InputError):
@@ -82,6 +83,9 @@ class TrainConfig:
                      group="pac")
     sync_every: int = _opt(0, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
                            group="pac", metavar="K")
+    validation: str = _opt("full", "per-epoch validation on the full graph by rank 0, or by every rank on the val "
+                                   "events of its group at once (an approximation; the test stays exact)",
+                           choices=VALIDATION_MODES, group="pac")
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
                           metavar="E")
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
@@ -113,7 +117,8 @@ class TrainConfig:
             x = getattr(self, name)
             if not (_number(x) and 0 <= x < 1):
                 raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES)):
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
+                              ("validation", VALIDATION_MODES)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")

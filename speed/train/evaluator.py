@@ -24,7 +24,7 @@ from ..data.events import Events
 from ..data.split import Split
 from .engine import Batches, EventTensors
 from .evaluate import link_metrics, mean_reciprocal_rank, node_classification_auroc
-from .negatives import RandomNegatives, eval_seed, negative_pool
+from .negatives import NegativeSampler, RandomNegatives, eval_seed, negative_pool
 
 PERIODS = ("val", "test")
 
@@ -37,6 +37,43 @@ class StreamResult:
     neg: Optional[np.ndarray]
     mrr_neg: Optional[np.ndarray] = None
     z_src: Optional[np.ndarray] = None
+
+
+@torch.no_grad()
+def stream_scores(model, tensors: EventTensors, index: np.ndarray, batch_size: int,
+                  negatives: Optional[NegativeSampler] = None, mrr_negatives: int = 0, collect_z: bool = False,
+                  desc: str = "eval", progress: Optional[bool] = None) -> StreamResult:
+    """Stream the events ``index`` of ``tensors`` through ``model`` without gradients,
+    continuing from its state, scoring each against negatives from ``negatives``.
+
+    Without ``negatives`` nothing is scored (the pass only rebuilds memory).
+    """
+    model.eval()
+    dev = tensors.device
+    pos, neg, mrr, zs = [], [], [], []
+    with progress_bar(index.size, desc, progress=progress) as bar:
+        for idx, _ in Batches(index, batch_size):
+            src, dst, t, eid = tensors.batch(idx)
+            n = idx.size
+            nodes, times = [src, dst], [t, t]
+            if negatives is not None:
+                nodes.append(negatives.draw_tensor(n, 1, dev)[:, 0])
+                times.append(t)
+            z = model.embed(torch.cat(nodes), torch.cat(times))
+            if negatives is not None:
+                pos.append(model.score(z[:n], z[n:2 * n]).cpu())
+                neg.append(model.score(z[:n], z[2 * n:]).cpu())
+                if mrr_negatives:
+                    cand = negatives.draw_tensor(n, mrr_negatives, dev)
+                    zc = model.embed(cand.reshape(-1), t.repeat_interleave(mrr_negatives))
+                    zsrc = z[:n].repeat_interleave(mrr_negatives, dim=0)
+                    mrr.append(model.score(zsrc, zc).reshape(n, mrr_negatives).cpu())
+            if collect_z:
+                zs.append(z[:n].cpu())
+            model.observe(src, dst, t, eid, z[:2 * n])
+            bar.update(n)
+    cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
+    return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
 
 
 class Evaluator:
@@ -91,39 +128,11 @@ class Evaluator:
         return self.split.val_inductive if period == "val" else self.split.test_inductive
 
     # -------------------------------------------------------------------- passes
-    @torch.no_grad()
-    def stream(self, model, index: np.ndarray, negatives: Optional[RandomNegatives] = None, mrr_negatives: int = 0,
+    def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None, mrr_negatives: int = 0,
                collect_z: bool = False, desc: str = "eval") -> StreamResult:
-        """Stream events through ``model`` without gradients, continuing from its state.
-
-        Without ``negatives`` nothing is scored (the pass only rebuilds memory).
-        """
-        model.eval()
-        dev = self.device
-        pos, neg, mrr, zs = [], [], [], []
-        with progress_bar(index.size, desc, progress=self.progress) as bar:
-            for idx, _ in Batches(index, self.batch_size):
-                src, dst, t, eid = self.stream_tensors.batch(idx)
-                n = idx.size
-                nodes, times = [src, dst], [t, t]
-                if negatives is not None:
-                    nodes.append(negatives.draw_tensor(n, 1, dev)[:, 0])
-                    times.append(t)
-                z = model.embed(torch.cat(nodes), torch.cat(times))
-                if negatives is not None:
-                    pos.append(model.score(z[:n], z[n:2 * n]).cpu())
-                    neg.append(model.score(z[:n], z[2 * n:]).cpu())
-                    if mrr_negatives:
-                        cand = negatives.draw_tensor(n, mrr_negatives, dev)
-                        zc = model.embed(cand.reshape(-1), t.repeat_interleave(mrr_negatives))
-                        zsrc = z[:n].repeat_interleave(mrr_negatives, dim=0)
-                        mrr.append(model.score(zsrc, zc).reshape(n, mrr_negatives).cpu())
-                if collect_z:
-                    zs.append(z[:n].cpu())
-                model.observe(src, dst, t, eid, z[:2 * n])
-                bar.update(n)
-        cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
-        return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
+        """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
+        return stream_scores(model, self.stream_tensors, index, self.batch_size, negatives, mrr_negatives, collect_z,
+                             desc, self.progress)
 
     def evaluate(self, model, period: str, collect_z: bool = False):
         """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives.

@@ -113,6 +113,31 @@ class EpochLoop:
         return {}
 
     # ------------------------------------------------------------ evaluation
+    def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
+        """This epoch's validation scores on the main process (None elsewhere); runs on every
+        process.  Here: bring the evaluation model to the end of training
+        (:meth:`prepare_eval`), then continue it through the validation period."""
+        t0 = time.perf_counter()
+        self.prepare_eval(log)
+        log.seconds["exchange"] = time.perf_counter() - t0
+        if not self.is_main:
+            return None
+        t0 = time.perf_counter()
+        scores = self.validate(log)
+        log.seconds["validate"] = time.perf_counter() - t0
+        return scores
+
+    def on_best(self, log: EpochLog) -> None:
+        """A new best epoch, on every process: score the test period and save the checkpoint."""
+        if self.is_main:
+            if self.config.eval == "replay":
+                self.best_params = self._params_copy()
+            self.best = self._best_results(log)
+            self._save_best(log.epoch)
+
+    def _params_copy(self) -> Dict:
+        return {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
+
     def validate(self, log: Optional[EpochLog] = None) -> Dict:
         """Continue the evaluation model through the validation period."""
         scores, res = self.evaluator.evaluate(self.eval_model(), "val", collect_z=self._z_train is not None)
@@ -145,20 +170,16 @@ class EpochLoop:
         started = time.perf_counter()
         for epoch in range(self.start_epoch, cfg.epochs + 1):
             log = self.train_epoch(epoch)
-            validating = epoch % cfg.val_every == 0 or epoch == cfg.epochs  # known to every process
-            if validating:
-                t0 = time.perf_counter()
-                self.prepare_eval(log)  # collective under PAC
-                log.seconds["exchange"] = time.perf_counter() - t0
             if self.is_main:
                 self.history.append(log)
-            if self.is_main and validating:
-                t0 = time.perf_counter()
-                log.val = self.validate(log)
-                log.seconds["validate"] = time.perf_counter() - t0
-                if self.stopping.update(epoch, log.val["transductive"]["ap"]):
-                    self.best = self._best_results(log)
-                    self._save_best(epoch)
+            if epoch % cfg.val_every == 0 or epoch == cfg.epochs:  # known to every process
+                val = self.validate_epoch(log)
+                improved = False
+                if self.is_main:
+                    log.val = val
+                    improved = self.stopping.update(epoch, val["transductive"]["ap"])
+                if self.agree(improved):
+                    self.on_best(log)
             stop = self.agree(self.stopping.should_stop)
             self.save_last(epoch)
             if stop:
@@ -208,8 +229,6 @@ class EpochLoop:
     def _save_best(self, epoch: int) -> None:
         """``checkpoint.pt``: weights and the full-graph node state after the log, at the best epoch."""
         model = self.eval_model()
-        if self.config.eval == "replay":
-            self.best_params = {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
         if self.out is None:
             return
         everyone = torch.arange(model.num_nodes, device=model.memory.memory.device)

@@ -35,6 +35,7 @@ from ..trainer import EpochLoop, model_for, resolve_device, seed_everything
 from .groups import RankGraph, own_nodes, part_groups, rank_graph
 from .state import assemble, gather_state
 from .sync import sync_shared
+from .validate import local_validation
 
 
 class PacRank(EpochLoop):
@@ -81,6 +82,8 @@ class PacRank(EpochLoop):
         self.graph: Optional[RankGraph] = None
         self._eval_model: Optional[TemporalGNN] = None
         self._evaluator: Optional[Evaluator] = None
+        self._val_pool: Optional[np.ndarray] = None
+        self._best_state: Optional[Dict] = None
         self._init_loop()
 
     # ------------------------------------------------------------------ training
@@ -132,7 +135,7 @@ class PacRank(EpochLoop):
         return self._evaluator
 
     def eval_model(self) -> TemporalGNN:
-        """Rank 0's full-graph model, with this rank's current weights."""
+        """Rank 0's full-graph model (weights and state are loaded by :meth:`prepare_eval`)."""
         if self._eval_model is None:
             # building (and seeding) the model must not move this rank's RNG streams, or a
             # resumed run would diverge from an uninterrupted one
@@ -140,7 +143,6 @@ class PacRank(EpochLoop):
             self._eval_model = model_for(self.config, self.shards.num_nodes, self.events, self._train).to(self.device)
             self._eval_model.set_edge_features(self.events.msg)
             ckpt.set_rng_state(rng)
-        self._eval_model.load_params(self.model.params_state_dict())
         return self._eval_model
 
     def prepare_eval(self, log: EpochLog) -> None:
@@ -154,12 +156,57 @@ class PacRank(EpochLoop):
         rule = "last" if self.config.sync == "none" else self.config.sync
         state = assemble(payloads, own, self.shards.shared, self.shards.num_nodes, rule)
         model = self.eval_model()
+        model.load_params(self.model.params_state_dict())
         model.reset_state()
         model.load_node_state(torch.arange(self.shards.num_nodes, device=self.device), state)
         self.evaluator.prepare(model)
 
+    def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
+        if self.config.validation == "full":
+            return super().validate_epoch(log)
+        cfg = self.config
+        t0 = time.perf_counter()
+        backup = self.model.backup()  # the state at the end of training, for a best-epoch exchange
+        if self._val_pool is None:
+            self._val_pool = negative_pool(self._train.src[self.split.train_mask], self._train.dst[self.split.train_mask],
+                                           self.events.bipartite)
+        scores = local_validation(self.model, self.shards, self.graph, self.split, self._val_pool, cfg.seed,
+                                  cfg.batch_size, self.device, self.rank, self.world, self.host_group)
+        self.model.restore(backup)
+        log.seconds["validate"] = time.perf_counter() - t0
+        return scores
+
+    def on_best(self, log: EpochLog) -> None:
+        if self.config.validation == "full":
+            return super().on_best(log)
+        # keep the best epoch's full-graph state; val and test run on it once, at the end
+        t0 = time.perf_counter()
+        self.prepare_eval(log)
+        log.seconds["exchange"] = time.perf_counter() - t0
+        if self.is_main:
+            self.best_params = self._params_copy()
+            self._best_state = self.eval_model().backup()
+            self.best = {"val": log.val}
+
+    def final_results(self) -> Dict:
+        if self.config.validation == "full":
+            return super().final_results()
+        model = self.eval_model()
+        model.load_params(self.best_params)
+        model.restore(self._best_state)
+        if self.config.eval == "replay":
+            result = self.evaluator.replay(model)
+        else:
+            val, _ = self.evaluator.evaluate(model, "val")
+            test, _ = self.evaluator.evaluate(model, "test")
+            result = {"val": val, "test": test}
+        self.best = {**result, "val_local": self.best["val"]}
+        self._save_best(self.stopping.best_epoch)
+        return self.best
+
     # ---------------------------------------------------------------- collectives
     def agree(self, flag: bool) -> bool:
+        """Rank 0's decision, broadcast."""
         t = torch.tensor([int(flag)], dtype=torch.long)
         dist.broadcast(t, src=0, group=self.host_group)
         return bool(t.item())

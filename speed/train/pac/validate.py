@@ -1,0 +1,84 @@
+"""Parallel per-epoch validation: each rank validates the val events of its own group.
+
+Rank 0 validating the full graph alone serialises the job (the other ranks wait).  With
+``validation="local"`` every rank continues its own trained state through the val events
+of its group's node-induced sub-graph at once, and rank 0 computes AP/AUC over the
+gathered scores.  This is an approximation of full-graph validation, used only to choose
+the best epoch and to stop early:
+
+* val events across two groups are scored by no rank (like cut training events);
+* a shared node's memory is the rank's own (after the end-of-epoch sync), not a global one;
+* negatives come from the part of the negative pool that lives on the rank.
+
+Events between two shared nodes are scored once, by the rank ``eid % world``.  The reported
+test (and the best epoch's validation on the full graph) stay exact: the full-graph state
+of the best epoch is gathered and continued through val and test at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from ...data.events import Events
+from ...data.split import Split
+from ...partition import _kernels
+from ...partition.shards import Shards
+from ..engine import EventTensors
+from ..evaluate import link_metrics
+from ..evaluator import stream_scores
+from ..negatives import RandomNegatives, eval_seed
+from .groups import RankGraph
+from .state import gather_rows
+
+
+def local_val_events(shards: Shards, graph: RankGraph, split: Split, rank: int, world: int):
+    """The val events this rank scores, in local ids, and their inductive flags.
+
+    Returns
+    -------
+    events : Events
+        Local ``src``/``dst``, global ``eid``, chronological.
+    inductive : bool ndarray, shape (n,)
+    """
+    ev = shards.merge(graph.parts, period="eval")
+    lo, hi = split.num_train, split.num_train + split.num_val
+    keep = ev.eid < hi
+    both_shared = (shards.node_parts[ev.src] == _kernels.SHARED) & (shards.node_parts[ev.dst] == _kernels.SHARED)
+    keep &= ~both_shared | (ev.eid % world == rank)
+    ev = ev.select(keep)
+    g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
+    g2l[graph.nodes] = np.arange(graph.nodes.size)
+    local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(graph.nodes.size),
+                   bipartite=ev.bipartite)
+    return local, split.val_inductive[ev.eid - lo]
+
+
+def local_validation(model, shards: Shards, graph: RankGraph, split: Split, pool: np.ndarray, seed: int,
+                     batch_size: int, device: torch.device, rank: int, world: int, group=None) -> Optional[Dict]:
+    """Score this rank's val events with its own model state; AP/AUC over all ranks on rank 0.
+
+    ``pool`` holds the global candidate negatives; those living on this rank are used.
+    The model's state moves on through the val events: back it up first if it is needed.
+    """
+    events, inductive = local_val_events(shards, graph, split, rank, world)
+    g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
+    g2l[graph.nodes] = np.arange(graph.nodes.size)
+    local_pool = g2l[pool]
+    local_pool = local_pool[local_pool >= 0]
+    pos = neg = torch.empty(0)
+    if len(events) and local_pool.size:
+        res = stream_scores(model, EventTensors(events, device), np.arange(len(events)), batch_size,
+                            RandomNegatives(local_pool, [eval_seed(seed, "val"), rank]), desc="local val")
+        pos, neg = torch.from_numpy(res.pos), torch.from_numpy(res.neg)
+    else:
+        inductive = inductive[:0]
+    flags = torch.from_numpy(inductive.astype(np.uint8))
+    gathered = [gather_rows(x, world, rank, group) for x in (pos, neg, flags)]
+    if rank != 0:
+        return None
+    p, n, f = (torch.cat(g).numpy() for g in gathered)
+    f = f.astype(bool)
+    return {"transductive": link_metrics(p, n), "inductive": link_metrics(p[f], n[f]), "scope": "local"}
