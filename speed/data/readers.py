@@ -343,6 +343,46 @@ def _damaged_gzip(path: Path, gz: bool):
         raise
 
 
+# ------------------------------------------------------------------- column checks
+# ``where(row)`` gives the error location of a 0-based data row: (kwargs of InputError, prefix).
+
+def _id_column(c, what: str, where):
+    """An id column (int64 ndarray, or an Arrow string column to compact); missing ids are errors."""
+    if c.null_count:
+        loc, prefix = where(int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0]))
+        raise InputError(f"{prefix}missing {what} id", **loc)
+    if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+        empty = np.flatnonzero(pc.equal(pc.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
+        if empty.size:
+            loc, prefix = where(int(empty[0]))
+            raise InputError(f"{prefix}missing {what} id", **loc)
+    return c.to_numpy() if pa.types.is_integer(c.type) else c
+
+
+def _time_column(t_col, time_format: Optional[str], path: Path, where) -> np.ndarray:
+    """Times as float64: numbers as they are, date-times in epoch seconds; all finite."""
+    if pa.types.is_string(t_col.type) or pa.types.is_large_string(t_col.type) or pa.types.is_timestamp(t_col.type):
+        t_col = _epoch_seconds(t_col, time_format, path, where)
+    if not (pa.types.is_floating(t_col.type) or pa.types.is_integer(t_col.type)):
+        raise InputError(f"time column has type {t_col.type}, expected numbers or date-times", path)
+    t = t_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        loc, prefix = where(int(bad[0]))
+        what = "missing" if t_col.null_count and t_col.is_null()[int(bad[0])].as_py() else f"{t[bad[0]]}, not finite"
+        raise InputError(f"{prefix}time is {what}", **loc)
+    return t
+
+
+def _label_column(c, where) -> np.ndarray:
+    """Labels as int64 when they are whole numbers, else float64; missing labels are errors."""
+    lab = c.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    if np.isnan(lab).any():
+        loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
+        raise InputError(f"{prefix}missing label", **loc)
+    return lab.astype(np.int64) if np.all(lab == np.round(lab)) else lab
+
+
 # ------------------------------------------------------------------------ date-times
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)?$")
 _ZONED = re.compile(r"[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)$")
@@ -599,39 +639,9 @@ def read_events(
             return dict(path=path, line=None), f"row {row + 1}: "
         return dict(path=path, line=_row_to_line(path, gz, lay.first_data_line, row)), ""
 
-    ids = []
-    for what in ("src", "dst"):
-        c = col(cols[what])
-        if c.null_count:
-            row = int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0])
-            loc, prefix = where(row)
-            raise InputError(f"{prefix}missing {what} id", **loc)
-        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
-            empty = np.flatnonzero(pc.equal(pc.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
-            if empty.size:
-                loc, prefix = where(int(empty[0]))
-                raise InputError(f"{prefix}missing {what} id", **loc)
-        ids.append(c.to_numpy() if pa.types.is_integer(c.type) else c)
-        del c
-    t_col = col(cols["t"])
-    if pa.types.is_string(t_col.type) or pa.types.is_large_string(t_col.type) or pa.types.is_timestamp(t_col.type):
-        t_col = _epoch_seconds(t_col, time_format, path, where)
-    if not (pa.types.is_floating(t_col.type) or pa.types.is_integer(t_col.type)):
-        raise InputError(f"time column has type {t_col.type}, expected numbers or date-times", path)
-    t = t_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    bad = np.flatnonzero(~np.isfinite(t))
-    if bad.size:
-        loc, prefix = where(int(bad[0]))
-        what = "missing" if t_col.null_count and t_col.is_null()[int(bad[0])].as_py() else f"{t[bad[0]]}, not finite"
-        raise InputError(f"{prefix}time is {what}", **loc)
-    del t_col
-    label = None
-    if cols.get("label") is not None:
-        lab = col(cols["label"]).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        if np.isnan(lab).any():
-            loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
-            raise InputError(f"{prefix}missing label", **loc)
-        label = lab.astype(np.int64) if np.all(lab == np.round(lab)) else lab
+    ids = [_id_column(col(cols[what]), what, where) for what in ("src", "dst")]
+    t = _time_column(col(cols["t"]), time_format, path, where)
+    label = None if cols.get("label") is None else _label_column(col(cols["label"]), where)
     msg = None
     if msg_cols:
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
