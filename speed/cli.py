@@ -38,6 +38,9 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-col", type=_column, default=None, metavar="C", help="time column")
     g.add_argument("--label-col", type=_column, default=None, metavar="C", help="label column (optional)")
     g.add_argument("--sep", default=None, help="field delimiter (default: sniffed)")
+    g.add_argument("--time-format", default=None, metavar="FMT",
+                   help="strptime format of the time column, e.g. '%%d/%%m/%%Y %%H:%%M' (default: numbers, or "
+                        "ISO-8601 date-times detected)")
     g.add_argument("--no-sort", action="store_true", help="refuse unsorted input instead of sorting it")
 
 
@@ -47,6 +50,7 @@ def _read(args):
     sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
     return read_events(args.input, fmt=args.format, src_col=args.src_col, dst_col=args.dst_col,
                        time_col=args.time_col, label_col=args.label_col, sep=sep, sort=not args.no_sort,
+                       time_format=args.time_format,
                        progress=None if not args.no_progress else False)
 
 

@@ -194,3 +194,29 @@ def test_custom_composition_with_mlp_message_and_mean_aggregator():
     pos, neg, _ = model(src[2:], dst[2:], torch.tensor([6, 7]), t[2:])  # node 0 has a pending message
     (pos.sum() - neg.sum()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in message.parameters())
+
+
+def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
+    """keep_node_state_on moves rows per batch; on one device it must change nothing."""
+    src = torch.tensor([0, 1, 2, 0, 3, 1, 2, 3])
+    dst = torch.tensor([1, 2, 3, 2, 0, 3, 0, 1])
+    t = torch.arange(8, dtype=torch.float64)
+    eid = torch.arange(8)
+    out = []
+    for keep in (False, True):
+        torch.manual_seed(0)
+        model = build_model("tige", 4, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2)
+        if keep:
+            model.keep_node_state_on("cpu")
+            model.to("cpu")  # a later move of the weights leaves the node state where it is
+            assert model._state_device == torch.device("cpu")
+        model.eval()
+        scores = []
+        with torch.no_grad():
+            for b in range(0, 8, 2):
+                s, d, tt, e = src[b:b + 2], dst[b:b + 2], t[b:b + 2], eid[b:b + 2]
+                pos, neg, z = model(s, d, d.flip(0), tt)
+                model.observe(s, d, tt, e, z[:4])
+                scores.append(pos)
+        out.append(torch.cat(scores))
+    assert torch.equal(out[0], out[1])

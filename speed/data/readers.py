@@ -13,6 +13,8 @@ import gzip
 import io
 import math
 import os
+import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -133,12 +135,72 @@ class _Layout:
     header: Optional[List[str]]  # column names when the first record is a header
     ncols: int  # fields in the first data record
     first_data_line: int  # 1-based line number of the first data record
+    first_fields: List[str] = None  # the first data record, split
+    irregular: bool = False  # the head has separator runs or edge whitespace (whitespace-separated files)
 
 
 def _split(line: str, sep: str) -> List[str]:
-    if sep == " ":
-        return line.rstrip("\r\n").split(" ")
+    if sep == " ":  # whitespace-separated: runs of spaces and tabs are one separator
+        return line.split()
     return next(csv.reader([line.rstrip("\r\n")], delimiter=sep))
+
+
+_COMMENT_LINE = re.compile(rb"(?m)^[ \t]*[#%][^\n]*(?:\n|\Z)")
+_WHITESPACE = re.compile(rb"[ \t]+")
+_LINE_EDGES = re.compile(rb"(?m)^ | (?=\r?$)")
+
+
+def _is_comment(line: str) -> bool:
+    return line.lstrip().startswith(("#", "%"))
+
+
+class _CleanStream:
+    """A binary stream with the first ``skip`` lines and every comment line (``#``/``%``)
+    removed, and, for whitespace-separated files, runs of spaces and tabs made one space.
+
+    pyarrow's CSV reader knows neither comments nor separator runs; this filter runs C-level
+    regular expressions over whole blocks (never a Python loop per line), and only for files
+    that need it.
+    """
+
+    def __init__(self, raw, skip: int, squeeze: bool, block: int = 1 << 22):
+        self.raw, self.skip, self.squeeze, self.block = raw, skip, squeeze, block
+        self.buf, self.tail, self.eof, self.closed = b"", b"", False, False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _clean(self, data: bytes) -> bytes:
+        while self.skip and data:
+            i = data.find(b"\n")
+            data = b"" if i < 0 else data[i + 1:]
+            self.skip -= 1
+        data = _COMMENT_LINE.sub(b"", data)
+        if self.squeeze:
+            data = _LINE_EDGES.sub(b"", _WHITESPACE.sub(b" ", data))
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        while not self.eof and (n < 0 or len(self.buf) < n):
+            chunk = self.raw.read(self.block)
+            if not chunk:
+                self.eof, data, self.tail = True, self.tail, b""
+            else:
+                data = self.tail + chunk
+                cut = data.rfind(b"\n") + 1  # whole lines only; the rest waits for the next block
+                data, self.tail = data[:cut], data[cut:]
+            self.buf += self._clean(data)
+        if n < 0 or n >= len(self.buf):
+            out, self.buf = self.buf, b""
+        else:
+            out, self.buf = self.buf[:n], self.buf[n:]
+        return out
 
 
 def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: Optional[bool],
@@ -156,6 +218,9 @@ def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header:
     first = lines[skip]
     if sep is None:
         sep = "," if "," in first else "\t" if "\t" in first else ";" if ";" in first else " "
+    if sep == "\t" and fmt in (None, "snap") and _is_snap(first.split(), " ") and len(first.split("\t")) != \
+            len(first.split()):
+        sep = " "  # a SNAP file mixing tabs and spaces: whitespace-separated
     fields = _split(first, sep)
 
     if fmt is None:
@@ -169,17 +234,20 @@ def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header:
         else:
             tpos = 2 if time_col is None else int(time_col)
             probe = fields[tpos] if 0 <= tpos < len(fields) else fields[-1]
-            header = not _is_number(probe.strip())
+            header = not (_is_number(probe.strip()) or _DATETIME.match(probe.strip()))
     names = [x.strip() for x in fields] if header else None
     data_idx = skip + (1 if header else 0)
-    while data_idx < len(lines) and not lines[data_idx].strip():
+    while data_idx < len(lines) and (not lines[data_idx].strip() or _is_comment(lines[data_idx])):
         data_idx += 1
     if data_idx >= len(lines):
         if header:
             raise InputError("no events after the header", path, skip + 2)
         raise InputError("file is empty (no records)", path, 1)
-    ncols = len(_split(lines[data_idx], sep))
-    return _Layout(fmt=fmt, sep=sep, skip=skip, header=names, ncols=ncols, first_data_line=data_idx + 1)
+    first_fields = _split(lines[data_idx], sep)
+    irregular = sep == " " and any(ln != " ".join(ln.split()) for ln in lines[data_idx:data_idx + 1000]
+                                   if ln.strip() and not _is_comment(ln))
+    return _Layout(fmt=fmt, sep=sep, skip=skip, header=names, ncols=len(first_fields), first_data_line=data_idx + 1,
+                   first_fields=first_fields, irregular=irregular)
 
 
 # ------------------------------------------------------------------------- columns
@@ -221,7 +289,7 @@ def _row_to_line(path: Path, gz: bool, first_data_line: int, row: int) -> int:
     with _open_text(path, gz) as f:
         count = -1
         for lineno, line in enumerate(f, start=1):
-            if lineno < first_data_line or not line.strip():
+            if lineno < first_data_line or not line.strip() or _is_comment(line):
                 continue
             count += 1
             if count == row:
@@ -229,12 +297,13 @@ def _row_to_line(path: Path, gz: bool, first_data_line: int, row: int) -> int:
     return first_data_line + row
 
 
-def _diagnose(path: Path, gz: bool, lay: _Layout, cols: dict) -> None:
+def _diagnose(path: Path, gz: bool, lay: _Layout, cols: dict, text_time: bool = False) -> None:
     """Walk the records in Python to name the first bad line.  Error path only."""
     with _open_text(path, gz) as f:
-        reader = csv.reader(f, delimiter=lay.sep) if lay.sep != " " else (ln.rstrip("\r\n").split(" ") for ln in f)
+        reader = csv.reader(f, delimiter=lay.sep) if lay.sep != " " else (ln.split() for ln in f)
         for lineno, fields in enumerate(reader, start=1):
-            if lineno < lay.first_data_line or not fields or (len(fields) == 1 and not fields[0].strip()):
+            if lineno < lay.first_data_line or not fields or (len(fields) == 1 and not fields[0].strip()) \
+                    or fields[0].lstrip().startswith(("#", "%")):
                 continue
             if len(fields) != lay.ncols:
                 raise InputError(f"expected {lay.ncols} fields, found {len(fields)} (ragged row)", path, lineno)
@@ -242,6 +311,10 @@ def _diagnose(path: Path, gz: bool, lay: _Layout, cols: dict) -> None:
                 if not fields[cols[what]].strip():
                     raise InputError(f"missing {what} id", path, lineno)
             raw = fields[cols["t"]].strip()
+            if text_time:
+                if not raw:
+                    raise InputError("time is missing", path, lineno)
+                continue
             try:
                 value = float(raw)
             except ValueError:
@@ -252,6 +325,114 @@ def _diagnose(path: Path, gz: bool, lay: _Layout, cols: dict) -> None:
                 raw = fields[cols["label"]].strip()
                 if not _is_number(raw):
                     raise InputError(f"label {raw!r} is not a number", path, lineno)
+
+
+@contextlib.contextmanager
+def _damaged_gzip(path: Path, gz: bool):
+    """A truncated or corrupt ``.gz`` is bad input: one line, not a decompressor's traceback."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise InputError(f"the gzip stream is truncated or corrupt ({exc or type(exc).__name__})", path) from None
+    except (OSError, pa.ArrowException) as exc:
+        text = str(exc).lower()
+        if gz and any(k in text for k in ("gzip", "zlib", "compress", "inflate", "end of", "truncat")):
+            raise InputError(f"the gzip stream is truncated or corrupt ({str(exc).splitlines()[0]})", path) from None
+        raise
+
+
+# ------------------------------------------------------------------- column checks
+# ``where(row)`` gives the error location of a 0-based data row: (kwargs of InputError, prefix).
+
+def _id_column(c, what: str, where):
+    """An id column (int64 ndarray, or an Arrow string column to compact); missing ids are errors."""
+    if c.null_count:
+        loc, prefix = where(int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0]))
+        raise InputError(f"{prefix}missing {what} id", **loc)
+    if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+        empty = np.flatnonzero(pc.equal(pc.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
+        if empty.size:
+            loc, prefix = where(int(empty[0]))
+            raise InputError(f"{prefix}missing {what} id", **loc)
+    return c.to_numpy() if pa.types.is_integer(c.type) else c
+
+
+def _time_column(t_col, time_format: Optional[str], path: Path, where) -> np.ndarray:
+    """Times as float64: numbers as they are, date-times in epoch seconds; all finite."""
+    if pa.types.is_string(t_col.type) or pa.types.is_large_string(t_col.type) or pa.types.is_timestamp(t_col.type):
+        t_col = _epoch_seconds(t_col, time_format, path, where)
+    if not (pa.types.is_floating(t_col.type) or pa.types.is_integer(t_col.type)):
+        raise InputError(f"time column has type {t_col.type}, expected numbers or date-times", path)
+    t = t_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        loc, prefix = where(int(bad[0]))
+        what = "missing" if t_col.null_count and t_col.is_null()[int(bad[0])].as_py() else f"{t[bad[0]]}, not finite"
+        raise InputError(f"{prefix}time is {what}", **loc)
+    return t
+
+
+def _label_column(c, where) -> np.ndarray:
+    """Labels as int64 when they are whole numbers, else float64; missing labels are errors."""
+    lab = c.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    if np.isnan(lab).any():
+        loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
+        raise InputError(f"{prefix}missing label", **loc)
+    return lab.astype(np.int64) if np.all(lab == np.round(lab)) else lab
+
+
+# ------------------------------------------------------------------------ date-times
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)?$")
+_ZONED = re.compile(r"[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)$")
+
+
+def _cast_times(strings: pa.Array, time_format: Optional[str]) -> pa.Array:
+    """Strings to timestamp[us] (UTC): by ``strptime`` format, or ISO-8601 with or without a zone."""
+    if time_format is not None:
+        return pc.strptime(strings, format=time_format, unit="us", error_is_null=False)
+    first = strings[0].as_py().strip() if len(strings) else ""
+    zoned = bool(_ZONED.search(first))  # a zone after a time of day (a bare date's "-02" is none)
+    trimmed = pc.utf8_trim_whitespace(strings)
+    if zoned:
+        return pc.cast(trimmed, pa.timestamp("us", tz="UTC"))
+    return pc.cast(trimmed, pa.timestamp("us"))
+
+
+def _epoch_seconds(column, time_format: Optional[str], path: Path, where) -> pa.Array:
+    """Date-times (strings or Arrow timestamps) as float64 seconds since 1970-01-01 UTC.
+
+    A value that does not parse is reported with its line (found by bisection, so the
+    error path costs a few extra casts, not a Python loop over the rows).
+    """
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_timestamp(column.type):
+        ts = column
+    else:
+        nulls = column.is_null()
+        if column.null_count:
+            row = int(np.flatnonzero(nulls.to_numpy(zero_copy_only=False))[0])
+            loc, prefix = where(row)
+            raise InputError(f"{prefix}time is missing", **loc)
+        try:
+            ts = _cast_times(column, time_format)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            lo, hi = 0, len(column)  # the first row that does not parse lies in [lo, hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                try:
+                    _cast_times(column.slice(lo, mid - lo), time_format)
+                    lo = mid
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    hi = mid
+            loc, prefix = where(lo)
+            how = f"does not match --time-format {time_format!r}" if time_format else \
+                "is not a number or an ISO-8601 date-time"
+            raise InputError(f"{prefix}time {column[lo].as_py()!r} {how}", **loc) from None
+    unit = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[ts.type.unit]
+    micros = pc.cast(ts.cast(pa.timestamp(ts.type.unit)), pa.int64())  # drop the zone: values are UTC
+    return pc.divide(pc.cast(micros, pa.float64()), unit)
 
 
 # ------------------------------------------------------------------------ text read
@@ -271,26 +452,29 @@ def _system_pool():
         pa.set_memory_pool(old)
         pa.system_memory_pool().release_unused()
 def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[int], block_size: int,
-               progress: Optional[bool]):
+               progress: Optional[bool], text_time: bool = False):
     names = [f"c{k}" for k in range(lay.ncols)]
     want = {k: v for k, v in cols.items() if v is not None}
-    types = {names[cols["t"]]: pa.float64()}
+    types = {names[cols["t"]]: pa.string() if text_time else pa.float64()}
     if cols.get("label") is not None:
         types[names[cols["label"]]] = pa.float64()
     for k in msg_cols:
         types[names[k]] = pa.float32()
     include = sorted(set(want.values()) | set(msg_cols))
 
-    def read(id_type):
+    def read(id_type, clean: bool):
         for what in ("src", "dst"):
             types[names[cols[what]]] = id_type
         raw = pa.OSFile(str(path), "rb")
         stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
+        skip = lay.first_data_line - 1
+        if clean:
+            stream, skip = pa.PythonFile(_CleanStream(stream, skip, squeeze=lay.sep == " "), mode="r"), 0
         reader = pacsv.open_csv(
             stream,
             memory_pool=pa.system_memory_pool(),
             read_options=pacsv.ReadOptions(
-                skip_rows=lay.first_data_line - 1, column_names=names, block_size=block_size,
+                skip_rows=skip, column_names=names, block_size=block_size,
             ),
             parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
             convert_options=pacsv.ConvertOptions(
@@ -308,17 +492,26 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
         raw.close()
         return pa.Table.from_batches(batches, schema=reader.schema)
 
-    try:
+    def read_any(clean: bool):
         try:
             with _system_pool():
-                table = read(pa.int64())
+                return read(pa.int64(), clean)
         except pa.ArrowInvalid as exc:
             if "conversion error to int64" not in str(exc):
                 raise
             with _system_pool():
-                table = read(pa.string())  # ids are not integers: read them as strings
+                return read(pa.string(), clean)  # ids are not integers: read them as strings
+
+    try:
+        try:
+            table = read_any(clean=lay.irregular)
+        except pa.ArrowInvalid:
+            if lay.irregular:
+                raise
+            # comment lines in mid-file, or separator runs past the head: read again, filtered
+            table = read_any(clean=True)
     except pa.ArrowInvalid as exc:
-        _diagnose(path, gz, lay, cols)
+        _diagnose(path, gz, lay, cols, text_time)
         raise InputError(f"cannot parse: {exc}", path) from None
 
     columns = {k: table.column(names[k]) for k in include}
@@ -359,6 +552,7 @@ def read_events(
     sort: bool = True,
     progress: Optional[bool] = None,
     block_size: int = 1 << 24,
+    time_format: Optional[str] = None,
 ) -> Events:
     """Read a timestamped event log into :class:`~speed.Events`.
 
@@ -379,6 +573,11 @@ def read_events(
     header : bool, optional
         Whether the first record is a header; detected when omitted (the time field of
         a header is not a number).
+    time_format : str, optional
+        A ``strptime`` format for the time column (e.g. ``"%d/%m/%Y %H:%M"``).  Without it
+        numbers are read as they are, and ISO-8601 / ``YYYY-MM-DD HH:MM:SS[.fff]`` times,
+        with or without a zone (``Z``, ``+02:00``; none means UTC), are detected and
+        converted to epoch seconds.
     sort : bool
         Stable-sort unsorted logs by time (reported in ``meta['sorted_input']``);
         ``False`` refuses them.
@@ -418,7 +617,8 @@ def read_events(
             raise InputError("no events in the file", path)
     else:
         gz = _is_gzip(path)
-        lay = _sniff(path, gz, fmt, sep, header, time_col)
+        with _damaged_gzip(path, gz):
+            lay = _sniff(path, gz, fmt, sep, header, time_col)
         fmt = lay.fmt
         spec = FORMAT_SPECS[fmt]
         for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):
@@ -429,44 +629,19 @@ def read_events(
         _check_distinct(cols, path)
         if spec.features_from is not None and label_col is None and lay.ncols > spec.features_from:
             msg_cols = list(range(spec.features_from, lay.ncols))
-        col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress)
+        probe = lay.first_fields[cols["t"]].strip()
+        text_time = time_format is not None or (not _is_number(probe) and bool(_DATETIME.match(probe)))
+        with _damaged_gzip(path, gz):
+            col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress, text_time)
 
     def where(row: int):
         if lay is None:
             return dict(path=path, line=None), f"row {row + 1}: "
         return dict(path=path, line=_row_to_line(path, gz, lay.first_data_line, row)), ""
 
-    ids = []
-    for what in ("src", "dst"):
-        c = col(cols[what])
-        if c.null_count:
-            row = int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0])
-            loc, prefix = where(row)
-            raise InputError(f"{prefix}missing {what} id", **loc)
-        if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
-            empty = np.flatnonzero(pc.equal(pc.utf8_trim_whitespace(c), "").to_numpy(zero_copy_only=False))
-            if empty.size:
-                loc, prefix = where(int(empty[0]))
-                raise InputError(f"{prefix}missing {what} id", **loc)
-        ids.append(c.to_numpy() if pa.types.is_integer(c.type) else c)
-        del c
-    t_col = col(cols["t"])
-    if not (pa.types.is_floating(t_col.type) or pa.types.is_integer(t_col.type)):
-        raise InputError(f"time column has type {t_col.type}, expected numbers", path)
-    t = t_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    bad = np.flatnonzero(~np.isfinite(t))
-    if bad.size:
-        loc, prefix = where(int(bad[0]))
-        what = "missing" if t_col.null_count and t_col.is_null()[int(bad[0])].as_py() else f"{t[bad[0]]}, not finite"
-        raise InputError(f"{prefix}time is {what}", **loc)
-    del t_col
-    label = None
-    if cols.get("label") is not None:
-        lab = col(cols["label"]).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        if np.isnan(lab).any():
-            loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
-            raise InputError(f"{prefix}missing label", **loc)
-        label = lab.astype(np.int64) if np.all(lab == np.round(lab)) else lab
+    ids = [_id_column(col(cols[what]), what, where) for what in ("src", "dst")]
+    t = _time_column(col(cols["t"]), time_format, path, where)
+    label = None if cols.get("label") is None else _label_column(col(cols["label"]), where)
     msg = None
     if msg_cols:
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)

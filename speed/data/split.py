@@ -74,6 +74,11 @@ class Split:
     def test_inductive(self) -> np.ndarray:
         return self._inductive(slice(self.num_train + self.num_val, self.num_train + self.num_val + self.num_test))
 
+    def require_trainable(self, source=None) -> None:
+        """Refuse a split that leaves a period empty: training needs events to train on,
+        and evaluation needs validation and test events."""
+        require_periods(self.num_train, int(self.train_mask.sum()), self.num_val, self.num_test, source)
+
     def train(self, events: Events) -> Events:
         """The training period's events (without the inductive mask)."""
         return events.select(slice(0, self.num_train))
@@ -87,6 +92,7 @@ class Split:
     def summary(self) -> dict:
         return {
             "num_train_events": self.num_train,
+            "num_train_events_masked": int(self.train_mask.sum()),
             "num_val_events": self.num_val,
             "num_test_events": self.num_test,
             "val_time": self.val_time,
@@ -103,6 +109,17 @@ def _sorted_quantile(t: np.ndarray, q: float) -> float:
     lo = int(np.floor(pos))
     hi = min(lo + 1, t.shape[0] - 1)
     return float(t[lo] + (t[hi] - t[lo]) * (pos - lo))
+
+
+def require_periods(num_train: int, num_train_masked: int, num_val: int, num_test: int, source=None) -> None:
+    """:class:`InputError` unless every period of a split has events (see :meth:`Split.require_trainable`)."""
+    if min(num_train, num_val, num_test) == 0:
+        raise InputError(f"the log is too small or too degenerate to train on: it splits into {num_train} training, "
+                         f"{num_val} validation and {num_test} test events by time; every period needs events "
+                         f"(a log with events at three or more distinct times, many more in practice)", source)
+    if num_train_masked == 0:
+        raise InputError("no training events are left once the held-out (inductive) nodes are masked: use a larger "
+                         "log or new_node_fraction=0", source)
 
 
 def chronological_split(

@@ -195,21 +195,55 @@ class Shards:
         except json.JSONDecodeError as exc:
             raise InputError(f"manifest.json is not valid JSON: {exc}", mpath, exc.lineno) from None
         if self.manifest.get("format_version") != FORMAT_VERSION:
-            raise InputError(f"unsupported shard format {self.manifest.get('format_version')!r}", mpath)
+            raise InputError(f"unsupported shard format {self.manifest.get('format_version')!r} (this version reads "
+                             f"format {FORMAT_VERSION})", mpath)
+        missing = [k for k in ("num_parts", "num_nodes", "num_events", "num_train_events") if k not in self.manifest]
+        if missing:
+            raise InputError(f"manifest.json lacks {', '.join(missing)}", mpath)
         self.num_parts = int(self.manifest["num_parts"])
         self.num_nodes = int(self.manifest["num_nodes"])
-        with np.load(self.path / "nodes.npz") as z:
-            self.node_parts = z["node_parts"]
-            self.node_ids = z["node_ids"] if "node_ids" in z else None
-            self.new_nodes = z["new_nodes"] if "new_nodes" in z else None
-            self.centrality = z["centrality"] if "centrality" in z else None
+        npz = self.path / "nodes.npz"
+        try:
+            with np.load(npz) as z:
+                self.node_parts = z["node_parts"]
+                self.node_ids = z["node_ids"] if "node_ids" in z else None
+                self.new_nodes = z["new_nodes"] if "new_nodes" in z else None
+                self.centrality = z["centrality"] if "centrality" in z else None
+        except FileNotFoundError:
+            raise InputError("missing file", npz) from None
+        except Exception as exc:  # truncated zip, or no node_parts in it
+            raise InputError(f"unreadable ({type(exc).__name__}: {exc})", npz) from None
+        if self.node_parts.shape != (self.num_nodes,):
+            raise InputError(f"node_parts has shape {self.node_parts.shape}, expected ({self.num_nodes},)", npz)
         self.shared = np.flatnonzero(self.node_parts == _kernels.SHARED).astype(np.int64)
         edir = self.path / "events"
-        self.offsets = np.load(edir / "offsets.npy")
-        self._arrays = {name: np.load(edir / f"{name}.npy", mmap_mode="r")
-                        for name in _EVENT_ARRAYS if (edir / f"{name}.npy").exists()}
+        self.offsets = _load_array(edir / "offsets.npy", required=True)
+        if self.offsets.shape != (_kernels.num_buckets(self.num_parts) + 1,) or self.offsets[-1] != self.num_events:
+            raise InputError(f"offsets do not match the manifest ({self.num_parts} parts, {self.num_events} events)",
+                             edir / "offsets.npy")
+        self._arrays = {}
+        for name in _EVENT_ARRAYS:
+            arr = _load_array(edir / f"{name}.npy", required=name in ("src", "dst", "t", "eid"))
+            if arr is not None:
+                if arr.shape[0] != self.num_events:
+                    raise InputError(f"{arr.shape[0]} rows, expected {self.num_events}", edir / f"{name}.npy")
+                self._arrays[name] = arr
         # shards written before per-event parts were stored lack it (induced mode only)
-        self._part = np.load(edir / "part.npy", mmap_mode="r") if (edir / "part.npy").exists() else None
+        self._part = _load_array(edir / "part.npy", required=False)
+        if self._part is not None and self._part.shape != (self.num_events,):
+            raise InputError(f"{self._part.shape[0]} rows, expected {self.num_events}", edir / "part.npy")
+
+    def require_trainable(self) -> None:
+        """Refuse shards whose split leaves a period empty (see :meth:`Split.require_trainable`)."""
+        from ..data.split import require_periods
+
+        sp = self.manifest.get("split")
+        if sp is None:
+            raise InputError("the shards were written without a split (use `speed partition`, or "
+                             "PartitionResult.save(..., split=...))", self.path)
+        masked = sp.get("num_train_events_masked", sp["num_train_events"])
+        require_periods(int(sp["num_train_events"]), int(masked), int(sp["num_val_events"]),
+                        int(sp["num_test_events"]), self.path)
 
     @property
     def num_events(self) -> int:
@@ -316,6 +350,18 @@ class Shards:
         m = self.manifest
         return (f"Shards({str(self.path)!r}, num_parts={self.num_parts}, num_events={m['num_events']}, "
                 f"shared_nodes={len(self.shared)}, method={m['method']!r})")
+
+
+def _load_array(path: Path, required: bool) -> Optional[np.ndarray]:
+    """A memory-mapped ``.npy``; a missing (when required) or damaged file is an InputError."""
+    if not path.exists():
+        if required:
+            raise InputError("missing file (the shards directory is incomplete)", path)
+        return None
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as exc:  # truncated: the header promises more than the file holds
+        raise InputError(f"unreadable or truncated array ({exc})", path) from None
 
 
 def load_shards(path) -> Shards:

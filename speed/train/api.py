@@ -50,11 +50,13 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         shards = data if isinstance(data, Shards) else Shards(path)
         from .pac.groups import check_world
 
+        shards.require_trainable()
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
         return run_parallel(shards, config, out)
     from .trainer import Trainer
 
     events, split = _load(data, split, config)
+    split.require_trainable(events.meta.get("source"))
     return Trainer(events, split, config, out=out).fit()
 
 

@@ -47,8 +47,14 @@ class NodeMemory(nn.Module):
         self.last_update = self.last_update.new_zeros(self.num_nodes)
 
     def read(self, n_id: torch.Tensor):
-        """``(memory[n_id], last_update[n_id])`` as stored."""
-        return self.memory[n_id], self.last_update[n_id]
+        """``(memory[n_id], last_update[n_id])`` as stored, on the device of ``n_id``.
+
+        The rows may live on another device than the computation (host memory for a
+        full-graph evaluation model, see :meth:`TemporalGNN.keep_node_state_on`): only the
+        requested rows move.
+        """
+        i = n_id.to(self.memory.device)
+        return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
 
     def detach(self) -> None:
         """Cut any autograd history from the stored states (they are stored detached, so
@@ -57,8 +63,10 @@ class NodeMemory(nn.Module):
 
     def write(self, n_id: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> None:
         """Store detached states of ``n_id`` and their update times."""
-        self.memory = self.memory.index_copy(0, n_id, values.detach().to(self.memory.dtype))
-        self.last_update = self.last_update.index_copy(0, n_id, t.to(self.last_update.dtype))
+        dev = self.memory.device
+        i = n_id.to(dev)
+        self.memory = self.memory.index_copy(0, i, values.detach().to(dev, self.memory.dtype))
+        self.last_update = self.last_update.index_copy(0, i, t.to(dev, self.last_update.dtype))
 
     def backup(self) -> Dict[str, torch.Tensor]:
         """A detached copy of the state, for :meth:`restore`."""

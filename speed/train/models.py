@@ -125,12 +125,29 @@ class TemporalGNN(nn.Module):
         self.sampler = RecentNeighborSampler(num_nodes, neighbors)
         self.store = MessageStore(num_nodes)
         self._last_states = None  # (sorted ids, states, last_update) of the latest embed, detached
+        self._state_device: Optional[torch.device] = None  # see keep_node_state_on
         self.edge_features: Optional[torch.Tensor] = None  # (E_total, msg_dim), looked up by eid
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
+        if self._state_device is not None:  # node state pinned to host memory stays there
+            self.keep_node_state_on(self._state_device)
         self.store.to(self.memory.memory.device)  # the store is plain tensors, not buffers
         return out
+
+    def keep_node_state_on(self, device) -> "TemporalGNN":
+        """Hold memories, pending messages and edge features on ``device`` (e.g. ``"cpu"``)
+        while the weights compute elsewhere: each batch moves only the rows it reads or
+        writes.  PAC's full-graph evaluation model does this, so evaluating on a GPU never
+        needs the device to hold every node."""
+        self._state_device = torch.device(device)
+        for mem in self.memories().values():
+            mem.memory = mem.memory.to(self._state_device)
+            mem.last_update = mem.last_update.to(self._state_device)
+        self.store.to(self._state_device)
+        if self.edge_features is not None:
+            self.edge_features = self.edge_features.to(self._state_device)
+        return self
 
     # ------------------------------------------------------------------------ state
     def set_edge_features(self, msg: Optional[np.ndarray]) -> None:
@@ -224,7 +241,7 @@ class TemporalGNN(nn.Module):
     def _edge_feat(self, eid: torch.Tensor) -> torch.Tensor:
         if self.edge_features is None or self.msg_dim == 0:
             return torch.zeros(*eid.shape, 0, device=eid.device)
-        feat = self.edge_features[eid.clamp(min=0)]
+        feat = self.edge_features[eid.clamp(min=0).to(self.edge_features.device)].to(eid.device)
         return feat.masked_fill((eid < 0).unsqueeze(-1), 0.0)
 
     def memory_of(self, n_id: torch.Tensor):

@@ -40,6 +40,8 @@ class MessageStore:
 
     def replace(self, node: torch.Tensor, other: torch.Tensor, t: torch.Tensor, eid: torch.Tensor) -> None:
         """The pending events of every node in ``node`` become exactly these (chronological)."""
+        dev = self.count.device  # the store may live in host memory while the batch is on a GPU
+        node, other, t, eid = node.to(dev), other.to(dev), t.to(dev), eid.to(dev)
         order = torch.sort(node, stable=True).indices  # groups by node, keeps time order inside
         node, other, t, eid = node[order], other[order], t[order], eid[order]
         uniq, counts = torch.unique_consecutive(node, return_counts=True)
@@ -55,6 +57,7 @@ class MessageStore:
 
     def clear(self, n_id: torch.Tensor) -> None:
         """Forget the pending events of ``n_id`` (distinct ids), e.g. once applied."""
+        n_id = n_id.to(self.count.device)
         self.alive -= int(self.count[n_id].sum())
         self.count[n_id] = 0
 
@@ -66,7 +69,14 @@ class MessageStore:
         row : int64 tensor, shape (M,)
             Position in ``n_id`` of each event's node (ascending).
         other, t, eid : tensors, shape (M,)
+            On the device of ``n_id``.
         """
+        out = n_id.device
+        if out != self.count.device:
+            return tuple(x.to(out) for x in self._gather(n_id.to(self.count.device)))
+        return self._gather(n_id)
+
+    def _gather(self, n_id: torch.Tensor):
         count = self.count[n_id]
         total = int(count.sum())
         if total == 0:
@@ -79,7 +89,7 @@ class MessageStore:
 
     def _compact(self) -> None:
         nodes = torch.nonzero(self.count > 0).squeeze(1)
-        row, other, t, eid = self.gather(nodes)
+        row, other, t, eid = self._gather(nodes)
         counts = self.count[nodes]
         self.start[nodes] = torch.cumsum(counts, 0) - counts
         self.other, self.t, self.eid = other, t, eid

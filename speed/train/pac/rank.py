@@ -142,6 +142,8 @@ class PacRank(EpochLoop):
             rng = ckpt.rng_state()
             self._eval_model = model_for(self.config, self.shards.num_nodes, self.events, self._train).to(self.device)
             self._eval_model.set_edge_features(self.events.msg)
+            # the full-graph state stays in host memory; each batch moves only its rows
+            self._eval_model.keep_node_state_on("cpu")
             ckpt.set_rng_state(rng)
         return self._eval_model
 
