@@ -1,12 +1,18 @@
-"""Follow-ups on Wikipedia, TGN, P=4, topk 5%, 2 epochs: seed spread of unpartitioned and
+"""Follow-ups to pac_scaling.py on Wikipedia, TGN, P=4, topk 5%, 2 epochs: seed spread of unpartitioned and
 assigned runs, periodic sync, local validation, and DDP overhead (1 rank on 1 part vs 1 thread)."""
-import json, sys, tempfile, time
+import json
+import sys
+import tempfile
 from pathlib import Path
 import numpy as np
 import speed
 
+HERE = Path(__file__).resolve().parent
+
+
 def main():
-    ev = speed.read_events("/work/shared/data/wikipedia.csv", progress=False)
+    """Usage: python benchmarks/pac_followups.py (writes benchmarks/results/pac_followups_wikipedia.json)."""
+    ev = speed.read_events(HERE.parent.parent / "shared" / "data" / "wikipedia.csv", progress=False)
     split = speed.chronological_split(ev, seed=0)
     tmp = Path(tempfile.mkdtemp())
     p4 = speed.partition(split.train(ev), 4, topk=0.05, progress=False).save(tmp / "p4", events=ev, split=split)
@@ -24,7 +30,7 @@ def main():
     rec("assigned seed 0 validation local", speed.train(p4, seed=0, nproc=2, validation="local", out=tmp / "vl", **common))
     rec("unpartitioned 1 thread seed 0", speed.train(ev, seed=0, num_threads=1, **common))
     rec("1 rank on 1 part (DDP), 1 thread, seed 0", speed.train(p1, seed=0, nproc=1, num_threads=1, out=tmp / "n1", **common))
-    Path("/tmp/meas/extra.json").write_text(json.dumps(rows, indent=2))
+    (HERE / "results" / "pac_followups_wikipedia.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 if __name__ == "__main__":
     main()

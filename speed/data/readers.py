@@ -203,8 +203,23 @@ class _CleanStream:
         return out
 
 
+def _looks_like_time(value: str, time_format: Optional[str]) -> bool:
+    """Whether a field reads as a time (so its record is data, not a header)."""
+    if _is_number(value) or _DATETIME.match(value):
+        return True
+    if time_format is not None:
+        import datetime
+
+        try:
+            datetime.datetime.strptime(value, time_format)
+            return True
+        except ValueError:
+            return False
+    return False
+
+
 def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: Optional[bool],
-           time_col: Column) -> _Layout:
+           time_col: Column, time_format: Optional[str] = None) -> _Layout:
     with _open_text(path, gz) as f:
         head = f.read(_SNIFF_BYTES)
         if len(head) == _SNIFF_BYTES:
@@ -234,7 +249,7 @@ def _sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header:
         else:
             tpos = 2 if time_col is None else int(time_col)
             probe = fields[tpos] if 0 <= tpos < len(fields) else fields[-1]
-            header = not (_is_number(probe.strip()) or _DATETIME.match(probe.strip()))
+            header = not _looks_like_time(probe.strip(), time_format)
     names = [x.strip() for x in fields] if header else None
     data_idx = skip + (1 if header else 0)
     while data_idx < len(lines) and (not lines[data_idx].strip() or _is_comment(lines[data_idx])):
@@ -618,7 +633,7 @@ def read_events(
     else:
         gz = _is_gzip(path)
         with _damaged_gzip(path, gz):
-            lay = _sniff(path, gz, fmt, sep, header, time_col)
+            lay = _sniff(path, gz, fmt, sep, header, time_col, time_format)
         fmt = lay.fmt
         spec = FORMAT_SPECS[fmt]
         for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):

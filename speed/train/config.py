@@ -23,7 +23,7 @@ from .models import MODELS
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
-VALIDATION_MODES = ("full", "local")
+VALIDATION_MODES = ("local", "full")
 
 
 class ConfigError(InputError):
@@ -83,9 +83,9 @@ class TrainConfig:
                      group="pac")
     sync_every: int = _opt(0, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
                            group="pac", metavar="K")
-    validation: str = _opt("full", "per-epoch validation on the full graph by rank 0, or by every rank on the val "
-                                   "events of its group at once (an approximation; the test stays exact)",
-                           choices=VALIDATION_MODES, group="pac")
+    validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
+                                    "(an approximation for early stopping; the reported val and test stay exact), "
+                                    "or on the full graph by rank 0 alone", choices=VALIDATION_MODES, group="pac")
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
                           metavar="E")
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")

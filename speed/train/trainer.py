@@ -243,8 +243,15 @@ class EpochLoop:
             return
         params = {k: v.detach().cpu() for k, v in self.model.params_state_dict().items()}
         last = self._checkpoint("last", epoch, params, rng=rngs)
-        last.extra = {"best_params": self.best_params}
+        last.extra = self._last_extra()
         last.save(Path(self.out) / ckpt.LAST)
+
+    def _last_extra(self) -> Dict:
+        """What else ``last.pt`` must hold to finish the run after a resume."""
+        return {"best_params": self.best_params}
+
+    def _load_extra(self, extra: Dict) -> None:
+        self.best_params = extra.get("best_params")
 
     def load_last(self) -> None:
         """Continue from ``out/last.pt``: weights, optimiser, RNG, history, early stopping."""
@@ -263,7 +270,7 @@ class EpochLoop:
         self.history = [EpochLog(**h) for h in state.history]
         self.stopping.load_state_dict(state.stopping)
         self.best = state.best
-        self.best_params = state.extra.get("best_params")
+        self._load_extra(state.extra)
         self.start_epoch = state.epoch + 1
 
 

@@ -167,6 +167,7 @@ class PacRank(EpochLoop):
         if self.config.validation == "full":
             return super().validate_epoch(log)
         cfg = self.config
+        log.seconds["exchange"] = 0.0  # only a best epoch gathers state (on_best)
         t0 = time.perf_counter()
         backup = self.model.backup()  # the state at the end of training, for a best-epoch exchange
         if self._val_pool is None:
@@ -184,7 +185,7 @@ class PacRank(EpochLoop):
         # keep the best epoch's full-graph state; val and test run on it once, at the end
         t0 = time.perf_counter()
         self.prepare_eval(log)
-        log.seconds["exchange"] = time.perf_counter() - t0
+        log.seconds["exchange"] += time.perf_counter() - t0
         if self.is_main:
             self.best_params = self._params_copy()
             self._best_state = self.eval_model().backup()
@@ -212,6 +213,14 @@ class PacRank(EpochLoop):
         t = torch.tensor([int(flag)], dtype=torch.long)
         dist.broadcast(t, src=0, group=self.host_group)
         return bool(t.item())
+
+    def _last_extra(self) -> Dict:
+        # with local validation the best epoch's full-graph state is needed at the end
+        return {**super()._last_extra(), "best_state": self._best_state}
+
+    def _load_extra(self, extra: Dict) -> None:
+        super()._load_extra(extra)
+        self._best_state = extra.get("best_state")
 
     def rng_states(self) -> List[Dict]:
         rngs = [None] * self.world
