@@ -220,3 +220,17 @@ def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
                 scores.append(pos)
         out.append(torch.cat(scores))
     assert torch.equal(out[0], out[1])
+
+
+def test_node_classification_leaves_the_global_rng_alone():
+    from speed.train.evaluate import node_classification_auroc
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 4)).astype(np.float32)
+    y = rng.integers(0, 2, 300)
+    masks = [np.arange(300) < 200, (np.arange(300) >= 200) & (np.arange(300) < 250), np.arange(300) >= 250]
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    a = node_classification_auroc(z, y, *masks, epochs=2, seed=5)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert node_classification_auroc(z, y, *masks, epochs=2, seed=5) == a  # still seeded

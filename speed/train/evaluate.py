@@ -67,8 +67,15 @@ def node_classification_auroc(z: np.ndarray, y: np.ndarray, train: np.ndarray, v
     for mask in (train, val, test):
         if mask.sum() == 0 or len(np.unique(y[mask])) < 2:
             return None
+    # seeded without touching the global RNG: evaluation must not move training's random streams
+    cuda = [torch.device(device).index or 0] if str(device).startswith("cuda") else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        return _fit_node_classifier(z, y, train, val, test, epochs, lr, batch_size, seed, device)
+
+
+def _fit_node_classifier(z, y, train, val, test, epochs, lr, batch_size, seed, device):
     g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     clf = NodeClassifier(z.shape[1]).to(device)
     opt = torch.optim.Adam(clf.parameters(), lr=lr)
     zt = torch.from_numpy(np.ascontiguousarray(z, dtype=np.float32)).to(device)
