@@ -342,10 +342,6 @@ class Shards:
                      new_node_fraction=float(sp["new_node_fraction"]),
                      events=self.events() if events is None else events)
 
-    @property
-    def has_event_parts(self) -> bool:
-        return self._part is not None
-
     def __repr__(self) -> str:
         m = self.manifest
         return (f"Shards({str(self.path)!r}, num_parts={self.num_parts}, num_events={m['num_events']}, "

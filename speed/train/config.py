@@ -139,14 +139,6 @@ class TrainConfig:
         """The fields as stored in ``metrics.json`` and checkpoints (``progress`` is a display choice)."""
         return {k: v for k, v in asdict(self).items() if k != "progress"}
 
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(unknown[0], "is not a training parameter")
-        return cls(**d)
-
 
 def cli_flag(f) -> str:
     """The command-line flag of a config field."""

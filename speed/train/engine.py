@@ -72,10 +72,6 @@ class Batches:
         """Batches in one pass."""
         return -(-self.index.size // self.batch_size)
 
-    @property
-    def num_events(self) -> int:
-        return int(self.index.size)
-
     def _batch(self, i: int) -> np.ndarray:
         return self.index[i * self.batch_size:(i + 1) * self.batch_size]
 

@@ -53,10 +53,6 @@ class RankGraph:
     num_shared: int
     events: Events
 
-    @property
-    def own(self) -> np.ndarray:
-        return self.nodes[self.num_shared:]
-
 
 def own_nodes(shards: Shards, group: np.ndarray) -> np.ndarray:
     """Global ids of the non-shared nodes of a group's parts, ascending."""
