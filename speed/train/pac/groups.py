@@ -53,6 +53,16 @@ class RankGraph:
     num_shared: int
     events: Events
 
+    def global_to_local(self, num_nodes: int) -> np.ndarray:
+        """int64 (num_nodes,): each global id's local id, -1 for nodes not on this rank."""
+        return local_ids(self.nodes, num_nodes)
+
+
+def local_ids(nodes: np.ndarray, num_nodes: int) -> np.ndarray:
+    g2l = np.full(num_nodes, -1, dtype=np.int64)
+    g2l[nodes] = np.arange(nodes.size)
+    return g2l
+
 
 def own_nodes(shards: Shards, group: np.ndarray) -> np.ndarray:
     """Global ids of the non-shared nodes of a group's parts, ascending."""
@@ -64,8 +74,7 @@ def rank_graph(shards: Shards, group: np.ndarray, new_nodes: Optional[np.ndarray
     """The training sub-graph of ``group``'s parts plus the shared nodes (``subgraph``: see
     :meth:`speed.partition.shards.Shards.merge`)."""
     nodes = np.concatenate([shards.shared, own_nodes(shards, group)])
-    g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
-    g2l[nodes] = np.arange(nodes.size)
+    g2l = local_ids(nodes, shards.num_nodes)
     ev = shards.merge(group, period="train", subgraph=subgraph)
     if new_nodes is not None and new_nodes.any():
         ev = ev.select(~(new_nodes[ev.src] | new_nodes[ev.dst]))

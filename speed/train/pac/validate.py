@@ -49,8 +49,7 @@ def local_val_events(shards: Shards, graph: RankGraph, split: Split, rank: int, 
     both_shared = (shards.node_parts[ev.src] == _kernels.SHARED) & (shards.node_parts[ev.dst] == _kernels.SHARED)
     keep &= ~both_shared | (ev.eid % world == rank)
     ev = ev.select(keep)
-    g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
-    g2l[graph.nodes] = np.arange(graph.nodes.size)
+    g2l = graph.global_to_local(shards.num_nodes)
     local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(graph.nodes.size),
                    bipartite=ev.bipartite)
     return local, split.val_inductive[ev.eid - lo]
@@ -64,9 +63,7 @@ def local_validation(model, shards: Shards, graph: RankGraph, split: Split, pool
     The model's state moves on through the val events: back it up first if it is needed.
     """
     events, inductive = local_val_events(shards, graph, split, rank, world)
-    g2l = np.full(shards.num_nodes, -1, dtype=np.int64)
-    g2l[graph.nodes] = np.arange(graph.nodes.size)
-    local_pool = g2l[pool]
+    local_pool = graph.global_to_local(shards.num_nodes)[pool]
     local_pool = local_pool[local_pool >= 0]
     pos = neg = torch.empty(0)
     if len(events) and local_pool.size:
