@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 
 from .._util import progress_bar
 from ..errors import InputError
-from . import _kernels
+from . import _kernels, blocks
 from .events import Events
 
 Column = Union[int, str, None]
@@ -395,6 +395,10 @@ def _label_column(c, where) -> np.ndarray:
     if np.isnan(lab).any():
         loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
         raise InputError(f"{prefix}missing label", **loc)
+    return _whole_labels(lab)
+
+
+def _whole_labels(lab: np.ndarray) -> np.ndarray:
     return lab.astype(np.int64) if np.all(lab == np.round(lab)) else lab
 
 
@@ -537,6 +541,19 @@ def _read_text(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[in
     return columns.pop, nrows
 
 
+def _read_fast(path: Path, gz: bool, lay: _Layout, cols: dict, msg_cols: List[int], text_time: bool,
+               progress: Optional[bool]) -> Optional[Dict[str, np.ndarray]]:
+    """Plain numeric records through the numba block parser, or None to use the general reader."""
+    fast_lay = blocks.numeric_layout(path, gz, lay.first_data_line, lay.sep, lay.ncols, cols, msg_cols, text_time)
+    if fast_lay is None:
+        return None
+    with progress_bar(os.path.getsize(path), f"read {path.name}", unit="B", progress=progress) as bar:
+        try:
+            return blocks.read_numeric(fast_lay, on_bytes=bar.update)
+        except blocks.GiveUp:
+            return None
+
+
 def _read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
     import pyarrow.parquet as pq
 
@@ -627,7 +644,7 @@ def read_events(
             if cols_in[k] is None:
                 cols_in[k] = default
         col, nrows, cols = _read_parquet(path, cols_in, progress)
-        fmt, gz, lay = "parquet", False, None
+        fmt, gz, lay, fast = "parquet", False, None, None
         if nrows == 0:
             raise InputError("no events in the file", path)
     else:
@@ -646,17 +663,23 @@ def read_events(
             msg_cols = list(range(spec.features_from, lay.ncols))
         probe = lay.first_fields[cols["t"]].strip()
         text_time = time_format is not None or (not _is_number(probe) and bool(_DATETIME.match(probe)))
-        with _damaged_gzip(path, gz):
-            col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress, text_time)
+        fast = _read_fast(path, gz, lay, cols, msg_cols, text_time, progress)
+        if fast is None:
+            with _damaged_gzip(path, gz):
+                col, nrows = _read_text(path, gz, lay, cols, msg_cols, block_size, progress, text_time)
 
     def where(row: int):
         if lay is None:
             return dict(path=path, line=None), f"row {row + 1}: "
         return dict(path=path, line=_row_to_line(path, gz, lay.first_data_line, row)), ""
 
-    ids = [_id_column(col(cols[what]), what, where) for what in ("src", "dst")]
-    t = _time_column(col(cols["t"]), time_format, path, where)
-    label = None if cols.get("label") is None else _label_column(col(cols["label"]), where)
+    if lay is not None and fast is not None:  # checked by the parser: ids present, times finite numbers
+        ids, t = [fast.pop("src"), fast.pop("dst")], fast.pop("t")
+        label = _whole_labels(fast.pop("label")) if "label" in fast else None
+    else:
+        ids = [_id_column(col(cols[what]), what, where) for what in ("src", "dst")]
+        t = _time_column(col(cols["t"]), time_format, path, where)
+        label = None if cols.get("label") is None else _label_column(col(cols["label"]), where)
     msg = None
     if msg_cols:
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
@@ -670,28 +693,37 @@ def read_events(
 
 
 def _compact_ints(s: np.ndarray, d: np.ndarray):
-    """Compact int ids: O(E) by marking when they are dense enough, else by sorting."""
-    lo = min(int(s.min()), int(d.min()))
-    hi = max(int(s.max()), int(d.max()))
+    """Compact int ids: O(E) by marking when they are dense enough, else by sorting.
+
+    ``s`` and ``d`` (int64, owned by the caller) are overwritten with the compact ids and
+    returned, with the original id of each compact id.
+    """
+    both = [a for a in (s, d) if a.size]
+    lo = min(int(a.min()) for a in both)
+    hi = max(int(a.max()) for a in both)
     if lo >= 0 and hi < 4 * (s.size + d.size) + (1 << 20):
-        return _kernels.compact_dense(s, d, hi)
+        return s, d, _kernels.compact_dense(s, d, hi)
     ids, inv = np.unique(np.concatenate([s, d]), return_inverse=True)
-    return inv[: s.size].astype(np.int64), inv[s.size:].astype(np.int64), ids
+    s[:] = inv[: s.size]
+    d[:] = inv[s.size:]
+    return s, d, ids
 
 
 def _compact(src_col, dst_col, bipartite: bool):
     """Compact ids from two columns: numpy integer arrays, or arrow string columns.
 
+    Integer arrays are renumbered in place when they are int64 (the reader's own arrays).
     Returns int64 src, dst and the original ids.
     """
     if isinstance(src_col, np.ndarray) and isinstance(dst_col, np.ndarray):
-        s = src_col.astype(np.int64, copy=False)
-        d = dst_col.astype(np.int64, copy=False)
+        s, d = (a.astype(np.int64, copy=not a.flags.writeable) for a in (src_col, dst_col))
         if bipartite:
             # numbered separately: users first, then items (the JODIE convention)
-            si, _, us = _compact_ints(s, s[:1])
-            di, _, vs = _compact_ints(d, d[:1])
-            return si, di + len(us), np.concatenate([us, vs])
+            none = np.empty(0, dtype=np.int64)
+            si, _, us = _compact_ints(s, none)
+            di, _, vs = _compact_ints(d, none)
+            di += len(us)
+            return si, di, np.concatenate([us, vs])
         return _compact_ints(s, d)
     src_col = pa.chunked_array([pa.array(src_col)]) if isinstance(src_col, np.ndarray) else src_col
     dst_col = pa.chunked_array([pa.array(dst_col)]) if isinstance(dst_col, np.ndarray) else dst_col

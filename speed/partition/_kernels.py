@@ -130,6 +130,14 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
     """
     num_parts = load.shape[0]
     dropped = 0
+    # The balance term of part q, ``lam * (max - load[q]) / (eps + max - min)``, is cached in
+    # ``bal[q]``: it changes only with load[q] or with the load range, so most events need one
+    # division, not P.  ``stamp[q] == epoch`` marks a valid entry; the epoch moves when the
+    # range moves.  The values are computed by the same expression, so results are unchanged.
+    max_load, min_load = _load_range(load)
+    bal = np.empty(num_parts, dtype=np.float64)
+    stamp = np.full(num_parts, -1, dtype=np.int64)
+    epoch = 0
     for e in range(start, end):
         i = src[e]
         j = dst[e]
@@ -157,20 +165,35 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
                 theta_j = 0.5
             h_i = 1.0 + (1.0 - theta_i)
             h_j = 1.0 + (1.0 - theta_j)
-            max_load, min_load = _load_range(load)
             best = -np.inf
             best_p = 0
             for q in range(num_parts):
+                if stamp[q] != epoch:
+                    bal[q] = lam * (max_load - load[q]) / (eps + max_load - min_load)
+                    stamp[q] = epoch
                 score = 0.0
                 if _member(pin_i, q, hub_mask):
                     score += h_i
                 if _member(pin_j, q, hub_mask):
                     score += h_j
-                score += lam * (max_load - load[q]) / (eps + max_load - min_load)
+                score += bal[q]
                 if score > best:
                     best = score
                     best_p = q
-        load[best_p] += 1
+        old = load[best_p]
+        load[best_p] = old + 1
+        stamp[best_p] = -1
+        if old + 1 > max_load:
+            max_load = old + 1
+            epoch += 1
+        if old == min_load:
+            new_min = load[0]
+            for q in range(1, num_parts):
+                if load[q] < new_min:
+                    new_min = load[q]
+            if new_min != min_load:
+                min_load = new_min
+                epoch += 1
         event_part[e] = best_p
         _join(i, pin_i, best_p, code, hub_mask)
         if j != i:
@@ -262,57 +285,57 @@ def part_event_counts(src, dst, node_parts, num_parts):
 
 
 @numba.njit(cache=True)
-def bucket_ids(src, dst, node_parts, num_parts):
-    """Bucket of each event: the unordered pair of its endpoint codes.
-
-    Code 0 is SHARED, ``p + 1`` is partition ``p`` (:func:`bucket_id`).
+def bucket_counts(src, dst, node_parts, num_parts, num_first):
+    """Events per bucket (the unordered pair of endpoint codes; code 0 is SHARED, ``p + 1``
+    is partition ``p``, see :func:`bucket_id`), for the first ``num_first`` events and for all.
 
     Returns
     -------
-    bid : int32 ndarray, shape (E,)
-    offsets : int64 ndarray, shape (num_buckets + 1,)
-        Bucket boundaries once events are grouped by bucket.
+    first, total : int64 ndarray, shape (num_buckets,)
+    """
+    q = num_parts + 1
+    nb = q * (q + 1) // 2
+    first = np.zeros(nb, dtype=np.int64)
+    total = np.zeros(nb, dtype=np.int64)
+    m = min(num_first, src.shape[0])
+    for e in range(m):
+        first[bucket_id(node_parts[src[e]] + 1, node_parts[dst[e]] + 1, num_parts)] += 1
+    total[:] = first
+    for e in range(m, src.shape[0]):
+        total[bucket_id(node_parts[src[e]] + 1, node_parts[dst[e]] + 1, num_parts)] += 1
+    return first, total
+
+
+@numba.njit(cache=True)
+def bucket_order(src, dst, node_parts, num_parts):
+    """Positions of a chunk of events grouped by bucket, each bucket in event order (a stable
+    counting sort), and the events per bucket.
+
+    Returns
+    -------
+    order : int64 ndarray, shape (E,)
+    counts : int64 ndarray, shape (num_buckets,)
     """
     q = num_parts + 1
     nb = q * (q + 1) // 2
     n = src.shape[0]
     bid = np.empty(n, dtype=np.int32)
-    offsets = np.zeros(nb + 1, dtype=np.int64)
+    counts = np.zeros(nb, dtype=np.int64)
     for e in range(n):
         k = bucket_id(node_parts[src[e]] + 1, node_parts[dst[e]] + 1, num_parts)
         bid[e] = k
-        offsets[k + 1] += 1
+        counts[k] += 1
+    pos = np.empty(nb, dtype=np.int64)
+    acc = 0
     for k in range(nb):
-        offsets[k + 1] += offsets[k]
-    return bid, offsets
-
-
-@numba.njit(cache=True, nogil=True)
-def scatter_by_bucket(bid, offsets, values, out):
-    """Write ``values`` into ``out`` bucket by bucket, each bucket keeping event order.
-
-    Reading is sequential and each bucket's write position only moves forward, so this
-    streams through memory instead of gathering through a random permutation.  ``out``
-    is passed in so one buffer serves every column (fresh memory is slow to first touch).
-    """
-    pos = offsets[:-1].copy()
-    for e in range(bid.shape[0]):
-        k = bid[e]
-        out[pos[k]] = values[e]
-        pos[k] += 1
-    return out
-
-
-@numba.njit(cache=True)
-def bucket_order(bid, offsets):
-    """Event positions bucket by bucket (for 2-D or exotic arrays numpy gathers)."""
-    pos = offsets[:-1].copy()
-    order = np.empty(bid.shape[0], dtype=np.int64)
-    for e in range(bid.shape[0]):
+        pos[k] = acc
+        acc += counts[k]
+    order = np.empty(n, dtype=np.int64)
+    for e in range(n):
         k = bid[e]
         order[pos[k]] = e
         pos[k] += 1
-    return order
+    return order, counts
 
 
 # ------------------------------------------------------------------ vertex-cut baselines

@@ -59,5 +59,12 @@ def select_hubs(cent: np.ndarray, present: np.ndarray, topk: float) -> np.ndarra
     h = num_hubs(topk, candidates.size)
     if h == 0:
         return np.empty(0, dtype=np.int64)
-    order = np.lexsort((candidates, -cent[candidates]))
-    return np.sort(candidates[order[:h]]).astype(np.int64)
+    values = cent[candidates]
+    if h >= candidates.size:
+        return candidates.astype(np.int64)
+    # The h-th largest value by selection (O(|V|)), not a full sort: every node above it is a
+    # hub, and nodes equal to it fill the remaining places in id order (candidates ascend).
+    threshold = np.partition(values, values.size - h)[values.size - h]
+    above = candidates[values > threshold]
+    tied = candidates[values == threshold][: h - above.size]
+    return np.sort(np.concatenate([above, tied])).astype(np.int64)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, List, Optional
 
@@ -40,6 +39,7 @@ from .._util import atomic_dir, jsonable, progress_bar
 from ..data.events import Events
 from ..errors import InputError
 from . import _kernels
+from .columns import BucketColumns
 
 FORMAT_VERSION = 1
 SUBGRAPHS = ("induced", "assigned")
@@ -96,36 +96,29 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
     return jsonable(manifest)
 
 
-def _write_columns(folder: Path, events: Events, arrays, bid, offsets, progress) -> None:
-    """Group each column by bucket and save it, overlapping grouping with writing.
+_WRITE_CHUNK = 1 << 22  # events grouped and written at a time: memory is O(chunk), not O(log)
 
-    Two reusable buffers: while column k - 1 is written by a helper thread (file writes
-    release the GIL), column k is scattered into the other buffer by a nogil kernel.  At
-    most one write is in flight, so buffer ``k % 2`` is always free when column k needs it.
-    """
-    n = len(events)
-    buffers = [np.empty(n, dtype=np.int64) for _ in range(2)]
-    order = None
-    pending = None
-    with progress_bar(len(arrays), "write shards", unit="array", progress=progress) as bar, \
-            ThreadPoolExecutor(max_workers=1) as writer:
-        for k, (name, arr) in enumerate(arrays):
-            if arr.ndim == 1 and arr.dtype.kind in "iuf" and arr.dtype.itemsize in (4, 8):
-                if name in _ID_ARRAYS and _fits_int32(events, name):
-                    out = buffers[k % 2].view(np.int32)[:n]  # ids are stored narrow when they fit
-                else:
-                    out = buffers[k % 2].view(arr.dtype)[:n]
-                grouped = _kernels.scatter_by_bucket(bid, offsets, arr, out)
-            else:  # 2-D features and other dtypes: gather through the bucket order
-                order = _kernels.bucket_order(bid, offsets) if order is None else order
-                grouped = arr[order]
-            if pending is not None:
-                pending.result()
-                bar.update(1)
-            pending = writer.submit(np.save, folder / f"{name}.npy", grouped)
-        if pending is not None:
-            pending.result()
-            bar.update(1)
+
+def column_specs(events: Events) -> dict:
+    """``name -> (dtype, row_shape)`` of the stored event columns of ``events``."""
+    specs = {}
+    for name in _EVENT_ARRAYS:
+        arr = getattr(events, name)
+        if arr is None:
+            continue
+        dtype = np.int32 if name in _ID_ARRAYS and _fits_int32(events, name) else arr.dtype  # narrow ids
+        specs[name] = (np.dtype(dtype), tuple(arr.shape[1:]))
+    specs["part"] = (np.dtype(np.int32), ())
+    return specs
+
+
+def part_chunk(event_part: Optional[np.ndarray], a: int, b: int) -> np.ndarray:
+    """``events/part.npy`` rows ``[a, b)``: the partitioned events' parts, DROPPED after them."""
+    part = np.full(b - a, _kernels.DROPPED, dtype=np.int32)
+    if event_part is not None and a < event_part.size:
+        known = event_part[a:min(b, event_part.size)]
+        part[:known.size] = known
+    return part
 
 
 def write_shards(path, result, events: Optional[Events] = None, split=None, overwrite: bool = False,
@@ -138,35 +131,49 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     events = result.events if events is None else events
     if events.num_nodes != result.node_parts.shape[0]:
         raise InputError(f"events have {events.num_nodes} nodes but the partition has {result.node_parts.shape[0]}")
-    # the partitioned events are the first ones of the stored log (the training period)
-    part = np.full(len(events), _kernels.DROPPED, dtype=np.int32)
-    if result.event_part is not None:
-        part[:result.event_part.size] = result.event_part
     start = time.perf_counter()
-    bid, offsets = _kernels.bucket_ids(events.src, events.dst, result.node_parts, result.num_parts)
+    node_parts = result.node_parts
+    _, counts = _kernels.bucket_counts(events.src, events.dst, node_parts, result.num_parts, 0)
+    n = len(events)
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
-        arrays = [(name, getattr(events, name)) for name in _EVENT_ARRAYS if getattr(events, name) is not None]
-        arrays.append(("part", part))
-        _write_columns(tmp / "events", events, arrays, bid, offsets, progress)
-        np.save(tmp / "events" / "offsets.npy", offsets)
-        nodes = {"node_parts": result.node_parts}
-        if result.centrality is not None:
-            nodes["centrality"] = result.centrality
-        if result.hubs is not None:
-            nodes["hubs"] = result.hubs
-        if events.node_ids is not None:
-            ids = events.node_ids
-            nodes["node_ids"] = ids.astype(str) if ids.dtype == object else ids
-        if split is not None:
-            nodes["new_nodes"] = split.new_nodes
-        np.savez(tmp / "nodes.npz", **nodes)
+        specs = column_specs(events)
+        with BucketColumns(tmp / "events", counts, specs, result.num_parts) as cols, \
+                progress_bar(n, "write shards", progress=progress) as bar:
+            for a in range(0, n, _WRITE_CHUNK):
+                b = min(n, a + _WRITE_CHUNK)
+                chunk = {name: getattr(events, name)[a:b] for name in specs if name != "part"}
+                chunk["part"] = part_chunk(result.event_part, a, b)
+                cols.write(events.src[a:b], events.dst[a:b], node_parts, chunk)
+                bar.update(b - a)
+        write_node_files(tmp, result, events.node_ids, split, counts)
         manifest = build_manifest(result, events, split, extra)
         manifest["seconds"]["write"] = round(time.perf_counter() - start, 4)
-        with open(tmp / "manifest.json", "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
+        write_manifest(tmp, manifest)
     return Path(path)
+
+
+def write_node_files(folder: Path, result, node_ids: Optional[np.ndarray], split, counts: np.ndarray) -> None:
+    """``events/offsets.npy`` from the bucket sizes, and ``nodes.npz``."""
+    offsets = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    np.save(folder / "events" / "offsets.npy", offsets)
+    nodes = {"node_parts": result.node_parts}
+    if result.centrality is not None:
+        nodes["centrality"] = result.centrality
+    if result.hubs is not None:
+        nodes["hubs"] = result.hubs
+    if node_ids is not None:
+        nodes["node_ids"] = node_ids.astype(str) if node_ids.dtype == object else node_ids
+    if split is not None:
+        nodes["new_nodes"] = split.new_nodes
+    np.savez(folder / "nodes.npz", **nodes)
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    with open(folder / "manifest.json", "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
 
 
 class Shards:
