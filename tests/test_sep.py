@@ -25,7 +25,7 @@ def run_kernel(src, dst, cent, hubs, num_parts, lam=1.0, eps=1.0):
     load = np.zeros(num_parts, dtype=np.int64)
     dropped = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), code, hub_mask,
                                   load, lam, eps, np.empty(len(src), dtype=np.int32))
-    parts = _kernels.finalize_parts(code, hub_mask)
+    parts = _kernels.finalize_parts(code, hub_mask, np.empty(len(code), dtype=np.int64))
     return parts, load, dropped
 
 

@@ -67,7 +67,6 @@ def first_unsorted(t):
     return -1
 
 
-@numba.njit(cache=True)
 def compact_dense(src, dst, max_id):
     """Renumber non-negative int ids ``<= max_id`` to ``0..N-1`` in increasing id order, in place.
 
@@ -80,7 +79,7 @@ def compact_dense(src, dst, max_id):
     src : int64 ndarray, shape (E,)
     dst : int64 ndarray, shape (F,)
         May differ in length from ``src`` (one side of a bipartite log is compacted
-        alone by passing a one-element ``dst`` taken from ``src``).  Both are overwritten
+        alone by passing an empty ``dst``).  Both are overwritten
         with the new ids.
     max_id : int
 
@@ -90,19 +89,21 @@ def compact_dense(src, dst, max_id):
         Original id of each compact id.
     """
     seen = np.zeros(max_id + 1, dtype=np.uint8)
+    _mark(src, dst, seen)
+    n = int(seen.sum(dtype=np.int64))
+    ids = np.empty(n, dtype=np.int64)
+    # the map is allocated by numpy (huge pages for large arrays, see partition._kernels)
+    _apply_dense(src, dst, seen, ids, np.empty(max_id + 1, dtype=np.int32 if n <= np.iinfo(np.int32).max
+                                                 else np.int64))
+    return ids
+
+
+@numba.njit(cache=True)
+def _mark(src, dst, seen):
     for e in range(src.shape[0]):
         seen[src[e]] = 1
     for e in range(dst.shape[0]):
         seen[dst[e]] = 1
-    n = 0
-    for v in range(max_id + 1):
-        n += seen[v]
-    ids = np.empty(n, dtype=np.int64)
-    if n <= 2147483647:
-        _apply_dense(src, dst, seen, ids, np.empty(max_id + 1, dtype=np.int32))
-    else:
-        _apply_dense(src, dst, seen, ids, np.empty(max_id + 1, dtype=np.int64))
-    return ids
 
 
 @numba.njit(cache=True)

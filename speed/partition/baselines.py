@@ -50,7 +50,7 @@ def hdrf(events: Events, num_parts: int, lam: float = 1.0, eps: float = 1.0,
     event_part = np.empty(len(events), dtype=np.int32)
     _stream(_kernels.hdrf_assign, events, (degree, mask, load, float(lam), float(eps), event_part), "HDRF assign",
             progress)
-    parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts), num_parts)
+    parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts, np.empty(mask.shape[0], dtype=np.int64)), num_parts)
     return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0, "event_part": event_part}
 
 
@@ -62,7 +62,7 @@ def greedy(events: Events, num_parts: int, progress: Optional[bool] = None) -> T
     load = np.zeros(num_parts, dtype=np.int64)
     event_part = np.empty(len(events), dtype=np.int32)
     _stream(_kernels.greedy_assign, events, (remaining, mask, load, event_part), "greedy assign", progress)
-    parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts), num_parts)
+    parts = _kernels.fill_unplaced(_kernels.mask_to_parts(mask, num_parts, np.empty(mask.shape[0], dtype=np.int64)), num_parts)
     return parts, {"stream_loads": [int(x) for x in load], "dropped_events": 0, "event_part": event_part}
 
 

@@ -27,8 +27,16 @@ def node_centrality(events: Events, beta: float = 0.1) -> np.ndarray:
     float64 ndarray, shape (num_nodes,)
     """
     t = events.t_float()
-    return _kernels.centrality(events.src, events.dst, t, events.num_nodes, float(beta),
-                               float(t[0]), float(t[-1]))
+    cent = np.zeros(events.num_nodes, dtype=np.float64)
+    t_max, span = decay_span(float(t[0]), float(t[-1]))
+    _kernels.centrality_add(events.src, events.dst, t, float(beta), t_max, span, cent)
+    return cent
+
+
+def decay_span(t_min: float, t_max: float):
+    """``(t_max, span)`` of the decay; a zero span counts as 1, so every weight is 1."""
+    span = t_max - t_min
+    return t_max, (span if span > 0.0 else 1.0)
 
 
 def num_hubs(topk: float, num_present: int) -> int:

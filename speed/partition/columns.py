@@ -29,11 +29,9 @@ class BucketColumns:
         Events per bucket in the whole log.
     specs : dict
         ``name -> (dtype, row_shape)``; ``row_shape`` is ``()`` for a 1-D column.
-    num_parts : int
     """
 
-    def __init__(self, folder: Path, counts: np.ndarray, specs: Dict[str, Tuple[np.dtype, tuple]], num_parts: int):
-        self.num_parts = num_parts
+    def __init__(self, folder: Path, counts: np.ndarray, specs: Dict[str, Tuple[np.dtype, tuple]]):
         self.counts = np.asarray(counts, dtype=np.int64)
         total = int(self.counts.sum())
         start = np.zeros(self.counts.size, dtype=np.int64)
@@ -41,6 +39,7 @@ class BucketColumns:
         self.cursor = start  # next row to write, per bucket
         self.end = start + self.counts
         self.files = {}
+        self._order = np.empty(0, dtype=np.int64)
         for name, (dtype, row_shape) in specs.items():
             dtype = np.dtype(dtype)
             path = folder / f"{name}.npy"
@@ -55,18 +54,21 @@ class BucketColumns:
             fd = os.open(path, os.O_WRONLY)
             self.files[name] = (fd, dtype, data_at, row_bytes)
 
-    def write(self, src: np.ndarray, dst: np.ndarray, node_parts: np.ndarray, columns: Dict[str, np.ndarray]) -> None:
+    def write(self, bid: np.ndarray, columns: Dict[str, np.ndarray]) -> None:
         """Write the next chunk of events (in stream order).
 
         Parameters
         ----------
-        src, dst : int64 ndarray, shape (m,)
-            Endpoints of the chunk, which decide its buckets.
-        node_parts : int64 ndarray, shape (num_nodes,)
+        bid : integer ndarray, shape (m,)
+            Bucket of each event of the chunk (:func:`speed.partition._kernels.bucket_ids`).
         columns : dict
             ``name -> array`` of ``m`` rows for every column of the writer.
         """
-        order, counts = _kernels.bucket_order(src, dst, node_parts, self.num_parts)
+        m = bid.shape[0]
+        if self._order.shape[0] < m:
+            self._order = np.empty(m, dtype=np.int64)
+        order = self._order[:m]
+        counts = _kernels.bucket_order(bid, self.counts.size, order)
         ends = np.cumsum(counts)
         nonempty = np.flatnonzero(counts)
         for name, arr in columns.items():

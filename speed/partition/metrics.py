@@ -38,7 +38,8 @@ def partition_metrics(events: Events, node_parts: np.ndarray, num_parts: int) ->
     shared = int(np.count_nonzero(parts_present == _kernels.SHARED))
     own = np.bincount(parts_present[parts_present >= 0], minlength=num_parts)[:num_parts]
     part_nodes = own + shared
-    part_events, cut, both_shared = _kernels.part_event_counts(events.src, events.dst, node_parts, num_parts)
+    _, per_bucket = _kernels.bucket_counts(events.src, events.dst, node_parts, num_parts, 0)
+    part_events, cut, both_shared = _kernels.part_event_counts(per_bucket, num_parts)
     ne = len(events)
     portion = part_nodes / max(nv, 1)
     return {

@@ -50,7 +50,7 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
                 dropped += _kernels.sep_assign(events.src, events.dst, start, end, cent, code, hub_mask, load,
                                                float(lam), float(eps), event_part)
                 bar.update(end - start)
-        node_parts = _kernels.finalize_parts(code, hub_mask)
+        node_parts = _kernels.finalize_parts(code, hub_mask, np.empty(n, dtype=np.int64))
         node_parts = _kernels.fill_unplaced(node_parts, num_parts)
     extra = {"stream_loads": [int(x) for x in load], "dropped_events": int(dropped), "num_hubs": int(hubs.size),
              "event_part": event_part}

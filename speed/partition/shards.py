@@ -133,18 +133,19 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
         raise InputError(f"events have {events.num_nodes} nodes but the partition has {result.node_parts.shape[0]}")
     start = time.perf_counter()
     node_parts = result.node_parts
-    _, counts = _kernels.bucket_counts(events.src, events.dst, node_parts, result.num_parts, 0)
     n = len(events)
+    bid = np.empty(n, dtype=_kernels.bucket_dtype(result.num_parts))
+    counts = _kernels.bucket_ids(events.src, events.dst, node_parts, result.num_parts, bid)
     with atomic_dir(path, overwrite=overwrite) as tmp:
         (tmp / "events").mkdir()
         specs = column_specs(events)
-        with BucketColumns(tmp / "events", counts, specs, result.num_parts) as cols, \
+        with BucketColumns(tmp / "events", counts, specs) as cols, \
                 progress_bar(n, "write shards", progress=progress) as bar:
             for a in range(0, n, _WRITE_CHUNK):
                 b = min(n, a + _WRITE_CHUNK)
                 chunk = {name: getattr(events, name)[a:b] for name in specs if name != "part"}
                 chunk["part"] = part_chunk(result.event_part, a, b)
-                cols.write(events.src[a:b], events.dst[a:b], node_parts, chunk)
+                cols.write(bid[a:b], chunk)
                 bar.update(b - a)
         write_node_files(tmp, result, events.node_ids, split, counts)
         manifest = build_manifest(result, events, split, extra)
