@@ -47,18 +47,12 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
 def _read(args):
     from .data.readers import read_events
 
-    sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
-    return read_events(args.input, fmt=args.format, src_col=args.src_col, dst_col=args.dst_col,
-                       time_col=args.time_col, label_col=args.label_col, sep=sep, sort=not args.no_sort,
-                       time_format=args.time_format,
-                       progress=None if not args.no_progress else False)
+    return read_events(args.input, sort=not args.no_sort, progress=None if not args.no_progress else False,
+                       **_reader_kwargs(args))
 
 
 # --------------------------------------------------------------------------- partition
 def _cmd_partition(args) -> int:
-    from .data.split import chronological_split
-    from .partition.api import partition
-
     if args.parts < 1:
         raise InputError(f"--parts must be >= 1, got {args.parts}")
     if not 0.0 <= args.topk <= 100.0:
@@ -67,16 +61,10 @@ def _cmd_partition(args) -> int:
     if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
         raise InputError("output already exists (pass --overwrite)", out)
     progress = False if args.no_progress else None
-    t0 = time.perf_counter()
-    events = _read(args)
-    t_read = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed)
-    t_split = time.perf_counter() - t0
-    result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
-                       eps=args.eps, seed=args.seed, method=args.method, progress=progress)
-    result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
-    result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
+    if args.max_memory is not None:
+        _partition_out_of_core(args, out, progress)
+    else:
+        _partition_in_memory(args, out, progress)
     if args.dgl:
         from .interop import save_dgl_parts
 
@@ -88,6 +76,36 @@ def _cmd_partition(args) -> int:
     else:
         print(format_summary(manifest))
     return 0
+
+
+def _reader_kwargs(args) -> dict:
+    sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
+    return dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
+                label_col=args.label_col, sep=sep, time_format=args.time_format)
+
+
+def _partition_out_of_core(args, out: Path, progress) -> None:
+    from .partition.outofcore import partition_file
+
+    partition_file(args.input, out, args.max_memory, num_parts=args.parts, topk=args.topk / 100.0, beta=args.beta,
+                   lam=args.lam, eps=args.eps, seed=args.seed, method=args.method, val=args.val, test=args.test,
+                   overwrite=args.overwrite, progress=progress, reader=_reader_kwargs(args))
+
+
+def _partition_in_memory(args, out: Path, progress) -> None:
+    from .data.split import chronological_split
+    from .partition.api import partition
+
+    t0 = time.perf_counter()
+    events = _read(args)
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed)
+    t_split = time.perf_counter() - t0
+    result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
+                       eps=args.eps, seed=args.seed, method=args.method, progress=progress)
+    result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
+    result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
 
 
 def format_summary(m: dict) -> str:
@@ -278,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="partition out of core within SIZE (e.g. 3G): the log streams from disk, memory is per-node "
+                        "state plus one chunk; needs integer node ids and time-sorted input (default: in memory)")
     _add_reader_options(p)
     p.set_defaults(func=_cmd_partition)
 

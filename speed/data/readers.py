@@ -648,21 +648,8 @@ def read_events(
         if nrows == 0:
             raise InputError("no events in the file", path)
     else:
-        gz = _is_gzip(path)
-        with _damaged_gzip(path, gz):
-            lay = _sniff(path, gz, fmt, sep, header, time_col, time_format)
+        gz, lay, cols, msg_cols, text_time = _text_source(path, fmt, cols_in, sep, header, time_format)
         fmt = lay.fmt
-        spec = FORMAT_SPECS[fmt]
-        for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):
-            if cols_in[k] is None:
-                cols_in[k] = default
-        line = lay.first_data_line
-        cols = {k: _resolve(v, lay.header, lay.ncols, _WHAT[k], path, line) for k, v in cols_in.items()}
-        _check_distinct(cols, path)
-        if spec.features_from is not None and label_col is None and lay.ncols > spec.features_from:
-            msg_cols = list(range(spec.features_from, lay.ncols))
-        probe = lay.first_fields[cols["t"]].strip()
-        text_time = time_format is not None or (not _is_number(probe) and bool(_DATETIME.match(probe)))
         fast = _read_fast(path, gz, lay, cols, msg_cols, text_time, progress)
         if fast is None:
             with _damaged_gzip(path, gz):
@@ -690,6 +677,32 @@ def read_events(
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
     return ev
+
+
+def _text_source(path: Path, fmt: Optional[str], cols_in: dict, sep: Optional[str], header: Optional[bool],
+                 time_format: Optional[str]):
+    """Sniff a text log and resolve its columns: ``(gz, layout, cols, msg_cols, text_time)``.
+
+    ``cols_in`` maps src/dst/t/label to what the user gave (None: the format's default).
+    """
+    cols_in = dict(cols_in)
+    gz = _is_gzip(path)
+    with _damaged_gzip(path, gz):
+        lay = _sniff(path, gz, fmt, sep, header, cols_in["t"], time_format)
+    spec = FORMAT_SPECS[lay.fmt]
+    label_given = cols_in["label"] is not None
+    for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):
+        if cols_in[k] is None:
+            cols_in[k] = default
+    line = lay.first_data_line
+    cols = {k: _resolve(v, lay.header, lay.ncols, _WHAT[k], path, line) for k, v in cols_in.items()}
+    _check_distinct(cols, path)
+    msg_cols: List[int] = []
+    if spec.features_from is not None and not label_given and lay.ncols > spec.features_from:
+        msg_cols = list(range(spec.features_from, lay.ncols))
+    probe = lay.first_fields[cols["t"]].strip()
+    text_time = time_format is not None or (not _is_number(probe) and bool(_DATETIME.match(probe)))
+    return gz, lay, cols, msg_cols, text_time
 
 
 def _compact_ints(s: np.ndarray, d: np.ndarray):
@@ -746,3 +759,148 @@ def _encode_sorted(chunks):
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return rank[enc.indices.to_numpy().astype(np.int64)], values[order]
+
+
+# ------------------------------------------------------------------------ streaming
+RESTART = object()  # from BlockStream.blocks(): drop the blocks so far, they come again
+
+
+class BlockStream:
+    """A text or Parquet log read block by block, for callers that cannot hold it whole.
+
+    Blocks are dicts of raw columns -- ``src``, ``dst`` (int64 ids as in the file), ``t``
+    (float64), and ``label`` (float64) and ``msg`` (float32, (m, d)) when present -- with
+    the same values :func:`read_events` would read.  Node ids must be integers (a string
+    id raises :class:`~speed.InputError`).  The parameters are those of :func:`read_events`.
+    """
+
+    def __init__(self, path, fmt=None, src_col=None, dst_col=None, time_col=None, label_col=None, sep=None,
+                 header=None, time_format=None, block_size: int = 1 << 26):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise InputError("file not found", self.path)
+        if not self.path.is_file():
+            raise InputError("not a file", self.path)
+        if self.path.stat().st_size == 0:
+            raise InputError("file is empty", self.path, 1)
+        if fmt is not None and fmt not in FORMATS:
+            raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", self.path)
+        self.time_format, self.block_size = time_format, block_size
+        cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
+        if fmt == "parquet" or (fmt is None and _is_parquet(self.path)):
+            import pyarrow.parquet as pq
+
+            names = pq.ParquetFile(str(self.path)).schema_arrow.names
+            for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
+                cols_in[k] = default if cols_in[k] is None else cols_in[k]
+            self.cols = {k: _resolve(v, names, len(names), _WHAT[k], self.path, 1) for k, v in cols_in.items()}
+            _check_distinct(self.cols, self.path)
+            self.fmt, self.gz, self.lay, self.msg_cols, self.text_time = "parquet", False, None, [], False
+            self.names = names
+        else:
+            self.gz, self.lay, self.cols, self.msg_cols, self.text_time = _text_source(
+                self.path, fmt, cols_in, sep, header, time_format)
+            self.fmt = self.lay.fmt
+        self.bipartite = FORMAT_SPECS[self.fmt].bipartite
+        self.has_label = self.cols.get("label") is not None
+
+    def line_of(self, row: int) -> Optional[int]:
+        """1-based line of 0-based data row ``row`` (None for Parquet)."""
+        if self.lay is None:
+            return None
+        return _row_to_line(self.path, self.gz, self.lay.first_data_line, row)
+
+    def blocks(self, on_bytes=None):
+        """Yield blocks in file order; :data:`RESTART` means: forget the blocks so far."""
+        if self.lay is not None:
+            fast = blocks.numeric_layout(self.path, self.gz, self.lay.first_data_line, self.lay.sep, self.lay.ncols,
+                                         self.cols, self.msg_cols, self.text_time)
+            if fast is not None:
+                started = False
+                try:
+                    for block in blocks.iter_numeric_blocks(fast, self.block_size, on_bytes):
+                        started = True
+                        yield block
+                    return
+                except blocks.GiveUp:
+                    if started:
+                        yield RESTART
+        yield from (self._parquet_blocks() if self.lay is None else self._text_blocks(on_bytes))
+
+    def _convert(self, column, what: str, row0: int):
+        def where(row: int):
+            if self.lay is None:
+                return dict(path=self.path, line=None), f"row {row0 + row + 1}: "
+            return dict(path=self.path, line=self.line_of(row0 + row)), ""
+
+        if what in ("src", "dst"):
+            ids = _id_column(column, what, where)
+            if not isinstance(ids, np.ndarray):
+                raise InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
+                                 "read the log in memory, or map the ids to integers first", self.path)
+            return ids.astype(np.int64, copy=False)
+        if what == "t":
+            return _time_column(column, self.time_format, self.path, where)
+        lab = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        if np.isnan(lab).any():
+            loc, prefix = where(int(np.flatnonzero(np.isnan(lab))[0]))
+            raise InputError(f"{prefix}missing label", **loc)
+        return lab
+
+    def _block(self, get, row0: int, nrows: int) -> dict:
+        out = {what: self._convert(get(self.cols[what]), what, row0) for what in ("src", "dst", "t")}
+        if self.has_label:
+            out["label"] = self._convert(get(self.cols["label"]), "label", row0)
+        if self.msg_cols:
+            out["msg"] = np.stack([get(k).to_numpy(zero_copy_only=False) for k in self.msg_cols],
+                                  axis=1).astype(np.float32)
+        return out
+
+    def _parquet_blocks(self):
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(str(self.path))
+        want = sorted({c for c in self.cols.values() if c is not None})
+        row0 = 0
+        for batch in pf.iter_batches(batch_size=1 << 22, columns=[self.names[k] for k in want]):
+            yield self._block(lambda k: batch.column(self.names[k]), row0, batch.num_rows)
+            row0 += batch.num_rows
+
+    def _text_blocks(self, on_bytes):
+        lay, cols = self.lay, self.cols
+        names = [f"c{k}" for k in range(lay.ncols)]
+        include = sorted({v for v in cols.values() if v is not None} | set(self.msg_cols))
+        types = {names[cols["src"]]: pa.int64(), names[cols["dst"]]: pa.int64(),
+                 names[cols["t"]]: pa.string() if self.text_time else pa.float64()}
+        if self.has_label:
+            types[names[cols["label"]]] = pa.float64()
+        for k in self.msg_cols:
+            types[names[k]] = pa.float32()
+        raw = pa.OSFile(str(self.path), "rb")
+        stream = pa.CompressedInputStream(raw, "gzip") if self.gz else raw
+        # comments and separator runs are filtered out as the blocks stream (see _CleanStream)
+        stream = pa.PythonFile(_CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " "), mode="r")
+        row0, last = 0, 0
+        try:
+            with _damaged_gzip(self.path, self.gz):
+                reader = pacsv.open_csv(
+                    stream,
+                    read_options=pacsv.ReadOptions(column_names=names, block_size=self.block_size),
+                    parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
+                    convert_options=pacsv.ConvertOptions(include_columns=[names[k] for k in include],
+                                                         column_types=types, null_values=[""],
+                                                         strings_can_be_null=False, quoted_strings_can_be_null=False))
+                for batch in reader:
+                    yield self._block(lambda k: batch.column(names[k]), row0, batch.num_rows)
+                    row0 += batch.num_rows
+                    if on_bytes is not None:
+                        on_bytes(raw.tell() - last)
+                        last = raw.tell()
+        except pa.ArrowInvalid as exc:
+            _diagnose(self.path, self.gz, lay, cols, self.text_time)
+            if "conversion error to int64" in str(exc):
+                raise InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
+                                 "read the log in memory, or map the ids to integers first", self.path) from None
+            raise InputError(f"cannot parse: {exc}", self.path) from None
+        finally:
+            raw.close()

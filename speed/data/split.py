@@ -122,6 +122,45 @@ def require_periods(num_train: int, num_train_masked: int, num_val: int, num_tes
                          "log or new_node_fraction=0", source)
 
 
+def check_fractions(val: float, test: float, new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION) -> None:
+    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
+        raise InputError(f"val ({val}) and test ({test}) must be fractions with val + test < 1")
+    if not 0 <= new_node_fraction <= 1:
+        raise InputError(f"new_node_fraction must be in [0, 1], got {new_node_fraction}")
+
+
+def split_points(t: np.ndarray, val: float, test: float):
+    """Where a sorted log splits: ``(val_time, test_time, num_train, num_val, num_test)``.
+
+    ``t`` may be a memory map: it is read at a few positions only (quantiles, bisection).
+    """
+    val_time, test_time = (_sorted_quantile(t, q) for q in (1.0 - val - test, 1.0 - test))
+    num_train = int(np.searchsorted(t, val_time, side="right"))
+    num_val = int(np.searchsorted(t, test_time, side="right")) - num_train
+    return val_time, test_time, num_train, num_val, t.shape[0] - num_train - num_val
+
+
+def held_out_nodes(in_later: np.ndarray, new_node_fraction: float, seed: int) -> np.ndarray:
+    """The inductive hold-out: a seeded ``new_node_fraction`` of the nodes seen after training.
+
+    Parameters
+    ----------
+    in_later : bool ndarray, shape (num_nodes,)
+        Nodes that occur in the validation or test events.
+
+    Returns
+    -------
+    bool ndarray, shape (num_nodes,)
+    """
+    rng = np.random.default_rng(seed)
+    later_nodes = np.flatnonzero(in_later)
+    k = int(round(new_node_fraction * later_nodes.size))
+    held = rng.choice(later_nodes, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
+    new_nodes = np.zeros(in_later.shape[0], dtype=bool)
+    new_nodes[held] = True
+    return new_nodes
+
+
 def chronological_split(
     events: Events,
     val: float = DEFAULT_VAL,
@@ -148,26 +187,13 @@ def chronological_split(
     -------
     Split
     """
-    if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
-        raise InputError(f"val ({val}) and test ({test}) must be fractions with val + test < 1")
-    if not 0 <= new_node_fraction <= 1:
-        raise InputError(f"new_node_fraction must be in [0, 1], got {new_node_fraction}")
-    t = events.t_float()
-    val_time, test_time = (_sorted_quantile(t, q) for q in (1.0 - val - test, 1.0 - test))
-    num_train = int(np.searchsorted(t, val_time, side="right"))
-    num_val = int(np.searchsorted(t, test_time, side="right")) - num_train
-    num_test = len(events) - num_train - num_val
-
-    rng = np.random.default_rng(seed)
+    check_fractions(val, test, new_node_fraction)
+    val_time, test_time, num_train, num_val, num_test = split_points(events.t_float(), val, test)
     later = slice(num_train, len(events))
     in_later = np.zeros(events.num_nodes, dtype=bool)
     in_later[events.src[later]] = True
     in_later[events.dst[later]] = True
-    later_nodes = np.flatnonzero(in_later)
-    k = int(round(new_node_fraction * later_nodes.size))
-    held = rng.choice(later_nodes, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
-    new_nodes = np.zeros(events.num_nodes, dtype=bool)
-    new_nodes[held] = True
+    new_nodes = held_out_nodes(in_later, new_node_fraction, seed)
 
     return Split(
         num_train=num_train,

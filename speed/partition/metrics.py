@@ -32,15 +32,21 @@ def partition_metrics(events: Events, node_parts: np.ndarray, num_parts: int) ->
         ``node_portion_mean``/``_std`` (``|V_p| / |V|``), ``shared_nodes``,
         ``num_train_nodes``.
     """
-    present = events.node_mask()
+    _, per_bucket = _kernels.bucket_counts(events.src, events.dst, node_parts, num_parts, 0)
+    return metrics_from_counts(events.node_mask(), node_parts, per_bucket, num_parts, len(events))
+
+
+def metrics_from_counts(present: np.ndarray, node_parts: np.ndarray, per_bucket: np.ndarray, num_parts: int,
+                        num_events: int) -> Dict:
+    """:func:`partition_metrics` from the nodes present in the events (bool, shape (num_nodes,))
+    and the events per bucket (int64, shape (num_buckets,)), for callers that stream."""
     nv = int(present.sum())
     parts_present = node_parts[present]
     shared = int(np.count_nonzero(parts_present == _kernels.SHARED))
     own = np.bincount(parts_present[parts_present >= 0], minlength=num_parts)[:num_parts]
     part_nodes = own + shared
-    _, per_bucket = _kernels.bucket_counts(events.src, events.dst, node_parts, num_parts, 0)
     part_events, cut, both_shared = _kernels.part_event_counts(per_bucket, num_parts)
-    ne = len(events)
+    ne = num_events
     portion = part_nodes / max(nv, 1)
     return {
         "num_train_nodes": nv,

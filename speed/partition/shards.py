@@ -53,13 +53,17 @@ def _fits_int32(events: Events, name: str) -> bool:
     return bound <= _INT32_MAX
 
 
-def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None) -> dict:
-    """The manifest dictionary for ``result`` stored with ``events``."""
+def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None,
+                   num_train_events: Optional[int] = None) -> dict:
+    """The manifest dictionary for ``result`` stored with ``events``.
+
+    ``num_train_events`` (the partitioned events) defaults to ``len(result.events)``.
+    """
     st = result.stats
     manifest = {
         "format_version": FORMAT_VERSION,
         "num_events": len(events),
-        "num_train_events": len(result.events),
+        "num_train_events": len(result.events) if num_train_events is None else num_train_events,
         "num_nodes": int(events.num_nodes),
         "num_parts": result.num_parts,
         "method": result.method,

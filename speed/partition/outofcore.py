@@ -1,0 +1,512 @@
+"""Partitioning a log larger than memory: ``speed partition ... --max-memory SIZE``.
+
+The text is parsed once, block by block, into a binary spill (in the output's temporary
+directory, removed at the end); every later step streams over the spill in chunks whose
+size follows from the memory budget.  Memory is the per-node state (ids, centrality, SEP's
+codes and parts: about 40 bytes a node) plus one chunk, whatever the number of events.
+
+Why more than one pass: SEP needs, before its one assignment pass, the chronological
+split (which needs the event count) and the training period's centrality (whose decay is
+normalised by the training period's time span, known only once the split is).  So:
+
+1. parse the text: spill raw ``src, dst, t[, label, msg]``; mark the node ids seen;
+   check the times ascend; count the events;
+2. split points from the spilled times (a few reads), then one pass that renumbers the
+   ids in the spill in place, marks the nodes of the val/test events (for the inductive
+   hold-out) and sums the centrality of the training events;
+3. SEP's assignment over the training events (the same kernel as in memory);
+4. the bucket of every event, counted; 5. the shard columns, written bucket by bucket
+   (:class:`~speed.partition.columns.BucketColumns`).
+
+The shards are identical, array for array, to those of the in-memory path on the same
+input; only the manifest's timings differ.  Unsorted input is refused, naming the first
+line whose time is earlier than the line before (sort it first, e.g. ``sort -t, -k3,3g``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+
+from .._util import StageTimer, atomic_dir, progress_bar
+from ..data import _kernels as data_kernels
+from ..data.readers import RESTART, BlockStream
+from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
+    split_points
+from ..errors import InputError
+from . import _kernels
+from .api import DEFAULTS, PartitionResult, _validate
+from .centrality import decay_span, select_hubs
+from .columns import BucketColumns
+from .metrics import metrics_from_counts
+from .shards import build_manifest, part_chunk, write_manifest, write_node_files
+
+NODE_STATE_BYTES = 40  # per node: id map, marks, centrality, SEP code, parts, hold-out masks
+CHUNK_BYTES_PER_EVENT = 160  # per event of a chunk: spilled columns, ids, bucket order, gathers
+_FIXED_BYTES = 400 << 20  # the interpreter, numpy, numba, pyarrow
+_MIN_CHUNK, _MAX_CHUNK = 1 << 16, 1 << 24
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text) -> int:
+    """Bytes from ``"3G"``, ``"512M"``, ``"2.5GB"``, ``"1GiB"`` or a plain number of bytes."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise InputError(f"max_memory must be a size such as 3G or 512M, got {text!r}")
+        value = int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+    if value <= 0:
+        raise InputError(f"max_memory must be positive, got {text!r}")
+    return value
+
+
+def chunk_events(max_memory: int, num_nodes: int, row_bytes: int) -> int:
+    """Events per chunk that keep node state plus one chunk within ``max_memory`` bytes."""
+    free = max_memory - _FIXED_BYTES - NODE_STATE_BYTES * num_nodes
+    per_event = CHUNK_BYTES_PER_EVENT + 2 * row_bytes
+    if free < _MIN_CHUNK * per_event:
+        need = _FIXED_BYTES + NODE_STATE_BYTES * num_nodes + _MIN_CHUNK * per_event
+        raise InputError(f"max_memory {max_memory / 2**30:.2f} GiB is too small for this log: its {num_nodes:,} nodes "
+                         f"need about {need / 2**30:.2f} GiB (node state and one chunk)")
+    return int(min(_MAX_CHUNK, free // per_event))
+
+
+# ------------------------------------------------------------------------------ spill
+class _Spill:
+    """Raw event columns in flat binary files, appended to and read back by ranges."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir()
+        self.files: Dict[str, tuple] = {}
+        self.rows = 0
+
+    def reset(self) -> None:
+        for fd, *_ in self.files.values():
+            os.ftruncate(fd, 0)
+        self.rows = 0
+
+    def append(self, block: Dict[str, np.ndarray]) -> None:
+        for name, arr in block.items():
+            if name not in self.files:
+                fd = os.open(self.folder / f"{name}.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                self.files[name] = (fd, arr.dtype, tuple(arr.shape[1:]))
+            fd, dtype, row_shape = self.files[name]
+            data = np.ascontiguousarray(arr, dtype=dtype)
+            _pwrite_all(fd, memoryview(data.reshape(-1).view(np.uint8)), self.rows * _row_bytes(dtype, row_shape))
+        self.rows += next(iter(block.values())).shape[0]
+
+    def read(self, name: str, a: int, b: int) -> np.ndarray:
+        fd, dtype, row_shape = self.files[name]
+        rb = _row_bytes(dtype, row_shape)
+        out = np.empty((b - a, *row_shape), dtype=dtype)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        got = 0
+        while got < view.nbytes:
+            n = os.preadv(fd, [view[got:]], a * rb + got)
+            if n <= 0:
+                raise OSError(f"spill file {name} is short")
+            got += n
+        return out
+
+    def write(self, name: str, a: int, arr: np.ndarray) -> None:
+        fd, dtype, row_shape = self.files[name]
+        data = np.ascontiguousarray(arr, dtype=dtype)
+        _pwrite_all(fd, memoryview(data.reshape(-1).view(np.uint8)), a * _row_bytes(dtype, row_shape))
+
+    def memmap(self, name: str) -> np.ndarray:
+        fd, dtype, row_shape = self.files[name]
+        return np.memmap(self.folder / f"{name}.bin", dtype=dtype, mode="r", shape=(self.rows, *row_shape))
+
+    def close(self) -> None:
+        for fd, *_ in self.files.values():
+            os.close(fd)
+        self.files = {}
+
+
+def _row_bytes(dtype, row_shape) -> int:
+    return np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64))
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view.nbytes:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
+
+
+# ------------------------------------------------------------------------------ ids
+class _IdMarks:
+    """The integer ids seen so far: a byte per id while ids are small and non-negative
+    (grown as they come), else the sorted distinct ids merged block by block."""
+
+    _DENSE_LIMIT = 1 << 32
+
+    def __init__(self):
+        self.dense: Optional[np.ndarray] = np.zeros(0, dtype=np.uint8)
+        self.sparse: Optional[np.ndarray] = None
+
+    def add(self, ids: np.ndarray) -> None:
+        if ids.size == 0:
+            return
+        if self.dense is not None:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo >= 0 and hi < self._DENSE_LIMIT:
+                if hi >= self.dense.size:
+                    grown = np.zeros(max(hi + 1, int(self.dense.size * 1.5)), dtype=np.uint8)
+                    grown[:self.dense.size] = self.dense
+                    self.dense = grown
+                self.dense[ids] = 1
+                return
+            self.sparse, self.dense = np.flatnonzero(self.dense).astype(np.int64), None
+        self.sparse = np.union1d(self.sparse, ids)
+
+    def values(self) -> np.ndarray:
+        """Sorted distinct ids, int64."""
+        return np.flatnonzero(self.dense).astype(np.int64) if self.dense is not None else self.sparse
+
+    def mapper(self, offset: int = 0):
+        """A function from raw ids to compact ids ``offset + rank``."""
+        ids = self.values()
+        if self.dense is not None:
+            table = np.full(self.dense.size, -1, dtype=np.int64)
+            table[ids] = np.arange(offset, offset + ids.size, dtype=np.int64)
+            return lambda raw: table[raw]
+        return lambda raw: np.searchsorted(ids, raw) + offset
+
+
+# ------------------------------------------------------------------------------ split
+@dataclass
+class StreamedSplit:
+    """The chronological split of a log partitioned out of core (the fields of
+    :meth:`speed.data.split.Split.summary`, and the hold-out mask)."""
+
+    num_train: int
+    num_val: int
+    num_test: int
+    val_time: float
+    test_time: float
+    new_nodes: np.ndarray
+    seed: int
+    new_node_fraction: float
+    num_train_masked: int = 0
+
+    def summary(self) -> dict:
+        return {
+            "num_train_events": self.num_train,
+            "num_train_events_masked": self.num_train_masked,
+            "num_val_events": self.num_val,
+            "num_test_events": self.num_test,
+            "val_time": self.val_time,
+            "test_time": self.test_time,
+            "new_node_fraction": self.new_node_fraction,
+            "num_new_nodes": int(self.new_nodes.sum()),
+            "seed": self.seed,
+        }
+
+
+@dataclass
+class LogInfo:
+    """What the manifest records of a log that is never held in memory (the parts of
+    :class:`~speed.Events` that :func:`~speed.partition.shards.build_manifest` reads)."""
+
+    num_events: int
+    num_nodes: int
+    bipartite: bool
+    msg_dim: int
+    label: Optional[bool]
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.num_events
+
+
+# ------------------------------------------------------------------------------ driver
+def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"], topk: float = DEFAULTS["topk"],
+                   beta: float = DEFAULTS["beta"], lam: float = DEFAULTS["lam"], eps: float = DEFAULTS["eps"],
+                   seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], val: float = DEFAULT_VAL,
+                   test: float = DEFAULT_TEST, new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION,
+                   overwrite: bool = False, progress: Optional[bool] = None, reader: Optional[dict] = None) -> Path:
+    """Split, partition (SEP) and write the shards of the log at ``path`` within ``max_memory``.
+
+    The result equals ``read_events`` + ``chronological_split`` + ``partition(split.train(...))``
+    + ``save`` (see the module docstring for how, and for what it refuses).
+
+    Parameters
+    ----------
+    path : path-like
+        An event log (any format :func:`speed.read_events` reads) with integer node ids,
+        sorted by time.
+    out : path-like
+        Shards directory to create (atomically).
+    max_memory : int or str
+        Memory budget, bytes or a size such as ``"3G"``.
+    num_parts, topk, beta, lam, eps, seed, method
+        As :func:`speed.partition`; only ``method="sep"`` streams.
+    val, test, new_node_fraction
+        As :func:`speed.chronological_split` (``seed`` seeds the hold-out, as in the CLI).
+    reader : dict, optional
+        Keyword arguments of :class:`~speed.data.readers.BlockStream` (columns, separator,
+        header, time format).
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    budget = parse_size(max_memory)
+    _validate(num_parts, topk, beta, lam, eps, method)
+    if method != "sep":
+        raise InputError(f"max_memory (out-of-core) partitions with method 'sep' only, got '{method}'")
+    check_fractions(val, test, new_node_fraction)
+    timer = StageTimer()
+    source = BlockStream(path, **(reader or {}))
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        spill = _Spill(tmp / ".spill")
+        try:
+            with timer.stage("read"):
+                marks, info = _parse(source, spill, progress)
+            with timer.stage("split"):
+                sp = _split(spill, val, test)
+            if sp.num_train == 0:
+                raise InputError("no events to partition (the training period is empty)", path)
+            shards = _Pipeline(source, spill, marks, info, sp, budget, num_parts, timer, progress)
+            shards.run(topk, beta, lam, eps, seed, new_node_fraction)
+            shards.write(tmp, extra={"out_of_core": {"max_memory": budget, "chunk_events": shards.chunk}})
+        finally:
+            spill.close()
+            for f in (tmp / ".spill").glob("*"):
+                f.unlink()
+            (tmp / ".spill").rmdir()
+    return Path(out)
+
+
+def _parse(source: BlockStream, spill: _Spill, progress):
+    """Pass 1: text to spill; id marks, order check, label kind."""
+    src_marks = _IdMarks()
+    dst_marks = _IdMarks()  # separate: bipartite formats number sides apart, others mark both here
+    state = {"last_t": -math.inf, "whole_labels": True}
+    size = os.path.getsize(source.path)
+    with progress_bar(size, f"read {source.path.name}", unit="B", progress=progress) as bar:
+        for block in source.blocks(on_bytes=bar.update):
+            if block is RESTART:
+                spill.reset()
+                src_marks, dst_marks = _IdMarks(), _IdMarks()
+                state = {"last_t": -math.inf, "whole_labels": True}
+                continue
+            t = block["t"]
+            if t.size == 0:
+                continue
+            if t[0] < state["last_t"]:
+                _unsorted(source, spill.rows, t[0], state["last_t"])
+            k = int(data_kernels.first_unsorted(t))
+            if k >= 0:
+                _unsorted(source, spill.rows + k, t[k], t[k - 1])
+            state["last_t"] = float(t[-1])
+            if "label" in block:
+                lab = block["label"]
+                state["whole_labels"] &= bool(np.all(lab == np.round(lab)))
+            src_marks.add(block["src"])
+            dst_marks.add(block["dst"])
+            spill.append(block)
+    if spill.rows == 0:
+        raise InputError("no events in the file", source.path)
+    msg_dim = int(spill.files["msg"][2][0]) if "msg" in spill.files else 0
+    info = LogInfo(num_events=spill.rows, num_nodes=0, bipartite=source.bipartite, msg_dim=msg_dim,
+                   label=True if "label" in spill.files else None,
+                   meta={"source": str(source.path), "format": source.fmt, "sorted_input": True})
+    info.meta["whole_labels"] = state["whole_labels"]
+    return (src_marks, dst_marks), info
+
+
+def _unsorted(source: BlockStream, row: int, t, prev) -> None:
+    raise InputError(f"time {t:g} is earlier than the previous event's {prev:g}: out-of-core partitioning "
+                     f"(max_memory) needs the log sorted by time; sort it first (e.g. sort -t, -k3,3g) or "
+                     f"partition in memory", source.path, source.line_of(row))
+
+
+def _split(spill: _Spill, val: float, test: float) -> StreamedSplit:
+    t = spill.memmap("t")
+    try:
+        val_time, test_time, num_train, num_val, num_test = split_points(t, val, test)
+    finally:
+        del t
+    return StreamedSplit(num_train=num_train, num_val=num_val, num_test=num_test, val_time=float(val_time),
+                         test_time=float(test_time), new_nodes=np.zeros(0, dtype=bool), seed=0,
+                         new_node_fraction=0.0)
+
+
+class _Pipeline:
+    """Passes 2-5 over the spill (see the module docstring)."""
+
+    def __init__(self, source, spill, marks, info, sp, budget, num_parts, timer, progress):
+        self.source, self.spill, self.info, self.sp = source, spill, info, sp
+        self.num_parts, self.timer, self.progress = num_parts, timer, progress
+        src_marks, dst_marks = marks
+        if source.bipartite:  # users first, then items (the JODIE convention)
+            users = src_marks.values()
+            self.node_ids = np.concatenate([users, dst_marks.values()])
+            self.map_src, self.map_dst = src_marks.mapper(), dst_marks.mapper(users.size)
+        else:
+            both = _IdMarks()
+            for m in (src_marks, dst_marks):
+                both.add(m.values())
+            self.node_ids = both.values()
+            self.map_src = self.map_dst = both.mapper()
+            self.src_seen = src_marks
+            self.dst_seen = dst_marks
+        self.num_nodes = int(self.node_ids.size)
+        info.num_nodes = self.num_nodes
+        row_bytes = sum(_row_bytes(d, s) for _, d, s in spill.files.values())
+        self.chunk = chunk_events(budget, self.num_nodes, row_bytes)
+
+    def _chunks(self, a: int, b: int, desc: str):
+        with progress_bar(b - a, desc, progress=self.progress) as bar:
+            for lo in range(a, b, self.chunk):
+                hi = min(b, lo + self.chunk)
+                yield lo, hi
+                bar.update(hi - lo)
+
+    def run(self, topk, beta, lam, eps, seed, new_node_fraction) -> None:
+        sp, n, ne = self.sp, self.num_nodes, self.info.num_events
+        num_train = sp.num_train
+        with self.timer.stage("centrality"):
+            # pass 2: renumber ids in the spill, hold-out marks, centrality, input statistics
+            in_later = np.zeros(n, dtype=bool)
+            present = np.zeros(n, dtype=bool)
+            cent = np.zeros(n, dtype=np.float64)
+            t0 = float(self.spill.read("t", 0, 1)[0])
+            t_last = float(self.spill.read("t", num_train - 1, num_train)[0]) if num_train else t0
+            t_max, span = decay_span(t0, t_last)
+            self_loops = dups = 0
+            tail = None  # the previous chunk's last run of equal times, for duplicates across chunks
+            for lo, hi in self._chunks(0, ne, "ids + centrality"):
+                src = self.map_src(self.spill.read("src", lo, hi))
+                dst = self.map_dst(self.spill.read("dst", lo, hi))
+                t = self.spill.read("t", lo, hi)
+                self.spill.write("src", lo, src)
+                self.spill.write("dst", lo, dst)
+                self_loops += int(np.count_nonzero(src == dst))
+                dups += _duplicates(src, dst, t, n, tail)
+                run = int(np.searchsorted(t, t[-1], side="left"))
+                if run == 0 and tail is not None and tail[2][0] == t[0]:  # one run across whole chunks
+                    tail = tuple(np.concatenate([x, y]) for x, y in zip(tail, (src, dst, t)))
+                else:
+                    tail = (src[run:], dst[run:], t[run:])
+                m = max(0, min(hi, num_train) - lo)  # training events of this chunk
+                if m:
+                    present[src[:m]] = True
+                    present[dst[:m]] = True
+                    _kernels.centrality_add(src[:m], dst[:m], t[:m], float(beta), t_max, span, cent)
+                if hi > num_train:
+                    in_later[src[m:]] = True
+                    in_later[dst[m:]] = True
+            sp.new_nodes = held_out_nodes(in_later, new_node_fraction, seed)
+            sp.seed, sp.new_node_fraction = seed, new_node_fraction
+            del in_later
+            hubs = select_hubs(cent, present, topk)
+        if not self.source.bipartite:
+            # bipartite if no node is both a source and a destination (as Events.from_arrays decides)
+            s_ids, d_ids = self.src_seen.values(), self.dst_seen.values()
+            self.info.bipartite = not bool(np.intersect1d(s_ids, d_ids, assume_unique=True).size)
+        self.info.meta.update(self_loops=self_loops, duplicate_events=dups)
+
+        with self.timer.stage("assign"):
+            # pass 3: SEP's stream over the training events
+            code = _kernels.initial_codes(n, hubs)
+            hub_mask = np.zeros((hubs.size, (self.num_parts + 63) // 64), dtype=np.uint64)
+            load = np.zeros(self.num_parts, dtype=np.int64)
+            dropped = masked = 0
+            for lo, hi in self._chunks(0, num_train, "SEP assign"):
+                src = self.spill.read("src", lo, hi)
+                dst = self.spill.read("dst", lo, hi)
+                event_part = np.empty(hi - lo, dtype=np.int32)
+                dropped += _kernels.sep_assign(src, dst, 0, hi - lo, cent, code, hub_mask, load, float(lam),
+                                               float(eps), event_part)
+                masked += int(np.count_nonzero(~(sp.new_nodes[src] | sp.new_nodes[dst])))
+                self._part(lo, event_part)
+            node_parts = _kernels.finalize_parts(code, hub_mask, np.empty(n, dtype=np.int64))
+            node_parts = _kernels.fill_unplaced(node_parts, self.num_parts)
+            del code, hub_mask
+            sp.num_train_masked = masked
+
+        with self.timer.stage("metrics"):
+            # pass 4: events per bucket, for the training events and for all
+            nb = _kernels.num_buckets(self.num_parts)
+            first = np.zeros(nb, dtype=np.int64)
+            total = np.zeros(nb, dtype=np.int64)
+            for lo, hi in self._chunks(0, ne, "buckets"):
+                f, a = _kernels.bucket_counts(self.spill.read("src", lo, hi), self.spill.read("dst", lo, hi),
+                                              node_parts, self.num_parts, max(0, num_train - lo))
+                first += f
+                total += a
+            stats = metrics_from_counts(present, node_parts, first, self.num_parts, num_train)
+        stats.update(stream_loads=[int(x) for x in load], dropped_events=int(dropped), num_hubs=int(hubs.size))
+        self.counts = total
+        self.result = PartitionResult(
+            node_parts=node_parts, shared=np.flatnonzero(node_parts == _kernels.SHARED).astype(np.int64),
+            num_parts=self.num_parts, method="sep",
+            params={"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed},
+            stats=stats, events=None, event_part=None, centrality=cent, hubs=hubs)
+
+    def _part(self, lo: int, event_part: np.ndarray) -> None:
+        if "part" not in self.spill.files:
+            fd = os.open(self.spill.folder / "part.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            self.spill.files["part"] = (fd, np.dtype(np.int32), ())
+        self.spill.write("part", lo, event_part)
+
+    def write(self, folder: Path, extra: dict) -> None:
+        """Pass 5: the shard columns, then the node files and the manifest."""
+        sp, ne, num_train = self.sp, self.info.num_events, self.sp.num_train
+        start = time.perf_counter()
+        fits = {"src": self.num_nodes <= np.iinfo(np.int32).max, "dst": self.num_nodes <= np.iinfo(np.int32).max,
+                "eid": ne <= np.iinfo(np.int32).max}
+        specs = {name: (np.dtype(np.int32 if fits[name] else np.int64), ()) for name in ("src", "dst")}
+        specs["t"] = (np.dtype(np.float64), ())
+        specs["eid"] = (np.dtype(np.int32 if fits["eid"] else np.int64), ())
+        whole = self.info.meta.pop("whole_labels")
+        if "label" in self.spill.files:
+            specs["label"] = (np.dtype(np.int64 if whole else np.float64), ())
+        if "msg" in self.spill.files:
+            specs["msg"] = (np.dtype(np.float32), self.spill.files["msg"][2])
+        specs["part"] = (np.dtype(np.int32), ())
+        node_parts = self.result.node_parts
+        (folder / "events").mkdir()
+        bid = np.empty(self.chunk, dtype=_kernels.bucket_dtype(self.num_parts))
+        with BucketColumns(folder / "events", self.counts, specs) as cols:
+            for lo, hi in self._chunks(0, ne, "write shards"):
+                src, dst = self.spill.read("src", lo, hi), self.spill.read("dst", lo, hi)
+                _kernels.bucket_ids(src, dst, node_parts, self.num_parts, bid[:hi - lo])
+                chunk = {"src": src, "dst": dst, "t": self.spill.read("t", lo, hi),
+                         "eid": np.arange(lo, hi, dtype=np.int64)}
+                for name in ("label", "msg"):
+                    if name in specs:
+                        chunk[name] = self.spill.read(name, lo, hi)
+                if lo < num_train:
+                    chunk["part"] = part_chunk(self.spill.read("part", lo, min(hi, num_train)), 0, hi - lo)
+                else:
+                    chunk["part"] = part_chunk(None, 0, hi - lo)
+                cols.write(bid[:hi - lo], {k: chunk[k] for k in specs})
+        write_node_files(folder, self.result, self.node_ids, sp, self.counts)
+        self.timer.seconds["write"] = time.perf_counter() - start
+        self.result.stats["seconds"] = self.timer.rounded()
+        manifest = build_manifest(self.result, self.info, sp, extra, num_train_events=num_train)
+        write_manifest(folder, manifest)
+
+
+def _duplicates(src, dst, t, num_nodes, tail) -> int:
+    """Duplicate events of a chunk, counting repeats of the previous chunk's last run of
+    equal times (whose own repeats were counted with that chunk)."""
+    if tail is None or tail[2][0] != t[0]:
+        return int(data_kernels.count_duplicate_events(src, dst, t, num_nodes))
+    ts, td, tt = tail
+    both = int(data_kernels.count_duplicate_events(np.concatenate([ts, src]), np.concatenate([td, dst]),
+                                                   np.concatenate([tt, t]), num_nodes))
+    return both - int(data_kernels.count_duplicate_events(ts, td, tt, num_nodes))
