@@ -138,8 +138,8 @@ def parse_records(buf, lo, hi, sep, roles, src, dst, t, label, row0):
     """Parse the plain numeric records in ``buf[lo:hi]`` into preallocated columns.
 
     The fast path of the text reader: it accepts only what it can convert exactly as the
-    general reader (pyarrow) would -- integer ids, decimal numbers without exponent with at
-    most 15 significant digits and 22 decimals, one separator between fields, ``\\n`` or
+    general reader (pyarrow) would -- integer ids of at most 18 digits, decimal numbers without
+    exponent whose digits form an integer below 2**53, one separator between fields, ``\\n`` or
     ``\\r\\n`` line ends, no quotes, comments or blank lines.  Anything else makes it give up,
     and the caller reads the file with the general reader, which also names bad lines.
 
@@ -176,41 +176,40 @@ def parse_records(buf, lo, hi, sep, roles, src, dst, t, label, row0):
                         return -1
                     pos += 1
             else:
-                neg = False
-                if pos < hi and buf[pos] == 45:  # '-'
-                    neg = True
+                neg = buf[pos] == 45 if pos < hi else False  # '-'
+                if neg:
                     pos += 1
+                # digits: at most 18 (no int64 overflow), counted rather than checked one by one
+                start = pos
                 m = 0
-                digits = 0
-                while pos < hi and 48 <= buf[pos] <= 57:
-                    if m >= _MAX_EXACT:
-                        return -1
-                    m = m * 10 + (buf[pos] - 48)
-                    digits += 1
+                while pos < hi:
+                    d = np.int64(buf[pos]) - 48
+                    if d < 0 or d > 9:
+                        break
+                    m = m * 10 + d
                     pos += 1
-                if digits == 0:
+                digits = pos - start
+                if digits == 0 or digits > 18:
                     return -1
-                if role == ROLE_SRC or role == ROLE_DST:
-                    if m >= _MAX_EXACT:
-                        return -1
-                    v = -m if neg else m
-                    if role == ROLE_SRC:
-                        src[row] = v
-                    else:
-                        dst[row] = v
+                if role == ROLE_SRC:
+                    src[row] = -m if neg else m
+                elif role == ROLE_DST:
+                    dst[row] = -m if neg else m
                 else:
                     k = 0
                     if pos < hi and buf[pos] == 46:  # '.'
                         pos += 1
-                        while pos < hi and 48 <= buf[pos] <= 57:
-                            if m >= _MAX_EXACT or k >= 22:
-                                return -1
-                            m = m * 10 + (buf[pos] - 48)
-                            k += 1
+                        start = pos
+                        while pos < hi:
+                            d = np.int64(buf[pos]) - 48
+                            if d < 0 or d > 9:
+                                break
+                            m = m * 10 + d
                             pos += 1
-                        if k == 0:
+                        k = pos - start
+                        if k == 0 or digits + k > 18:
                             return -1
-                    if m >= _MAX_EXACT:
+                    if m >= _MAX_EXACT:  # m / 10**k is exact-then-rounded only below 2**53
                         return -1
                     x = m / _POW10[k]
                     if neg:
@@ -244,24 +243,31 @@ def count_lines(buf, lo, hi):
     """Line ends in ``buf[lo:hi]``, plus one for a last line without one."""
     n = 0
     for k in range(lo, hi):
-        if buf[k] == 10:
-            n += 1
+        n += buf[k] == 10  # branch-free, so the loop vectorises
     if hi > lo and buf[hi - 1] != 10:
         n += 1
     return n
 
 
 @numba.njit(cache=True, parallel=True)
-def parse_records_parallel(buf, cuts, sep, roles, src, dst, t, label, row0):
-    """:func:`parse_records` over the ranges ``cuts[k]..cuts[k+1]`` at once, one thread each.
-
-    ``cuts`` (int64, shape (R + 1,)) are offsets of line starts.  Returns the number of
-    records, or -1 when any range gives up.
-    """
+def count_ranges(buf, cuts):
+    """Records (lines) in each range ``cuts[k]..cuts[k+1]`` of ``buf``, one thread per range."""
     r = cuts.shape[0] - 1
     rows = np.empty(r, dtype=np.int64)
     for k in numba.prange(r):
         rows[k] = count_lines(buf, cuts[k], cuts[k + 1])
+    return rows
+
+
+@numba.njit(cache=True, parallel=True)
+def parse_ranges(buf, cuts, rows, sep, roles, src, dst, t, label, row0):
+    """:func:`parse_records` over the ranges ``cuts[k]..cuts[k+1]`` at once, one thread each,
+    range ``k`` written from row ``row0 + rows[:k].sum()``.
+
+    ``cuts`` (int64, shape (R + 1,)) are offsets of line starts and ``rows`` (from
+    :func:`count_ranges`) the records of each range.  Returns False when any range gives up.
+    """
+    r = cuts.shape[0] - 1
     start = np.empty(r, dtype=np.int64)
     acc = row0
     for k in range(r):
@@ -273,5 +279,5 @@ def parse_records_parallel(buf, cuts, sep, roles, src, dst, t, label, row0):
         ok[k] = got == rows[k]
     for k in range(r):
         if not ok[k]:
-            return -1
-    return acc - row0
+            return False
+    return True

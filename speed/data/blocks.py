@@ -105,21 +105,11 @@ def _range_cuts(buf: np.ndarray, end: int, pieces: int) -> np.ndarray:
     return np.unique(np.asarray(cuts, dtype=np.int64))
 
 
-def iter_numeric_blocks(lay: NumericLayout, block_size: int = 1 << 26,
-                        on_bytes=None) -> Iterator[Dict[str, np.ndarray]]:
-    """Yield the records of the file block by block.
+def _parse_blocks_gen(lay: NumericLayout, block_size: int, alloc, on_bytes=None) -> Iterator[None]:
+    """Parse the file block by block into arrays from ``alloc(rows)``, yielding after each.
 
-    Each yielded dict has ``src``, ``dst`` (int64), ``t`` and, with a label column,
-    ``label`` (float64), all of the block's length.  The arrays are fresh (not views of
-    the buffer).
-
-    Parameters
-    ----------
-    lay : NumericLayout
-    block_size : int
-        Bytes read per block; a block holds whole records (a longer record raises GiveUp).
-    on_bytes : callable, optional
-        Called with the bytes consumed after each block (progress).
+    ``alloc(rows)`` returns ``(src, dst, t, label, row0)``: arrays to write the block's
+    ``rows`` records into from row ``row0`` (``label`` of length 0 without a label column).
 
     Raises
     ------
@@ -150,23 +140,51 @@ def iter_numeric_blocks(lay: NumericLayout, block_size: int = 1 << 26,
             if end == 0:
                 break
             cuts = _range_cuts(buf, end, pieces)
-            rows = int(_kernels.count_lines(buf, 0, end))
-            cols = {"src": np.empty(rows, dtype=np.int64), "dst": np.empty(rows, dtype=np.int64),
-                    "t": np.empty(rows, dtype=np.float64)}
-            label = np.empty(rows if lay.has_label else 0, dtype=np.float64)
-            got = _kernels.parse_records_parallel(buf, cuts, sep, lay.roles, cols["src"], cols["dst"], cols["t"],
-                                                  label, 0)
-            if got != rows:
+            rows = _kernels.count_ranges(buf, cuts)
+            src, dst, t, label, row0 = alloc(int(rows.sum()))
+            if not _kernels.parse_ranges(buf, cuts, rows, sep, lay.roles, src, dst, t, label, row0):
                 raise GiveUp("not plain numeric records")
-            if lay.has_label:
-                cols["label"] = label
-            yield cols
+            yield
             if on_bytes is not None:
                 on_bytes(end)
             rest = filled - end
             if rest:
                 buf[:rest] = buf[end:filled]
             filled = rest
+
+
+def iter_numeric_blocks(lay: NumericLayout, block_size: int = 1 << 26,
+                        on_bytes=None) -> Iterator[Dict[str, np.ndarray]]:
+    """Yield the records of the file block by block.
+
+    Each yielded dict has ``src``, ``dst`` (int64), ``t`` and, with a label column,
+    ``label`` (float64), all of the block's length, in fresh arrays.
+
+    Parameters
+    ----------
+    lay : NumericLayout
+    block_size : int
+        Bytes read per block; a block holds whole records (a longer record raises GiveUp).
+    on_bytes : callable, optional
+        Called with the bytes consumed after each block (progress).
+
+    Raises
+    ------
+    GiveUp
+    """
+    pending = []
+
+    def alloc(rows):
+        cols = {"src": np.empty(rows, dtype=np.int64), "dst": np.empty(rows, dtype=np.int64),
+                "t": np.empty(rows, dtype=np.float64)}
+        label = np.empty(rows if lay.has_label else 0, dtype=np.float64)
+        if lay.has_label:
+            cols["label"] = label
+        pending.append(cols)
+        return cols["src"], cols["dst"], cols["t"], label, 0
+
+    for _ in _parse_blocks_gen(lay, block_size, alloc, on_bytes):
+        yield pending.pop()
 
 
 def _last_newline(buf: np.ndarray, filled: int) -> int:
@@ -183,30 +201,34 @@ def _last_newline(buf: np.ndarray, filled: int) -> int:
 
 
 def read_numeric(lay: NumericLayout, block_size: int = 1 << 26, on_bytes=None) -> Dict[str, np.ndarray]:
-    """All records of the file as whole columns (see :func:`iter_numeric_blocks`).
+    """All records of the file as whole columns, parsed straight into them.
 
     Columns grow in place (``ndarray.resize``, which the OS can do without copying) from an
-    estimate taken from the first block, and are trimmed at the end, so the peak stays
-    near the size of the result.
+    estimate taken from the file size, and are trimmed at the end, so the peak stays near
+    the size of the result.
     """
     size = os.path.getsize(lay.path) - lay.data_offset
-    out: Dict[str, np.ndarray] = {}
-    n = 0
-    for block in iter_numeric_blocks(lay, block_size, on_bytes):
-        m = block["t"].shape[0]
-        if not out:
-            per_row = min(block_size, size) / max(m, 1)
-            cap = int(size / max(per_row, 1.0) * 1.02) + m + 1024
-            out = {k: np.empty(cap, dtype=v.dtype) for k, v in block.items()}
-        if n + m > out["t"].shape[0]:
-            cap = int((n + m) * 1.25) + 1024
+    names = ["src", "dst", "t"] + (["label"] if lay.has_label else [])
+    dtypes = {"src": np.int64, "dst": np.int64, "t": np.float64, "label": np.float64}
+    out = {k: np.empty(0, dtype=dtypes[k]) for k in names}
+    n = [0]
+
+    def alloc(rows):
+        if n[0] == 0:  # first block: estimate the whole file from its bytes per record
+            cap = int(size / max(min(block_size, size) / max(rows, 1), 1.0) * 1.02) + rows + 1024
+            out.update({k: np.empty(cap, dtype=dtypes[k]) for k in names})
+        elif n[0] + rows > out["t"].shape[0]:
+            cap = int((n[0] + rows) * 1.25) + 1024
             for v in out.values():
-                v.resize(cap, refcheck=False)
-        for k, v in block.items():
-            out[k][n:n + m] = v
-        n += m
-    if not out:
+                v.resize(cap, refcheck=False)  # realloc: no copy for large arrays, but zero-fills the growth
+        row0 = n[0]
+        n[0] += rows
+        return out["src"], out["dst"], out["t"], out.get("label", np.empty(0)), row0
+
+    for _ in _parse_blocks_gen(lay, block_size, alloc, on_bytes):
+        pass
+    if n[0] == 0:
         raise GiveUp("no records")
     for v in out.values():
-        v.resize(n, refcheck=False)
+        v.resize(n[0], refcheck=False)
     return out
