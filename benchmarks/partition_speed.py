@@ -11,6 +11,14 @@ Measures, side by side in one run:
 * peak memory of each stage over the process before the events existed, as a multiple
   of the raw event arrays (src, dst int64 + t: 24 bytes per event).
 
+* ``speed.partition`` on a log with many nodes: 10M bipartite events over 2.5M ids, about
+  1.5M of them present (centrality, hub selection and node state scale with the nodes);
+* with ``--big``: ``speed partition`` on a 10^8-event CSV (generated once if absent, 2.5 GB),
+  in memory and out of core (``--max-memory``), each in a fresh process: wall time, per-stage
+  seconds, CPU user/system time and peak RSS (the child's own ``ru_maxrss``).  ``--old-tree
+  DIR`` runs the same commands on another checkout too, side by side, so a comparison with
+  an earlier version is made on the same machine on the same day.
+
 Each measurement runs in a fresh subprocess, and the peak-RSS counter (VmHWM) is reset
 before each timed operation, so every peak is its own.  Prints a
 table and writes ``benchmarks/results/partition_speed.json``.
@@ -19,6 +27,7 @@ Usage::
 
     python benchmarks/partition_speed.py                 # 10M events, P=8, topk 5%
     python benchmarks/partition_speed.py --events 1000000 --nodes 50000   # quick
+    python benchmarks/partition_speed.py --big --big-csv /data/big.csv  # + 10^8 events, both modes
 """
 
 from __future__ import annotations
@@ -86,7 +95,8 @@ def worker_compile(a):
 def _events(a):
     import speed
 
-    return speed.generate_events(num_nodes=a["nodes"], num_events=a["events"], seed=a["seed"])
+    return speed.generate_events(num_nodes=a["nodes"], num_events=a["events"], seed=a["seed"],
+                                 bipartite=a.get("bipartite", False), num_items=a.get("items"))
 
 
 def worker_memory_partition(a):
@@ -122,6 +132,7 @@ def worker_memory_partition(a):
     raw = len(ev) * RAW_BYTES_PER_EVENT
     return {
         "events": len(ev),
+        "nodes_present": int(ev.node_mask().sum()),
         "partition_s": whole,
         "partition_events_per_s": len(ev) / whole,
         "stage_seconds": res.stats["seconds"],
@@ -173,6 +184,62 @@ WORKERS = {f.__name__[len("worker_"):]: f for f in
            (worker_compile, worker_memory_partition, worker_csv)}
 
 
+def run_cli(argv, tree=None) -> dict:
+    """``speed`` with ``argv`` in a fresh process (from checkout ``tree`` if given): wall time,
+    the child's CPU times and peak RSS, and the manifest's stage seconds."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    code = "import sys; from speed.cli import main; sys.exit(main(sys.argv[1:]))"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    if status != 0:
+        raise RuntimeError(f"speed {' '.join(argv)} failed:\n{err}")
+    out = Path(argv[argv.index("-o") + 1])
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {"wall_s": wall, "user_s": ru.ru_utime, "system_s": ru.ru_stime, "peak_rss_bytes": ru.ru_maxrss * 1024,
+            "stage_seconds": manifest["seconds"], "tree": str(tree) if tree else "this checkout"}
+
+
+def big_runs(a, csv: Path, out: Path) -> dict:
+    """The 10^8-event log through ``speed partition``, in memory and out of core."""
+    import speed
+
+    if not csv.exists():
+        print(f"generating {csv} (10^8 events, once) ...", file=sys.stderr)
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        speed.write_generated(csv, a.big_nodes, a.big_events, bipartite=True, num_items=a.big_items, seed=a.seed,
+                              progress=False)
+    common = ["partition", str(csv), "--parts", str(a.parts), "--topk", str(100 * a.topk), "--no-progress", "--overwrite"]
+    modes = {"in_memory": [], "out_of_core": ["--max-memory", a.max_memory]}
+    trees = [None] + ([Path(a.old_tree)] if a.old_tree else [])
+    runs = {}
+    run_cli([*common, "-o", str(out / "warm")])  # page cache and numba caches, not timed
+    for round_ in range(a.big_rounds):
+        for tree in trees:
+            for mode, extra in modes.items():
+                if tree is not None and mode == "out_of_core":
+                    continue  # older trees have no out-of-core mode
+                key = mode if tree is None else f"{mode}@old"
+                print(f"10^8 events: {key}, round {round_ + 1} ...", file=sys.stderr)
+                res = run_cli([*common, "-o", str(out / key), *extra], tree)
+                if key not in runs or res["wall_s"] < runs[key]["wall_s"]:
+                    runs[key] = res  # best of the rounds: the machine is noisy
+    raw = a.big_events * RAW_BYTES_PER_EVENT
+    for r in runs.values():
+        r["peak_rss_over_raw"] = r["peak_rss_bytes"] / raw
+    same = all((out / "in_memory" / "events" / f).read_bytes() == (out / "out_of_core" / "events" / f).read_bytes()
+               for f in ("src.npy", "dst.npy", "t.npy", "eid.npy", "part.npy", "offsets.npy"))
+    return {"events": a.big_events, "nodes": a.big_nodes, "items": a.big_items, "csv_bytes": csv.stat().st_size,
+            "raw_bytes": raw, "max_memory": a.max_memory, "runs": runs, "identical_shards": same,
+            "out_of_core_over_in_memory": runs["out_of_core"]["wall_s"] / runs["in_memory"]["wall_s"]}
+
+
 def run_worker(name: str, args: dict, env=None) -> dict:
     cmd = [sys.executable, __file__, "--worker", name, "--worker-args", json.dumps(args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -188,6 +255,17 @@ def main() -> int:
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--topk", type=float, default=0.05, help="fraction")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--many-nodes", type=int, default=2_500_000,
+                    help="id space of the many-node case (bipartite, 1/5 items; 0 skips it)")
+    ap.add_argument("--big", action="store_true", help="also the 10^8-event CSV, in memory and out of core")
+    ap.add_argument("--big-csv", default=str(Path(tempfile.gettempdir()) / "speed_big_1e8.csv"),
+                    help="where the 10^8-event CSV is kept (generated if absent)")
+    ap.add_argument("--big-events", type=int, default=100_000_000)
+    ap.add_argument("--big-nodes", type=int, default=5_000_000)
+    ap.add_argument("--big-items", type=int, default=1_000_000)
+    ap.add_argument("--big-rounds", type=int, default=2, help="rounds of the 10^8 runs (best kept)")
+    ap.add_argument("--max-memory", default="3G", help="budget of the out-of-core run")
+    ap.add_argument("--old-tree", default=None, help="another checkout to run the 10^8 in-memory case on too")
     ap.add_argument("--out", default=str(HERE / "results" / "partition_speed.json"))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-args", help=argparse.SUPPRESS)
@@ -216,6 +294,12 @@ def main() -> int:
         print("read CSV vs CSV -> shards, alternating ...", file=sys.stderr)
         csv_res = run_worker("csv", dict(cfg, csv=str(csv), out=str(Path(tmp) / "shards")))
         csv_mb = csv.stat().st_size / 1e6
+        many = None
+        if a.many_nodes:
+            print(f"partition {a.events:,} events over {a.many_nodes:,} ids ...", file=sys.stderr)
+            many = run_worker("memory_partition", dict(cfg, nodes=a.many_nodes, bipartite=True,
+                                                       items=a.many_nodes // 5))
+        big = big_runs(a, Path(a.big_csv), Path(tmp) / "big") if a.big else None
 
     result = {
         "config": cfg,
@@ -228,6 +312,8 @@ def main() -> int:
         **mem,
         **csv_res,
         "pipeline_over_read": csv_res["pipeline_s"] / csv_res["read_s"],
+        "many_nodes": many,
+        "big": big,
     }
     result["targets"] = {
         "assign >= 8M ev/s": result["assign_events_per_s"] >= 8e6,
@@ -235,6 +321,17 @@ def main() -> int:
         "csv->shards <= 2x read": result["pipeline_over_read"] <= 2.0,
         "partition peak <= 3x raw": result["partition_peak_over_raw"] <= 3.0,
     }
+    if many:
+        result["targets"][">= 8M ev/s with >= 1.5M nodes"] = many["partition_events_per_s"] >= 8e6
+    if big:
+        mem, ooc = big["runs"]["in_memory"], big["runs"]["out_of_core"]
+        result["targets"].update({
+            "10^8 CSV -> shards <= 35 s": mem["wall_s"] <= 35.0,
+            "10^8 in-memory peak RSS <= 2x raw": mem["peak_rss_over_raw"] <= 2.0,
+            "10^8 out-of-core peak RSS <= 3 GB": ooc["peak_rss_bytes"] <= 3 * 2**30,
+            "10^8 out-of-core <= 1.5x in-memory": big["out_of_core_over_in_memory"] <= 1.5,
+            "10^8 out-of-core shards identical": big["identical_shards"],
+        })
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -255,6 +352,16 @@ def main() -> int:
                                      f"CSV->shards {result['pipeline_peak_over_raw']:.2f}x"),
         ("edge cut / RF", f"{100 * result['edge_cut']:.2f}% / {result['replication_factor']:.3f}"),
     ]
+    if many:
+        rows.append((f"speed.partition, {many['nodes_present']:,} nodes", f"{many['partition_s']:.3f} s = "
+                     f"{many['partition_events_per_s'] / 1e6:.1f} M ev/s ("
+                     + ", ".join(f"{k} {v:.2f}" for k, v in many["stage_seconds"].items()) + ")"))
+    if big:
+        for key, r in big["runs"].items():
+            rows.append((f"10^8 CSV -> shards, {key}",
+                         f"{r['wall_s']:.1f} s, user {r['user_s']:.1f} s, sys {r['system_s']:.1f} s, "
+                         f"peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB ({r['peak_rss_over_raw']:.2f}x raw)"))
+            rows.append(("  stages", ", ".join(f"{k} {v:.1f}" for k, v in r["stage_seconds"].items())))
     width = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

@@ -11,6 +11,8 @@ group of parts back as a node-induced sub-graph::
     group = speed.load_shards("shards/").merge([0, 2])
 """
 
+import sys
+
 from .data import (
     FORMATS,
     Events,
@@ -22,7 +24,6 @@ from .data import (
 )
 from .errors import InputError, MissingDependencyError
 from .interop import from_dgl, part_graph, save_dgl_parts, to_dgl
-from .train import MODELS, TemporalGNN, TrainConfig, Trainer, build_model, train
 from .partition import (
     METHODS,
     PartitionResult,
@@ -66,3 +67,39 @@ __all__ = [
     "write_generated",
     "__version__",
 ]
+
+# Training needs torch and scikit-learn, which take seconds to import; `speed partition` and
+# code that only partitions should not pay for them, so these names load on first use.
+_LAZY = ("MODELS", "TemporalGNN", "TrainConfig", "Trainer", "build_model")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from . import train as _train_package  # noqa: F401  (binds the function, see _SpeedModule)
+        import importlib
+
+        value = getattr(importlib.import_module("speed.train"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'speed' has no attribute {name!r}")
+
+
+class _SpeedModule(type(sys.modules[__name__])):
+    """``speed.train`` is the training function, although ``speed/train/`` is also a package.
+
+    Importing a submodule sets the parent's attribute to the submodule; this property keeps
+    ``speed.train`` the function (imported on first use) whatever was imported first.
+    """
+
+    @property
+    def train(self):
+        from .train.api import train
+
+        return train
+
+    @train.setter
+    def train(self, value):  # the import system binding the subpackage: keep the function
+        pass
+
+
+sys.modules[__name__].__class__ = _SpeedModule

@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
     pl.add_argument("--seed", type=int, default=d["seed"])
     pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
-    from .train.models import MODELS
+    from .train.config import MODELS
 
     pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
     for name in ("memory_dim", "time_dim", "embedding_dim"):

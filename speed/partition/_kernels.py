@@ -42,10 +42,12 @@ def num_buckets(num_parts: int) -> int:
 
 
 
-@numba.njit(cache=True)
 def centrality_add(src, dst, t, beta, t_max, span, cent):
     """Add the events' time-decayed weights to ``cent``: ``exp(beta * (t - t_max) / span)``
     to each endpoint (a self-loop counts twice, as in the degree).
+
+    Each thread owns a range of node ids and streams every event, adding only to its own
+    nodes: each node's sum is then taken in event order, exactly as one thread would.
 
     Parameters
     ----------
@@ -58,10 +60,31 @@ def centrality_add(src, dst, t, beta, t_max, span, cent):
     cent : float64 ndarray, shape (num_nodes,)
         Accumulated in place.
     """
-    for e in range(src.shape[0]):
-        w = np.exp(beta * (t[e] - t_max) / span)
-        cent[src[e]] += w
-        cent[dst[e]] += w
+    _centrality_ranges(src, dst, t, float(beta), float(t_max), float(span), cent,
+                       _bounds(cent.shape[0], numba.get_num_threads()))
+
+
+def _bounds(n: int, pieces: int) -> np.ndarray:
+    """``pieces + 1`` boundaries splitting ``range(n)`` evenly."""
+    return np.linspace(0, n, pieces + 1).astype(np.int64)
+
+
+@numba.njit(cache=True, parallel=True)
+def _centrality_ranges(src, dst, t, beta, t_max, span, cent, bounds):
+    for r in numba.prange(bounds.shape[0] - 1):
+        lo = bounds[r]
+        hi = bounds[r + 1]
+        for e in range(src.shape[0]):
+            i = src[e]
+            j = dst[e]
+            own_i = lo <= i < hi
+            own_j = lo <= j < hi
+            if own_i or own_j:
+                w = np.exp(beta * (t[e] - t_max) / span)
+                if own_i:
+                    cent[i] += w
+                if own_j:
+                    cent[j] += w
 
 
 UNPLACED = -1  # SEP stream code of a non-hub not yet placed
@@ -257,30 +280,39 @@ def _bucket_block(src, dst, node_parts, num_parts, lo, hi, out):
         out[e - lo] = bucket_id(node_parts[src[e]] + 1, node_parts[dst[e]] + 1, num_parts)
 
 
-@numba.njit(cache=True)
 def bucket_counts(src, dst, node_parts, num_parts, num_first):
     """Events per bucket (the unordered pair of endpoint codes; code 0 is SHARED, ``p + 1``
     is partition ``p``, see :func:`bucket_id`), for the first ``num_first`` events and for all.
+
+    Threads count disjoint ranges of events into their own rows (integer sums: exact).
 
     Returns
     -------
     first, total : int64 ndarray, shape (num_buckets,)
     """
+    bounds = _bounds(src.shape[0], 4 * numba.get_num_threads())
+    first, total = _bucket_count_ranges(src, dst, node_parts, num_parts, num_first, bounds)
+    return first.sum(axis=0), total.sum(axis=0)
+
+
+@numba.njit(cache=True, parallel=True)
+def _bucket_count_ranges(src, dst, node_parts, num_parts, num_first, bounds):
     q = num_parts + 1
     nb = q * (q + 1) // 2
-    first = np.zeros(nb, dtype=np.int64)
-    total = np.zeros(nb, dtype=np.int64)
-    buf = np.empty(_BLOCK, dtype=np.int64)
-    n = src.shape[0]
-    m = min(num_first, n)
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
-        _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
-        for e in range(lo, hi):
-            k = buf[e - lo]
-            total[k] += 1
-            if e < m:
-                first[k] += 1
+    m = min(num_first, src.shape[0])
+    pieces = bounds.shape[0] - 1
+    first = np.zeros((pieces, nb), dtype=np.int64)
+    total = np.zeros((pieces, nb), dtype=np.int64)
+    for r in numba.prange(pieces):
+        buf = np.empty(_BLOCK, dtype=np.int64)
+        for lo in range(bounds[r], bounds[r + 1], _BLOCK):
+            hi = min(bounds[r + 1], lo + _BLOCK)
+            _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
+            for e in range(lo, hi):
+                k = buf[e - lo]
+                total[r, k] += 1
+                if e < m:
+                    first[r, k] += 1
     return first, total
 
 
@@ -324,26 +356,33 @@ def bucket_dtype(num_parts: int):
     return np.int8 if nb <= 127 else np.int16 if nb <= 32767 else np.int32
 
 
-@numba.njit(cache=True)
 def bucket_ids(src, dst, node_parts, num_parts, bid):
-    """Bucket of each event into ``bid`` (see :func:`bucket_dtype`), and events per bucket.
+    """Bucket of each event into ``bid`` (see :func:`bucket_dtype`), and events per bucket
+    (threads take disjoint ranges of events).
 
     Returns
     -------
     counts : int64 ndarray, shape (num_buckets,)
     """
+    bounds = _bounds(src.shape[0], 4 * numba.get_num_threads())
+    return _bucket_id_ranges(src, dst, node_parts, num_parts, bid, bounds).sum(axis=0)
+
+
+@numba.njit(cache=True, parallel=True)
+def _bucket_id_ranges(src, dst, node_parts, num_parts, bid, bounds):
     q = num_parts + 1
     nb = q * (q + 1) // 2
-    counts = np.zeros(nb, dtype=np.int64)
-    buf = np.empty(_BLOCK, dtype=np.int64)
-    n = src.shape[0]
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
-        _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
-        for e in range(lo, hi):
-            k = buf[e - lo]
-            bid[e] = k
-            counts[k] += 1
+    pieces = bounds.shape[0] - 1
+    counts = np.zeros((pieces, nb), dtype=np.int64)
+    for r in numba.prange(pieces):
+        buf = np.empty(_BLOCK, dtype=np.int64)
+        for lo in range(bounds[r], bounds[r + 1], _BLOCK):
+            hi = min(bounds[r + 1], lo + _BLOCK)
+            _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
+            for e in range(lo, hi):
+                k = buf[e - lo]
+                bid[e] = k
+                counts[r, k] += 1
     return counts
 
 

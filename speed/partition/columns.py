@@ -11,6 +11,7 @@ of the log; the in-memory writer and the out-of-core writer both use this.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -40,6 +41,7 @@ class BucketColumns:
         self.end = start + self.counts
         self.files = {}
         self._order = np.empty(0, dtype=np.int64)
+        self._pool = ThreadPoolExecutor(max_workers=2)
         for name, (dtype, row_shape) in specs.items():
             dtype = np.dtype(dtype)
             path = folder / f"{name}.npy"
@@ -71,20 +73,27 @@ class BucketColumns:
         counts = _kernels.bucket_order(bid, self.counts.size, order)
         ends = np.cumsum(counts)
         nonempty = np.flatnonzero(counts)
-        for name, arr in columns.items():
+        cursor = self.cursor.copy()
+
+        def put(name: str, arr: np.ndarray) -> None:
             fd, dtype, data_at, row_bytes = self.files[name]
             grouped = np.ascontiguousarray(arr[order], dtype=dtype)
             raw = memoryview(grouped.reshape(-1).view(np.uint8))
             for k in nonempty:
                 a, b = int(ends[k] - counts[k]), int(ends[k])
-                offset = data_at + int(self.cursor[k]) * row_bytes
+                offset = data_at + int(cursor[k]) * row_bytes
                 view = raw[a * row_bytes:b * row_bytes]
                 while view.nbytes:  # pwrite may write less than asked
                     done = os.pwrite(fd, view, offset)
                     view, offset = view[done:], offset + done
+
+        # columns are independent; numpy's gathers and pwrite release the GIL
+        for job in [self._pool.submit(put, name, arr) for name, arr in columns.items()]:
+            job.result()
         self.cursor += counts
 
     def close(self) -> None:
+        self._pool.shutdown()
         for fd, *_ in self.files.values():
             os.close(fd)
         self.files = {}

@@ -9,14 +9,23 @@ Where things go:
 * a sync rule -- :mod:`speed.train.pac.sync`.
 """
 
-from .api import train
-from .config import TrainConfig
-from .engine import Batches, CyclingBatches, EarlyStopping, Engine, EpochLog
-from .evaluator import Evaluator
-from .memory import NodeMemory
-from .models import MODELS, NodeState, TemporalGNN, build_model
-from .sampler import RecentNeighborSampler
-from .trainer import Trainer
+import importlib
+
+# Submodules load on first use: most of them need torch, which takes seconds to import, and
+# the CLI reads only the config to build its options.
+_WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "CyclingBatches": "engine",
+          "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "evaluator",
+          "NodeMemory": "memory", "MODELS": "config", "NodeState": "models", "TemporalGNN": "models",
+          "build_model": "models", "RecentNeighborSampler": "sampler", "Trainer": "trainer"}
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Batches", "CyclingBatches", "EarlyStopping", "Engine", "EpochLog", "Evaluator", "MODELS", "NodeMemory",
            "NodeState", "RecentNeighborSampler", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "train"]

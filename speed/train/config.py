@@ -18,7 +18,9 @@ from typing import Any, Dict, Optional
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
-from .models import MODELS
+
+# The model names (built in speed.train.models); kept here so the CLI can list them without torch.
+MODELS = ("jodie", "dyrep", "tgn", "tige")
 
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")

@@ -62,7 +62,7 @@ from .modules import (
 from .sampler import RecentNeighborSampler
 from .store import MessageStore
 
-MODELS = ("jodie", "dyrep", "tgn", "tige")
+from .config import MODELS  # noqa: E402  (the names live with the config, which needs no torch)
 
 
 @dataclass
