@@ -192,8 +192,9 @@ def run_cli(argv, tree=None) -> dict:
         env["PYTHONPATH"] = str(tree)
     code = "import sys; from speed.cli import main; sys.exit(main(sys.argv[1:]))"
     t0 = time.perf_counter()
+    # run from the tree itself: `python -c` puts the working directory first on sys.path
     proc = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, cwd=str(tree) if tree is not None else None)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode()

@@ -247,22 +247,30 @@ def _add_config_options(t: argparse.ArgumentParser) -> None:
 
 
 def format_train_summary(m: dict, out: Path) -> str:
-    """A human-readable summary of a training run."""
-    lines = [f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}"]
-    for e in m["epochs"]:
-        v = e["val"]["transductive"] if e.get("val") else None
-        val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
-        lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
-                     f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
+    """A human-readable summary of a training run (or of a baseline's evaluation)."""
+    lines = []
+    if m.get("edgebank"):
+        head = f"{m['model']} ({m['edgebank']['mode']} memory, not trained)"
+        files = "metrics.json, negatives.npz"
+    else:
+        lines.append(f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}")
+        for e in m["epochs"]:
+            v = e["val"]["transductive"] if e.get("val") else None
+            val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
+            lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
+                         f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
+        lines.append("")
+        head = f"best epoch {m['best_epoch']} ({m['model']})"
+        files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
     tt, ti = m["test"]["transductive"], m["test"]["inductive"]
-    lines.append("")
-    lines.append(f"best epoch {m['best_epoch']} ({m['model']}): test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} "
-                 f"(transductive); AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} (inductive)")
+    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} (transductive); AP {ti['ap']:.4f}, "
+                 f"AUC {ti['auc']:.4f} (inductive); {m['config']['eval_negatives']} negatives")
     if "mrr" in tt:
-        lines.append(f"test MRR {tt['mrr']:.4f} ({m['config']['mrr_negatives']} negatives per event)")
+        lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({m['config']['mrr_negatives']} "
+                     f"negatives per event, filtered)")
     if "node_classification" in m:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
-    lines.append(f"wrote {out}/metrics.json, curves.png, checkpoint.pt")
+    lines.append(f"wrote {out}/{files}")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import speed
-from speed.train.evaluate import link_metrics, mean_reciprocal_rank
+from speed.train.evaluate import link_metrics, ranking_metrics, true_edge_mask
 from speed.train.models import TemporalGNN, build_model
 from speed.train.modules import IdentityEmbedding, IdentityMessage, LastAggregator, LinkPredictor
 from speed.train.sampler import RecentNeighborSampler
@@ -164,9 +164,33 @@ def test_link_metrics_by_hand():
     # ranking 0.9(+) 0.5(-) 0.4(+) 0.1(-): AP = 1/2 * 1 + 1/2 * 2/3; AUC = 3 of 4 pairs
     m = link_metrics(np.array([0.9, 0.4]), np.array([0.5, 0.1]))
     assert m["ap"] == pytest.approx(0.5 + 1 / 3) and m["auc"] == pytest.approx(0.75)
-    assert mean_reciprocal_rank(np.array([0.9, 0.2]), np.array([[0.95, 0.5, 0.1], [0.1, 0.0, 0.1]])) == \
-        pytest.approx((1 / 2 + 1 / 1) / 2)
     assert np.isnan(link_metrics(np.array([]), np.array([0.1]))["ap"])
+
+
+def test_ranking_metrics_by_hand_with_ties_and_filtering():
+    pos = np.array([0.9, 0.2, 0.5, 0.3])
+    negs = np.array([[0.95, 0.5, 0.1],   # one higher: rank 2
+                     [0.1, 0.0, 0.1],    # none higher: rank 1
+                     [0.5, 0.5, 0.7],    # one higher, two tied: optimistic 2, pessimistic 4 -> 3
+                     [0.8, 0.9, 0.1]])   # two higher, but both filtered out below: rank 1
+    valid = np.ones_like(negs, dtype=bool)
+    valid[3, :2] = False
+    m = ranking_metrics(pos, negs, valid)
+    ranks = np.array([2.0, 1.0, 3.0, 1.0])
+    assert m["mrr"] == pytest.approx(np.mean(1 / ranks))
+    assert m["hits@1"] == pytest.approx(0.5) and m["hits@3"] == pytest.approx(1.0) and m["count"] == 4
+    assert ranking_metrics(pos[:1], negs[:1])["mrr"] == pytest.approx(0.5)  # unfiltered by default
+
+
+def test_true_edge_mask_is_same_source_same_time():
+    src = np.array([0, 0, 0, 1])
+    dst = np.array([5, 6, 7, 5])
+    t = np.array([1.0, 1.0, 2.0, 1.0])
+    cand = np.array([[6, 7], [5, 5], [5, 6], [6, 5]])
+    # event 0 (0->5 @1): 6 is a true edge of 0 at time 1, 7 is at time 2 only
+    # event 3 (1->5 @1): 5 is itself, 6 is 0's edge, not 1's
+    want = np.array([[True, False], [True, True], [False, False], [False, True]])
+    assert np.array_equal(true_edge_mask(src, dst, t, cand, 8), want)
 
 
 def test_aggregators_by_hand():

@@ -9,7 +9,7 @@ from ..data.events import Events
 from ..data.split import Split, chronological_split
 from ..errors import InputError
 from ..partition.shards import Shards
-from .config import TrainConfig
+from .config import BASELINES, TrainConfig
 
 
 def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
@@ -42,6 +42,14 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
 
     config = TrainConfig(model=model, nproc=nproc, **kwargs).validate()
     parallel = config.parallel or under_torchrun()
+    if config.model in BASELINES:
+        if parallel:
+            raise InputError(f"{config.model} is not trained: evaluate it without nproc or torchrun")
+        from .edgebank import run_edgebank
+
+        events, split = _load(data, split, config)
+        split.require_trainable(events.meta.get("source"))
+        return run_edgebank(events, split, config, out, mode="unlimited" if config.model == "edgebank" else "window")
     if parallel:
         path = data.path if isinstance(data, Shards) else data
         if isinstance(data, Events) or not Path(path).is_dir():

@@ -19,8 +19,12 @@ from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
 
+# The evaluation negative strategies (drawn in speed.train.negatives, which needs torch).
+EVAL_STRATEGIES = ("random", "historical", "inductive")
 # The model names (built in speed.train.models); kept here so the CLI can list them without torch.
 MODELS = ("jodie", "dyrep", "tgn", "tige")
+# Baselines evaluated like the models but never trained (speed.train.edgebank).
+BASELINES = ("edgebank", "edgebank-window")
 
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
@@ -53,7 +57,8 @@ class TrainConfig:
     environment instead.
     """
 
-    model: str = _opt("tgn", "model", choices=MODELS)
+    model: str = _opt("tgn", "model, or a memorisation baseline (EdgeBank, unlimited or time-window memory)",
+                      choices=MODELS + BASELINES)
     epochs: int = _opt(10, "maximum epochs")
     batch_size: int = _opt(200, "events per batch")
     lr: float = _opt(1e-4, "Adam learning rate")
@@ -64,7 +69,11 @@ class TrainConfig:
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     seed: int = _opt(0, "seed of weights, negatives and the split")
     patience: int = _opt(5, "epochs without validation AP gain before stopping")
-    mrr_negatives: int = _opt(0, "also report test MRR against K negatives per event", metavar="K")
+    mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
+                                 "(TGB's ranking: filtered, ties count half)", metavar="K")
+    eval_negatives: str = _opt("random", "evaluation negatives (Poursafaei et al. 2022): random destinations, or "
+                                         "historical / inductive edges (training negatives stay random)",
+                               choices=EVAL_STRATEGIES)
     deterministic: bool = _opt(False, "deterministic torch algorithms")
     num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
                                       flag="--threads", metavar="N")
@@ -99,8 +108,8 @@ class TrainConfig:
     # ------------------------------------------------------------------ checks
     def validate(self) -> "TrainConfig":
         """Check every field; raises :class:`ConfigError` naming the first bad one."""
-        if self.model not in MODELS:
-            raise ConfigError("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.model not in MODELS + BASELINES:
+            raise ConfigError("model", f"must be one of {', '.join(MODELS + BASELINES)}, got {self.model!r}")
         for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience",
                      "val_every"):
             _positive_int(name, getattr(self, name))
@@ -120,7 +129,7 @@ class TrainConfig:
             if not (_number(x) and 0 <= x < 1):
                 raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
         for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
-                              ("validation", VALIDATION_MODES)):
+                              ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")

@@ -33,16 +33,61 @@ def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     return {"ap": float(average_precision_score(y, s)), "auc": float(roc_auc_score(y, s)), "count": int(pos.size)}
 
 
-def mean_reciprocal_rank(pos: np.ndarray, negs: np.ndarray) -> float:
-    """MRR of each positive among its own K negatives (ties count against the positive).
+def ranking_metrics(pos: np.ndarray, negs: np.ndarray, valid: Optional[np.ndarray] = None,
+                    ks=(1, 3, 10)) -> Dict[str, float]:
+    """One-vs-many ranks of each positive among its own K negatives, as TGB ranks them.
+
+    The rank is the mean of the optimistic rank (negatives scored strictly higher, + 1) and
+    the pessimistic one (negatives scored higher or equal, + 1), so ties cost half.
+    Filtered: a negative marked invalid (a true edge at the same time) is not counted.
 
     Parameters
     ----------
     pos : float ndarray, shape (n,)
     negs : float ndarray, shape (n, K)
+    valid : bool ndarray, shape (n, K), optional
+    ks : tuple of int
+        Cut-offs of Hits@k.
+
+    Returns
+    -------
+    dict
+        ``{"mrr", "hits@k"..., "count"}``.
     """
-    rank = 1 + (negs >= pos[:, None]).sum(axis=1)
-    return float(np.mean(1.0 / rank))
+    pos = np.asarray(pos, dtype=np.float64)[:, None]
+    negs = np.asarray(negs, dtype=np.float64)
+    valid = np.ones(negs.shape, dtype=bool) if valid is None else valid
+    if pos.shape[0] == 0:
+        return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in ks}, "count": 0}
+    optimistic = ((negs > pos) & valid).sum(axis=1)
+    pessimistic = ((negs >= pos) & valid).sum(axis=1)
+    rank = 0.5 * (optimistic + pessimistic) + 1.0
+    out = {"mrr": float(np.mean(1.0 / rank))}
+    out.update({f"hits@{k}": float(np.mean(rank <= k)) for k in ks})
+    out["count"] = int(rank.size)
+    return out
+
+
+def true_edge_mask(src: np.ndarray, dst: np.ndarray, t: np.ndarray, cand: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Which candidate destinations are true edges at the same time: ``(src[i], cand[i, k])``
+    is an event at ``t[i]`` among the given events (the period's).
+
+    Parameters
+    ----------
+    src, dst : int64 ndarray, shape (n,)
+    t : float ndarray, shape (n,)
+    cand : int64 ndarray, shape (n, K)
+    num_nodes : int
+
+    Returns
+    -------
+    bool ndarray, shape (n, K)
+    """
+    _, t_rank = np.unique(t, return_inverse=True)
+    _, group = np.unique(src * np.int64(t_rank.max() + 1) + t_rank, return_inverse=True)  # (src, time) groups
+    n = np.int64(num_nodes)
+    true_keys = np.unique(group * n + dst)
+    return np.isin(group[:, None] * n + cand, true_keys)
 
 
 def node_classification_auroc(z: np.ndarray, y: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.ndarray,

@@ -23,8 +23,9 @@ from .._util import progress_bar
 from ..data.events import Events
 from ..data.split import Split
 from .engine import Batches, EventTensors
-from .evaluate import link_metrics, mean_reciprocal_rank, node_classification_auroc
-from .negatives import NegativeSampler, RandomNegatives, eval_seed, negative_pool
+from .evaluate import link_metrics, node_classification_auroc, ranking_metrics, true_edge_mask
+from .negatives import EVAL_STRATEGIES, FixedNegatives, NegativeSampler, RandomNegatives, edge_negatives, \
+    eval_seed, negative_pool
 
 PERIODS = ("val", "test")
 
@@ -41,36 +42,45 @@ class StreamResult:
 
 @torch.no_grad()
 def stream_scores(model, tensors: EventTensors, index: np.ndarray, batch_size: int,
-                  negatives: Optional[NegativeSampler] = None, mrr_negatives: int = 0, collect_z: bool = False,
-                  desc: str = "eval", progress: Optional[bool] = None) -> StreamResult:
+                  negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
+                  collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None) -> StreamResult:
     """Stream the events ``index`` of ``tensors`` through ``model`` without gradients,
-    continuing from its state, scoring each against negatives from ``negatives``.
+    continuing from its state, scoring each against a negative edge from ``negatives``
+    (its own source and a negative destination, or a whole negative edge) and, with
+    ``mrr_candidates`` (int64, shape (len(index), K)), against K negative destinations.
 
     Without ``negatives`` nothing is scored (the pass only rebuilds memory).
     """
     model.eval()
     dev = tensors.device
     pos, neg, mrr, zs = [], [], [], []
+    done = 0
     with progress_bar(index.size, desc, progress=progress) as bar:
         for idx, _ in Batches(index, batch_size):
             src, dst, t, eid = tensors.batch(idx)
             n = idx.size
             nodes, times = [src, dst], [t, t]
+            neg_src = None
             if negatives is not None:
-                nodes.append(negatives.draw_tensor(n, 1, dev)[:, 0])
+                neg_src, neg_dst = negatives.next_edges(n)
+                nodes.append(torch.from_numpy(neg_dst).to(dev))
                 times.append(t)
+                if neg_src is not None:
+                    nodes.append(torch.from_numpy(neg_src).to(dev))
+                    times.append(t)
             z = model.embed(torch.cat(nodes), torch.cat(times))
             if negatives is not None:
                 pos.append(model.score(z[:n], z[n:2 * n]).cpu())
-                neg.append(model.score(z[:n], z[2 * n:]).cpu())
-                if mrr_negatives:
-                    cand = negatives.draw_tensor(n, mrr_negatives, dev)
-                    zc = model.embed(cand.reshape(-1), t.repeat_interleave(mrr_negatives))
-                    zsrc = z[:n].repeat_interleave(mrr_negatives, dim=0)
-                    mrr.append(model.score(zsrc, zc).reshape(n, mrr_negatives).cpu())
+                neg.append(model.score(z[:n] if neg_src is None else z[3 * n:4 * n], z[2 * n:3 * n]).cpu())
+            if mrr_candidates is not None:
+                cand = torch.from_numpy(mrr_candidates[done:done + n]).to(dev)
+                k = cand.shape[1]
+                zc = model.embed(cand.reshape(-1), t.repeat_interleave(k))
+                mrr.append(model.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k).cpu())
             if collect_z:
                 zs.append(z[:n].cpu())
             model.observe(src, dst, t, eid, z[:2 * n])
+            done += n
             bar.update(n)
     cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
     return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
@@ -88,18 +98,25 @@ class Evaluator:
     seed : int
         Base seed of the evaluation negatives.
     mrr_negatives : int
-        Negatives per test event for MRR (0: no MRR).
+        Negative destinations per test event for the ranking metrics (0: none).
     device : torch.device
     node_classification : bool
         Report dynamic node classification where the log has labels.
     progress : bool, optional
     tensors : EventTensors, optional
         ``events`` as tensors, when the caller already holds them.
+    strategy : {"random", "historical", "inductive"}
+        How the evaluation negatives are drawn (:data:`~speed.train.negatives.EVAL_STRATEGIES`).
     """
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
-                 progress: Optional[bool] = None, tensors: Optional[EventTensors] = None):
+                 progress: Optional[bool] = None, tensors: Optional[EventTensors] = None,
+                 strategy: str = "random"):
+        if strategy not in EVAL_STRATEGIES:
+            raise ValueError(f"unknown evaluation negatives {strategy!r} (choose from {', '.join(EVAL_STRATEGIES)})")
+        self.strategy = strategy
+        self._negatives: Dict[str, tuple] = {}
         self.events, self.split = events, split
         self.batch_size, self.seed, self.mrr_negatives = int(batch_size), int(seed), int(mrr_negatives)
         self.device, self.progress = device, progress
@@ -120,18 +137,63 @@ class Evaluator:
             return np.arange(sp.num_train + sp.num_val, sp.num_train + sp.num_val + sp.num_test)
         raise ValueError(f"unknown period {name!r}")
 
-    def negatives(self, period: str) -> RandomNegatives:
-        """The seeded negative stream of an evaluation period."""
-        return RandomNegatives(self.pool, eval_seed(self.seed, period))
+    def negative_edges(self, period: str):
+        """The negatives of ``period``'s events: ``(src or None, dst)``, int64 (n,) each.
+
+        ``random``: each event's own source and a destination drawn from the training
+        pool; ``historical`` / ``inductive``: whole edges (:func:`edge_negatives`).  Seeded
+        by the evaluation seed, so every model and run on the same data gets the same ones.
+        """
+        if period not in self._negatives:
+            idx = self.period(period)
+            seed = eval_seed(self.seed, period)
+            if self.strategy == "random":
+                self._negatives[period] = (None, RandomNegatives(self.pool, seed).draw(idx.size, 1)[:, 0])
+            else:
+                ev, n = self.events, idx.size
+                lo = int(idx[0]) if n else 0
+                pools = (np.unique(ev.src), np.unique(ev.dst))
+                self._negatives[period] = edge_negatives(ev.src, ev.dst, lo, lo + n, self.split.num_train,
+                                                         self.strategy, [seed, EVAL_STRATEGIES.index(self.strategy)],
+                                                         *pools) if n else (None, np.empty(0, dtype=np.int64))
+        return self._negatives[period]
+
+    def negatives(self, period: str) -> FixedNegatives:
+        """The negatives of ``period`` as a stream handed out in event order."""
+        src, dst = self.negative_edges(period)
+        return FixedNegatives(dst, src)
+
+    def ranking_candidates(self, period: str):
+        """``mrr_negatives`` destinations per event of ``period`` from the training pool (seeded
+        apart from the one-to-one negatives), and which of them are filtered out: true edges
+        of the same source at the same time.  ``(cand, valid)``, shapes (n, K)."""
+        idx, k, ev = self.period(period), self.mrr_negatives, self.events
+        cand = RandomNegatives(self.pool, [eval_seed(self.seed, period), k]).draw(idx.size, k)
+        valid = ~true_edge_mask(ev.src[idx], ev.dst[idx], ev.t[idx], cand, ev.num_nodes)
+        return cand, valid
+
+    def save_negatives(self, path) -> None:
+        """Write the evaluation negatives to ``path`` (``.npz``) for other tools to reuse:
+        ``{period}_src`` (-1: the event's own source), ``{period}_dst``, the event positions
+        ``{period}_eid``, and with ranking metrics ``test_candidates`` / ``test_valid``."""
+        out = {"strategy": np.array(self.strategy), "seed": np.array(self.seed)}
+        for p in PERIODS:
+            src, dst = self.negative_edges(p)
+            out[f"{p}_eid"] = self.events.eid[self.period(p)]
+            out[f"{p}_src"] = np.full(dst.size, -1, dtype=np.int64) if src is None else src
+            out[f"{p}_dst"] = dst
+        if self.mrr_negatives:
+            out["test_candidates"], out["test_valid"] = self.ranking_candidates("test")
+        np.savez(path, **out)
 
     def inductive(self, period: str) -> np.ndarray:
         return self.split.val_inductive if period == "val" else self.split.test_inductive
 
     # -------------------------------------------------------------------- passes
-    def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None, mrr_negatives: int = 0,
-               collect_z: bool = False, desc: str = "eval") -> StreamResult:
+    def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None,
+               mrr_candidates: Optional[np.ndarray] = None, collect_z: bool = False, desc: str = "eval") -> StreamResult:
         """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
-        return stream_scores(model, self.stream_tensors, index, self.batch_size, negatives, mrr_negatives, collect_z,
+        return stream_scores(model, self.stream_tensors, index, self.batch_size, negatives, mrr_candidates, collect_z,
                              desc, self.progress)
 
     def evaluate(self, model, period: str, collect_z: bool = False):
@@ -144,16 +206,17 @@ class Evaluator:
             when ``mrr_negatives``).
         result : StreamResult
         """
-        k = self.mrr_negatives if period == "test" else 0
-        res = self.stream(model, self.period(period), self.negatives(period), mrr_negatives=k,
+        cand, valid = self.ranking_candidates(period) if (period == "test" and self.mrr_negatives) else (None, None)
+        res = self.stream(model, self.period(period), self.negatives(period), mrr_candidates=cand,
                           collect_z=collect_z, desc=period)
-        return self.scores(res, self.inductive(period)), res
+        return self.scores(res, self.inductive(period), valid), res
 
-    def scores(self, res: StreamResult, inductive: np.ndarray) -> Dict:
+    def scores(self, res: StreamResult, inductive: np.ndarray, valid: Optional[np.ndarray] = None) -> Dict:
         out = {"transductive": link_metrics(res.pos, res.neg),
                "inductive": link_metrics(res.pos[inductive], res.neg[inductive])}
         if res.mrr_neg is not None:
-            out["transductive"]["mrr"] = mean_reciprocal_rank(res.pos, res.mrr_neg)
+            ranks = ranking_metrics(res.pos, res.mrr_neg, valid)
+            out["transductive"].update({k: v for k, v in ranks.items() if k != "count"})
         return out
 
     def prepare(self, model) -> None:
@@ -183,8 +246,9 @@ class Evaluator:
         ev = self.events
         keys = np.unique(ev.src * np.int64(ev.num_nodes) + ev.dst)
         idx = self.period(period)
-        neg = self.negatives(period).draw(idx.size, 1)[:, 0]
-        return int(np.isin(ev.src[idx] * np.int64(ev.num_nodes) + neg, keys).sum())
+        src, neg = self.negative_edges(period)
+        src = ev.src[idx] if src is None else src
+        return int(np.isin(src * np.int64(ev.num_nodes) + neg, keys).sum())
 
     def true_negative_counts(self) -> Dict[str, int]:
         return {p: self.count_true_negatives(p) for p in PERIODS}

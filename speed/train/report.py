@@ -15,7 +15,8 @@ def write_run(out: Path, metrics: Dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(out / "metrics.json") as tmp:
         tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
-    plot_curves(metrics, out / "curves.png")
+    if metrics.get("epochs"):  # baselines are not trained: no curves
+        plot_curves(metrics, out / "curves.png")
 
 
 def plot_curves(metrics: Dict, path: Path) -> None:

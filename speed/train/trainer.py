@@ -207,6 +207,7 @@ class EpochLoop:
         }
         if self.out is not None:
             write_run(self.out, metrics)
+            self.evaluator.save_negatives(Path(self.out) / "negatives.npz")
         return metrics
 
     def final_results(self) -> Dict:
@@ -308,7 +309,7 @@ class Trainer(EpochLoop):
         self.stream = EventTensors(events, self.device)
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,
-                                   tensors=self.stream)
+                                   tensors=self.stream, strategy=config.eval_negatives)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self._init_loop()
 

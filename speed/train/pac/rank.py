@@ -131,7 +131,8 @@ class PacRank(EpochLoop):
         if self._evaluator is None:
             cfg = self.config
             self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
-                                        self.device, node_classification=False, progress=cfg.progress)
+                                        self.device, node_classification=False, progress=cfg.progress,
+                                        strategy=cfg.eval_negatives)
         return self._evaluator
 
     def eval_model(self) -> TemporalGNN:

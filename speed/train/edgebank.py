@@ -1,0 +1,132 @@
+"""EdgeBank (Poursafaei et al., NeurIPS 2022): the memorisation floor of link prediction.
+
+A pair scores 1 if it has been seen before, else 0 -- with unlimited memory, or only if
+seen within the last ``window`` of time.  No parameters, no training: it only remembers.
+A learned model that does not beat it on the same negatives has learned nothing the log's
+repetitions do not already give.
+
+:class:`EdgeBank` speaks the evaluator's model interface (``embed``, ``score``,
+``observe``, ``reset_state``), so it is scored by the same :class:`~speed.train.evaluator.Evaluator`,
+on the same negatives, as the temporal GNNs: its "embedding" of a node is the node id and
+the query time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from ..data.events import Events
+from ..data.split import Split
+from .evaluator import Evaluator
+from .report import write_run
+
+EDGEBANK_MODES = ("unlimited", "window")
+
+
+class EdgeBank:
+    """Remembers the pairs seen so far and when each was last seen.
+
+    Parameters
+    ----------
+    events : Events
+        The log; its distinct pairs are the only ones that can ever have been seen.
+    mode : {"unlimited", "window"}
+    window : float, optional
+        Memory span of ``mode="window"``: a pair counts if last seen at ``t - window`` or later.
+    """
+
+    def __init__(self, events: Events, mode: str = "unlimited", window: Optional[float] = None):
+        if mode not in EDGEBANK_MODES:
+            raise ValueError(f"unknown EdgeBank mode {mode!r} (choose from {', '.join(EDGEBANK_MODES)})")
+        if mode == "window" and (window is None or not window > 0):
+            raise ValueError("EdgeBank's window mode needs a positive window")
+        self.mode, self.window = mode, window
+        self.base = np.int64(events.num_nodes)
+        self.keys = np.unique(events.src * self.base + events.dst)  # every pair of the log, sorted
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        self.last_seen = np.full(self.keys.size, -np.inf)
+
+    def eval(self) -> "EdgeBank":
+        return self
+
+    def _pair(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Index of each pair in ``keys``, or -1 for a pair that never occurs."""
+        k = src * self.base + dst
+        pos = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
+        return np.where(self.keys[pos] == k, pos, -1)
+
+    # -- the evaluator's model interface -------------------------------------------------
+    def embed(self, nodes: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+        """``(node, time)`` rows, float64: what :meth:`score` needs to look a pair up."""
+        return torch.stack([nodes.to(torch.float64), times.to(torch.float64)], dim=1)
+
+    def score(self, za: torch.Tensor, zb: torch.Tensor) -> torch.Tensor:
+        """1.0 where the pair ``(za node, zb node)`` is remembered at ``za``'s time, else 0.0."""
+        src = za[:, 0].cpu().numpy().astype(np.int64)
+        dst = zb[:, 0].cpu().numpy().astype(np.int64)
+        t = za[:, 1].cpu().numpy()
+        pair = self._pair(src, dst)
+        seen = np.where(pair >= 0, self.last_seen[np.maximum(pair, 0)], -np.inf)
+        hit = seen > -np.inf if self.mode == "unlimited" else seen >= t - self.window
+        return torch.from_numpy(hit.astype(np.float32))
+
+    def observe(self, src, dst, t, eid=None, z=None) -> None:
+        """Remember a batch of events (after it has been scored: no event sees itself)."""
+        s, d = (x.cpu().numpy().astype(np.int64) for x in (src, dst))
+        tt = t.cpu().numpy().astype(np.float64)
+        pair = self._pair(s, d)
+        np.maximum.at(self.last_seen, pair, tt)
+
+
+def default_window(events: Events, split: Split) -> float:
+    """DyGLib's time window: the span of the test period (the last ``test`` fraction of time)."""
+    t = events.t_float()
+    return max(float(t[-1]) - float(split.test_time), float(np.finfo(np.float64).tiny))
+
+
+def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "unlimited",
+                 window: Optional[float] = None) -> Dict:
+    """Evaluate EdgeBank like a trained model: remember the training events, then stream the
+    validation and test events through the evaluator (``config`` supplies batch size,
+    seed, negatives and ranking settings).
+
+    Returns
+    -------
+    dict
+        ``metrics.json``'s content (also written to ``out`` with the negatives).
+    """
+    started = time.perf_counter()
+    if mode == "window" and window is None:
+        window = default_window(events, split)
+    bank = EdgeBank(events, mode, window)
+    ev = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives,
+                   node_classification=False, progress=config.progress, strategy=config.eval_negatives)
+    ev.stream(bank, ev.train_index, desc="edgebank train")
+    val, _ = ev.evaluate(bank, "val")
+    test, _ = ev.evaluate(bank, "test")
+    metrics = {
+        "model": config.model,
+        "config": config.to_dict(),
+        "edgebank": {"mode": mode, "window": window},
+        "data": {"num_events": len(events), "num_nodes": events.num_nodes,
+                 "num_train_events": int(split.train_mask.sum()), "num_val_events": split.num_val,
+                 "num_test_events": split.num_test, "source": events.meta.get("source")},
+        "epochs": [],
+        "best_epoch": None,
+        "val": val,
+        "test": test,
+        "negatives_true_edges": ev.true_negative_counts(),
+        "seconds": {"total": time.perf_counter() - started},
+    }
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_run(out, metrics)
+        ev.save_negatives(Path(out) / "negatives.npz")
+    return metrics

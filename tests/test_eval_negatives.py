@@ -1,0 +1,104 @@
+"""Evaluation negatives (random / historical / inductive) and their use in runs."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import speed
+from conftest import random_stream
+from speed.train.negatives import NEG_CHUNK, edge_negatives
+
+
+def pair_set(src, dst):
+    return set(zip(src.tolist(), dst.tolist()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(3, 40), st.integers(50, 900), st.sampled_from(["historical", "inductive"]), st.integers(0, 999))
+def test_edge_negatives_follow_the_definitions(n, e, strategy, seed):
+    rng = np.random.default_rng(seed)
+    src, dst, _ = random_stream(rng, n, e)
+    num_train, lo = int(0.6 * e), int(0.7 * e)
+    pools = (np.unique(src), np.unique(dst))
+    ns, nd = edge_negatives(src, dst, lo, e, num_train, strategy, seed, *pools)
+    again = edge_negatives(src, dst, lo, e, num_train, strategy, seed, *pools)
+    assert np.array_equal(ns, again[0]) and np.array_equal(nd, again[1])  # seeded
+    train_pairs = pair_set(src[:num_train], dst[:num_train])
+    for a in range(lo, e, NEG_CHUNK):
+        b = min(e, a + NEG_CHUNK)
+        chunk = pair_set(src[a:b], dst[a:b])
+        history = pair_set(src[:a], dst[:a])
+        allowed = history - chunk if strategy == "historical" else history - train_pairs - chunk
+        got = list(zip(ns[a - lo:b - lo].tolist(), nd[a - lo:b - lo].tolist()))
+        if len(chunk) < len(pools[0]) * len(pools[1]):  # some pair lies outside the chunk
+            assert not set(got) & chunk  # never a pair of the chunk itself
+        # first as many allowed pairs as there are, without replacement; then random pairs
+        h = min(len(allowed), b - a)
+        assert set(got[:h]) <= allowed and len(set(got[:h])) == h
+        assert all(s in set(pools[0].tolist()) and d in set(pools[1].tolist()) for s, d in got[h:])
+
+
+def test_runs_report_each_strategy_on_the_same_negatives(tmp_path):
+    rng = np.random.default_rng(0)
+    src, dst, t = random_stream(rng, 60, 1500)
+    ev = speed.Events.from_arrays(src, dst, t, num_nodes=60)
+    results = {}
+    for strategy in ("random", "historical", "inductive"):
+        for model in ("jodie", "tgn"):
+            out = tmp_path / f"{strategy}-{model}"
+            m = speed.train(ev, model=model, out=out, epochs=1, batch_size=100, memory_dim=8, time_dim=8,
+                            embedding_dim=8, neighbors=3, eval_negatives=strategy, mrr_negatives=5, progress=False)
+            assert m["config"]["eval_negatives"] == strategy
+            assert {"ap", "auc", "mrr", "hits@1", "hits@10"} <= set(m["test"]["transductive"])
+            with np.load(out / "negatives.npz") as z:
+                results[strategy, model] = {k: z[k] for k in z.files}
+    for strategy in ("random", "historical", "inductive"):
+        a, b = results[strategy, "jodie"], results[strategy, "tgn"]
+        assert all(np.array_equal(a[k], b[k]) for k in a)  # paired: every model scores the same negatives
+        assert str(a["strategy"]) == strategy
+    assert (results["random", "tgn"]["test_src"] == -1).all()  # random keeps each event's source
+    assert (results["historical", "tgn"]["test_src"] >= 0).all()
+    assert not np.array_equal(results["historical", "tgn"]["test_dst"], results["random", "tgn"]["test_dst"])
+
+
+def test_unknown_strategy_is_a_config_error(tmp_path):
+    ev = speed.Events.from_arrays([0, 1, 2, 3] * 10, [1, 2, 3, 0] * 10, np.arange(40))
+    with pytest.raises(speed.InputError, match="eval_negatives"):
+        speed.train(ev, out=tmp_path / "r", epochs=1, eval_negatives="hard")
+
+
+def test_edgebank_by_hand():
+    import torch
+
+    from speed.train.edgebank import EdgeBank
+
+    ev = speed.Events.from_arrays([0, 1, 0, 2], [1, 2, 2, 0], [0.0, 1.0, 5.0, 9.0], num_nodes=3)
+    t = lambda *x: torch.tensor(x)  # noqa: E731
+    for mode, window, want in (("unlimited", None, [1.0, 1.0, 0.0, 0.0]), ("window", 4.0, [0.0, 1.0, 0.0, 0.0])):
+        bank = EdgeBank(ev, mode, window)
+        bank.observe(t(0, 1), t(1, 2), t(0.0, 1.0))  # (0,1) at 0, (1,2) at 1
+        z_src = bank.embed(t(0, 1, 1, 2), t(5.0, 5.0, 5.0, 5.0))
+        z_dst = bank.embed(t(1, 2, 0, 0), t(5.0, 5.0, 5.0, 5.0))
+        # (0,1) last seen at 0: 5 s ago; (1,2) at 1: 4 s ago; (1,0) never; (2,0) not yet
+        assert bank.score(z_src, z_dst).tolist() == want, mode
+
+
+def test_edgebank_runs_like_a_model_from_the_cli(tmp_path, capsys):
+    from speed.cli import main
+
+    rng = np.random.default_rng(1)
+    src, dst, t = random_stream(rng, 40, 1200)
+    log = tmp_path / "log.csv"
+    log.write_text("src,dst,t\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(src, dst, t)))
+    for model in ("edgebank", "edgebank-window"):
+        out = tmp_path / model
+        assert main(["train", str(log), "--out", str(out), "--model", model, "--mrr-negatives", "4",
+                     "--eval-negatives", "historical", "--no-progress"]) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["config"]["model"] == model and m["edgebank"]["mode"] in ("unlimited", "window")
+        assert 0.0 <= m["test"]["transductive"]["ap"] <= 1.0 and "mrr" in m["test"]["transductive"]
+        assert (out / "negatives.npz").exists()
+    capsys.readouterr()
