@@ -148,14 +148,6 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
     """
     num_parts = load.shape[0]
     dropped = 0
-    # The balance term of part q, ``lam * (max - load[q]) / (eps + max - min)``, is cached in
-    # ``bal[q]``: it changes only with load[q] or with the load range, so most events need one
-    # division, not P.  ``stamp[q] == epoch`` marks a valid entry; the epoch moves when the
-    # range moves.  The values are computed by the same expression, so results are unchanged.
-    max_load, min_load = _load_range(load)
-    bal = np.empty(num_parts, dtype=np.float64)
-    stamp = np.full(num_parts, -1, dtype=np.int64)
-    epoch = 0
     for e in range(start, end):
         i = src[e]
         j = dst[e]
@@ -183,35 +175,20 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
                 theta_j = 0.5
             h_i = 1.0 + (1.0 - theta_i)
             h_j = 1.0 + (1.0 - theta_j)
+            max_load, min_load = _load_range(load)
             best = -np.inf
             best_p = 0
             for q in range(num_parts):
-                if stamp[q] != epoch:
-                    bal[q] = lam * (max_load - load[q]) / (eps + max_load - min_load)
-                    stamp[q] = epoch
                 score = 0.0
                 if _member(pin_i, q, hub_mask):
                     score += h_i
                 if _member(pin_j, q, hub_mask):
                     score += h_j
-                score += bal[q]
+                score += lam * (max_load - load[q]) / (eps + max_load - min_load)
                 if score > best:
                     best = score
                     best_p = q
-        old = load[best_p]
-        load[best_p] = old + 1
-        stamp[best_p] = -1
-        if old + 1 > max_load:
-            max_load = old + 1
-            epoch += 1
-        if old == min_load:
-            new_min = load[0]
-            for q in range(1, num_parts):
-                if load[q] < new_min:
-                    new_min = load[q]
-            if new_min != min_load:
-                min_load = new_min
-                epoch += 1
+        load[best_p] += 1
         event_part[e] = best_p
         _join(i, pin_i, best_p, code, hub_mask)
         if j != i:
