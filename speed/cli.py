@@ -171,7 +171,8 @@ def _cmd_train(args) -> int:
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)
-    config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.metadata["cli"]}
+    # every option, and settings a --config file gave that have no flag (val, test, ...)
+    config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     config["progress"] = False if args.no_progress else None
     parallel = args.nproc is not None or under_torchrun()
     # an event log is read here, with the reader options; shards (and parallel runs) by path
@@ -183,8 +184,21 @@ def _cmd_train(args) -> int:
         return 1
     if metrics is None:  # a non-zero rank under torchrun
         return 0
+    from .train.config_file import dump_toml
+
+    (out / "config.toml").write_text(dump_toml(metrics["config"]))
     print(format_train_summary(metrics, out))
     return 0
+
+
+def _apply_config_file(args, argv) -> None:
+    """Settings from ``--config`` into ``args``, except those given as flags."""
+    from .train.config_file import load_config_file
+
+    explicit = build_parser(unset=True).parse_args(sys.argv[1:] if argv is None else argv)
+    for key, value in load_config_file(args.config).items():
+        if getattr(explicit, key, _UNSET) is _UNSET:
+            setattr(args, key, value)
 
 
 def _cmd_plan(args) -> int:
@@ -220,7 +234,7 @@ def format_plan(p: dict) -> str:
     return "\n".join(lines)
 
 
-def _add_config_options(t: argparse.ArgumentParser) -> None:
+def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None:
     """``speed train`` options: one per :class:`TrainConfig` field, with its default and choices."""
     import typing
     from dataclasses import MISSING, fields
@@ -238,12 +252,14 @@ def _add_config_options(t: argparse.ArgumentParser) -> None:
         if hints[f.name] is bool:
             action = "store_false" if flag.startswith("--no-") else "store_true"
             g.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+            if unset:
+                g.set_defaults(**{f.name: _UNSET})
             continue
         typ = next(a for a in typing.get_args(hints[f.name]) if a is not type(None)) \
             if typing.get_origin(hints[f.name]) is typing.Union else hints[f.name]
         shown = "" if default is None else f" (default {default})"
-        g.add_argument(flag, dest=f.name, type=typ, default=default, choices=meta["choices"], metavar=meta["metavar"],
-                       help=meta["help"] + shown)
+        g.add_argument(flag, dest=f.name, type=typ, default=_UNSET if unset else default, choices=meta["choices"],
+                       metavar=meta["metavar"], help=meta["help"] + shown)
 
 
 def format_train_summary(m: dict, out: Path) -> str:
@@ -275,7 +291,12 @@ def format_train_summary(m: dict, out: Path) -> str:
 
 
 # -------------------------------------------------------------------------------- main
-def build_parser() -> argparse.ArgumentParser:
+_UNSET = object()  # the default of every training option when finding the flags given explicitly
+
+
+def build_parser(unset: bool = False) -> argparse.ArgumentParser:
+    """The ``speed`` parser; with ``unset`` every training option defaults to a marker, so a
+    parse tells which ones were given (they override a ``--config`` file)."""
     parser = _Parser(prog="speed", description="Partition temporal interaction logs (SEP) and train temporal "
                                                 "GNNs on the shards (PAC).")
     from . import __version__
@@ -315,7 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
     t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_config_options(t)
+    t.add_argument("--config", default=None, metavar="FILE",
+                   help="settings from a TOML or YAML file (keys as the options below, e.g. batch_size = 200); "
+                        "flags given here override it; the run writes its resolved settings to RUN/config.toml")
+    _add_config_options(t, unset=unset)
     _add_reader_options(t)
     t.set_defaults(func=_cmd_train)
 
@@ -368,6 +392,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "train" and args.config is not None:
+            _apply_config_file(args, argv)
         return args.func(args)
     except (InputError, MissingDependencyError) as exc:
         print(f"speed {args.command}: error: {exc}{_flag_hint(exc)}", file=sys.stderr)
