@@ -23,6 +23,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
 
 
+def _split_time(value: str) -> float:
+    """A split time on the command line: a number, or an ISO-8601 date-time (no zone: UTC)."""
+    import datetime
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        d = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or an ISO-8601 date-time: {value!r}") from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp()
+
+
+def _add_split_times(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split-times", nargs=2, type=_split_time, default=None, metavar=("T_VAL", "T_TEST"),
+                   help="split at these times instead of --val/--test fractions: train t <= T_VAL, val up to "
+                        "T_TEST, test after (numbers, or ISO-8601 date-times for logs with date-times)")
+
+
 def _column(value: str):
     """A column given on the command line: a 0-based index if it is all digits, else a name."""
     return int(value) if value.isdigit() else value
@@ -89,7 +112,8 @@ def _partition_out_of_core(args, out: Path, progress) -> None:
 
     partition_file(args.input, out, args.max_memory, num_parts=args.parts, topk=args.topk / 100.0, beta=args.beta,
                    lam=args.lam, eps=args.eps, seed=args.seed, method=args.method, val=args.val, test=args.test,
-                   overwrite=args.overwrite, progress=progress, reader=_reader_kwargs(args))
+                   split_times=args.split_times, overwrite=args.overwrite, progress=progress,
+                   reader=_reader_kwargs(args))
 
 
 def _partition_in_memory(args, out: Path, progress) -> None:
@@ -100,7 +124,7 @@ def _partition_in_memory(args, out: Path, progress) -> None:
     events = _read(args)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed)
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=args.split_times)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
                        eps=args.eps, seed=args.seed, method=args.method, progress=progress)
@@ -173,6 +197,8 @@ def _cmd_train(args) -> int:
         raise InputError("file not found", inp)
     # every option, and settings a --config file gave that have no flag (val, test, ...)
     config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    if config.get("split_times") is None:
+        config.pop("split_times", None)
     config["progress"] = False if args.no_progress else None
     parallel = args.nproc is not None or under_torchrun()
     # an event log is read here, with the reader options; shards (and parallel runs) by path
@@ -321,6 +347,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
                    help=f"seed of the split's inductive node mask (default {PD['seed']})")
     p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")
     p.add_argument("--test", type=float, default=DEFAULT_TEST, help=f"test fraction (default {DEFAULT_TEST})")
+    _add_split_times(p)
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
     p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
@@ -336,6 +363,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
     t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_split_times(t)
     t.add_argument("--config", default=None, metavar="FILE",
                    help="settings from a TOML or YAML file (keys as the options below, e.g. batch_size = 200); "
                         "flags given here override it; the run writes its resolved settings to RUN/config.toml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Tuple
 from functools import cached_property
 
 import numpy as np
@@ -129,12 +130,28 @@ def check_fractions(val: float, test: float, new_node_fraction: float = DEFAULT_
         raise InputError(f"new_node_fraction must be in [0, 1], got {new_node_fraction}")
 
 
-def split_points(t: np.ndarray, val: float, test: float):
+def check_times(times) -> Tuple[float, float]:
+    """``(val_time, test_time)`` as floats, finite and increasing."""
+    try:
+        val_time, test_time = (float(x) for x in times)
+    except (TypeError, ValueError):
+        raise InputError(f"split times must be two numbers (val_time, test_time), got {times!r}") from None
+    if not (np.isfinite(val_time) and np.isfinite(test_time)) or val_time >= test_time:
+        raise InputError(f"split times must be finite with val_time < test_time, got {val_time:g} and {test_time:g}")
+    return val_time, test_time
+
+
+def split_points(t: np.ndarray, val: float, test: float, times=None):
     """Where a sorted log splits: ``(val_time, test_time, num_train, num_val, num_test)``.
 
+    By time quantiles (``val``, ``test`` fractions), or at the given ``times`` (``(val_time,
+    test_time)``: train is ``t <= val_time``, val ``val_time < t <= test_time``, test after).
     ``t`` may be a memory map: it is read at a few positions only (quantiles, bisection).
     """
-    val_time, test_time = (_sorted_quantile(t, q) for q in (1.0 - val - test, 1.0 - test))
+    if times is not None:
+        val_time, test_time = check_times(times)
+    else:
+        val_time, test_time = (_sorted_quantile(t, q) for q in (1.0 - val - test, 1.0 - test))
     num_train = int(np.searchsorted(t, val_time, side="right"))
     num_val = int(np.searchsorted(t, test_time, side="right")) - num_train
     return val_time, test_time, num_train, num_val, t.shape[0] - num_train - num_val
@@ -167,6 +184,7 @@ def chronological_split(
     test: float = DEFAULT_TEST,
     new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION,
     seed: int = 0,
+    times=None,
 ) -> Split:
     """Split events by time quantiles and choose the inductive held-out nodes.
 
@@ -182,13 +200,16 @@ def chronological_split(
         protocol; default 0.1).
     seed : int
         Seeds the choice of held-out nodes.
+    times : (float, float), optional
+        Split at these times instead of the quantiles: train holds ``t <= times[0]``, val
+        ``times[0] < t <= times[1]``, test the rest (``val`` and ``test`` are then unused).
 
     Returns
     -------
     Split
     """
     check_fractions(val, test, new_node_fraction)
-    val_time, test_time, num_train, num_val, num_test = split_points(events.t_float(), val, test)
+    val_time, test_time, num_train, num_val, num_test = split_points(events.t_float(), val, test, times)
     later = slice(num_train, len(events))
     in_later = np.zeros(events.num_nodes, dtype=bool)
     in_later[events.src[later]] = True

@@ -234,7 +234,8 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
                    beta: float = DEFAULTS["beta"], lam: float = DEFAULTS["lam"], eps: float = DEFAULTS["eps"],
                    seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], val: float = DEFAULT_VAL,
                    test: float = DEFAULT_TEST, new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION,
-                   overwrite: bool = False, progress: Optional[bool] = None, reader: Optional[dict] = None) -> Path:
+                   overwrite: bool = False, progress: Optional[bool] = None, reader: Optional[dict] = None,
+                   split_times=None) -> Path:
     """Split, partition (SEP) and write the shards of the log at ``path`` within ``max_memory``.
 
     The result equals ``read_events`` + ``chronological_split`` + ``partition(split.train(...))``
@@ -251,8 +252,9 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
         Memory budget, bytes or a size such as ``"3G"``.
     num_parts, topk, beta, lam, eps, seed, method
         As :func:`speed.partition`; only ``method="sep"`` streams.
-    val, test, new_node_fraction
-        As :func:`speed.chronological_split` (``seed`` seeds the hold-out, as in the CLI).
+    val, test, new_node_fraction, split_times
+        As :func:`speed.chronological_split` (``seed`` seeds the hold-out, as in the CLI;
+        ``split_times`` is its ``times``).
     reader : dict, optional
         Keyword arguments of :class:`~speed.data.readers.BlockStream` (columns, separator,
         header, time format).
@@ -274,7 +276,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
             with timer.stage("read"):
                 marks, info = _parse(source, spill, progress)
             with timer.stage("split"):
-                sp = _split(spill, val, test)
+                sp = _split(spill, val, test, split_times)
             if sp.num_train == 0:
                 raise InputError("no events to partition (the training period is empty)", path)
             shards = _Pipeline(source, spill, marks, info, sp, budget, num_parts, timer, progress)
@@ -332,10 +334,10 @@ def _unsorted(source: BlockStream, row: int, t, prev) -> None:
                      f"partition in memory", source.path, source.line_of(row))
 
 
-def _split(spill: _Spill, val: float, test: float) -> StreamedSplit:
+def _split(spill: _Spill, val: float, test: float, times=None) -> StreamedSplit:
     t = spill.memmap("t")
     try:
-        val_time, test_time, num_train, num_val, num_test = split_points(t, val, test)
+        val_time, test_time, num_train, num_val, num_test = split_points(t, val, test, times)
     finally:
         del t
     return StreamedSplit(num_train=num_train, num_val=num_val, num_test=num_test, val_time=float(val_time),

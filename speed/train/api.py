@@ -82,4 +82,5 @@ def _load(data, split: Optional[Split], config: TrainConfig):
     if not isinstance(data, Events):
         raise InputError(f"cannot train on a {type(data).__name__}: give Events, Shards or a path")
     return data, split or chronological_split(data, val=config.val, test=config.test,
-                                              new_node_fraction=config.new_node_fraction, seed=config.seed)
+                                              new_node_fraction=config.new_node_fraction, seed=config.seed,
+                                              times=config.split_times)

@@ -80,6 +80,8 @@ class TrainConfig:
     val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False)
     test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False)
     new_node_fraction: float = _opt(DEFAULT_NEW_NODE_FRACTION, "held-out node fraction (inductive)", cli=False)
+    split_times: Optional[tuple] = _opt(None, "split an event log at (val_time, test_time) instead of the "
+                                              "fractions (the CLI's --split-times)", cli=False)
     node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False)
     resume: bool = _opt(False, "continue the run in --out from its last epoch")
     progress: Optional[bool] = _opt(None, "progress bars", flag="--no-progress", cli=False)
@@ -124,6 +126,13 @@ class TrainConfig:
             raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
         if not (_number(self.timeout) and self.timeout > 0):
             raise ConfigError("timeout", f"must be a positive number, got {self.timeout!r}")
+        if self.split_times is not None:
+            from ..data.split import check_times
+
+            try:
+                self.split_times = check_times(self.split_times)
+            except InputError as exc:
+                raise ConfigError("split_times", str(exc).replace("split times ", "")) from None
         for name in ("val", "test", "new_node_fraction"):
             x = getattr(self, name)
             if not (_number(x) and 0 <= x < 1):

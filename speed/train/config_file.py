@@ -83,7 +83,9 @@ def dump_toml(config: Dict[str, Any]) -> str:
     for key, value in config.items():
         if value is None:
             continue
-        if isinstance(value, bool):
+        if isinstance(value, (list, tuple)):
+            text = "[" + ", ".join(repr(float(v)) if isinstance(v, float) else json.dumps(v) for v in value) + "]"
+        elif isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, (int, float)):
             if isinstance(value, float) and not math.isfinite(value):
