@@ -23,7 +23,7 @@ from .data import (
     write_generated,
 )
 from .errors import InputError, MissingDependencyError
-from .interop import from_dgl, part_graph, save_dgl_parts, to_dgl
+from .interop import from_dgl, from_pyg, part_graph, save_dgl_parts, to_dgl
 from .partition import (
     METHODS,
     PartitionResult,
@@ -54,6 +54,7 @@ __all__ = [
     "build_model",
     "chronological_split",
     "from_dgl",
+    "from_pyg",
     "generate_events",
     "load_shards",
     "node_centrality",

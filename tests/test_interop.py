@@ -89,3 +89,33 @@ def test_import_speed_does_not_import_dgl():
     code = "import sys, speed; speed.partition; print('dgl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_pyg_round_trip():
+    pytest.importorskip("torch_geometric")
+    import torch
+
+    rng = np.random.default_rng(0)
+    src, dst, t = random_stream(rng, 30, 400)
+    ev = speed.Events.from_arrays(src, dst, t, num_nodes=35, msg=rng.random((400, 4)).astype(np.float32),
+                                  label=rng.integers(0, 2, 400))
+    data = ev.to_pyg()
+    assert data.msg.shape == (400, 4) and torch.equal(data.src, torch.from_numpy(ev.src))
+    back = speed.from_pyg(data, num_nodes=ev.num_nodes)
+    for k in ("src", "dst", "t", "msg", "label"):
+        assert np.array_equal(getattr(back, k), getattr(ev, k)), k
+    assert back.num_nodes == 35 and back.meta["format"] == "pyg"
+    assert speed.from_pyg(data).num_nodes == int(max(ev.src.max(), ev.dst.max())) + 1  # PyG's own count
+    # PyG's own temporal batching takes it
+    from torch_geometric.loader import TemporalDataLoader
+
+    assert sum(b.num_events for b in TemporalDataLoader(data, batch_size=100)) == 400
+
+
+def test_from_pyg_refuses_data_without_times():
+    pytest.importorskip("torch_geometric")
+    import torch
+    from torch_geometric.data import TemporalData
+
+    with pytest.raises(speed.InputError, match="'t'"):
+        speed.from_pyg(TemporalData(src=torch.tensor([0, 1]), dst=torch.tensor([1, 2])))
