@@ -174,3 +174,29 @@ def test_same_column_twice_is_refused(tmp_path):
     p = write(tmp_path, "d.csv", "a,b,c\n1,2,3\n")
     with pytest.raises(speed.InputError, match="src and dst are the same column"):
         speed.read_events(p, src_col="a", dst_col=0)
+
+
+def test_dyglib_processed_format_with_edge_features(tmp_path):
+    rng = np.random.default_rng(0)
+    e = 50
+    u = rng.integers(1, 10, e)
+    i = rng.integers(10, 20, e)
+    ts = np.sort(rng.integers(0, 1000, e)).astype(float)
+    label = rng.integers(0, 2, e)
+    idx = np.arange(1, e + 1)
+    rows = "".join(f"{k},{a},{b},{c},{d},{x}\n" for k, (a, b, c, d, x) in enumerate(zip(u, i, ts, label, idx)))
+    (tmp_path / "ml_toy.csv").write_text(",u,i,ts,label,idx\n" + rows)
+    feats = np.vstack([np.zeros((1, 3)), rng.random((e, 3))]).astype(np.float32)  # row 0: DyGLib's padding
+    np.save(tmp_path / "ml_toy.npy", feats)
+    ev = speed.read_events(tmp_path / "ml_toy.csv", progress=False)
+    assert ev.meta["format"] == "dyglib" and len(ev) == e
+    np.testing.assert_array_equal(ev.msg, feats[idx])
+    np.testing.assert_array_equal(ev.label, label)
+    assert np.array_equal(ev.node_ids[ev.src], u) and np.array_equal(ev.node_ids[ev.dst], i)
+    # without the .npy the log still reads, without features
+    (tmp_path / "ml_toy.npy").unlink()
+    assert speed.read_events(tmp_path / "ml_toy.csv", progress=False).msg is None
+    # an idx beyond the features is named
+    np.save(tmp_path / "ml_toy.npy", feats[:10])
+    with pytest.raises(speed.InputError, match="ml_toy.npy.*idx goes up to 50"):
+        speed.read_events(tmp_path / "ml_toy.csv", progress=False)

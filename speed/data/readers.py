@@ -81,6 +81,11 @@ def _is_jodie(fields, sep) -> bool:
         and low[:3] != ["src", "dst", "t"]
 
 
+def _is_dyglib(fields, sep) -> bool:
+    low = _low(fields)
+    return sep == "," and low[:4] == ["", "u", "i", "ts"]
+
+
 def _is_snap(fields, sep) -> bool:
     return sep in (" ", "\t") and all(_is_number(x) or x == "" for x in fields[:3])
 
@@ -89,6 +94,7 @@ _FIRST_THREE = (lambda ncols: (0, 1, 2, None))
 
 # To add a text format: a row here (and its detection function); detection runs in this order.
 FORMAT_SPECS: Dict[str, FormatSpec] = {f.name: f for f in (
+    FormatSpec("dyglib", _is_dyglib, header=True, columns=lambda ncols: ("u", "i", "ts", "label" if ncols > 4 else None)),
     FormatSpec("tgl", _is_tgl, header=True, columns=lambda ncols: ("src", "dst", "time", None)),
     FormatSpec("jodie", _is_jodie, header=True, columns=lambda ncols: (0, 1, 2, 3 if ncols > 3 else None),
                bipartite=True, features_from=4),
@@ -670,6 +676,8 @@ def read_events(
     msg = None
     if msg_cols:
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
+    if fmt == "dyglib":
+        msg = _dyglib_edge_features(path, len(t))
 
     bipartite = FORMAT_SPECS[fmt].bipartite
     src, dst, node_ids = _compact(ids[0], ids[1], bipartite=bipartite)
@@ -677,6 +685,37 @@ def read_events(
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
     return ev
+
+
+def dyglib_feature_file(path: Path) -> Path:
+    """``ml_NAME.npy`` beside ``ml_NAME.csv``: DyGLib's edge features, row ``idx`` per event."""
+    return path.with_suffix(".npy")
+
+
+def _dyglib_edge_features(path: Path, num_events: int) -> Optional[np.ndarray]:
+    """Edge features of a DyGLib/TGN processed log (``ml_NAME.csv`` + ``ml_NAME.npy``), or None
+    when there is no ``.npy``.  Row ``idx`` of the array belongs to the event with that ``idx``
+    (row 0 is DyGLib's padding)."""
+    npy = dyglib_feature_file(path)
+    if not npy.exists():
+        return None
+    try:
+        feats = np.load(npy, mmap_mode="r")
+    except Exception as exc:  # truncated or not an .npy
+        raise InputError(f"unreadable edge features ({type(exc).__name__}: {exc})", npy) from None
+    if feats.ndim != 2:
+        raise InputError(f"edge features must be a 2-D array, got shape {feats.shape}", npy)
+    try:
+        table = pacsv.read_csv(str(path), convert_options=pacsv.ConvertOptions(include_columns=["idx"],
+                                                                               column_types={"idx": pa.int64()}))
+    except (pa.ArrowInvalid, KeyError) as exc:
+        raise InputError(f"a DyGLib log needs an integer idx column to index ml_NAME.npy ({exc})", path) from None
+    if table.num_columns == 0 or table.num_rows != num_events:
+        raise InputError("a DyGLib log needs its idx column to match ml_NAME.npy", path)
+    idx = table.column("idx").to_numpy()
+    if idx.min() < 0 or idx.max() >= feats.shape[0]:
+        raise InputError(f"idx goes up to {int(idx.max())} but the edge features have {feats.shape[0]} rows", npy)
+    return np.ascontiguousarray(feats[idx], dtype=np.float32)
 
 
 def _text_source(path: Path, fmt: Optional[str], cols_in: dict, sep: Optional[str], header: Optional[bool],
@@ -803,6 +842,9 @@ class BlockStream:
             self.fmt = self.lay.fmt
         self.bipartite = FORMAT_SPECS[self.fmt].bipartite
         self.has_label = self.cols.get("label") is not None
+        if self.fmt == "dyglib" and dyglib_feature_file(self.path).exists():
+            raise InputError(f"edge features from {dyglib_feature_file(self.path).name} are read in memory only: "
+                             "partition without --max-memory", self.path)
 
     def line_of(self, row: int) -> Optional[int]:
         """1-based line of 0-based data row ``row`` (None for Parquet)."""
