@@ -124,7 +124,8 @@ def _partition_in_memory(args, out: Path, progress) -> None:
     events = _read(args)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=args.split_times)
+    times = args.split_times if args.split_times is not None else events.meta.get("split_times")  # TGL ext_roll
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
                        eps=args.eps, seed=args.seed, method=args.method, progress=progress)

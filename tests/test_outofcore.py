@@ -133,3 +133,12 @@ def test_bad_sizes_and_too_small_budgets(tmp_path, size, capsys):
     assert "max_memory" in capsys.readouterr().err
     with pytest.raises(speed.InputError, match="too small"):
         outofcore.chunk_events(100 << 20, 10**6, 24)
+
+
+def test_tgl_companions_are_refused_out_of_core(tmp_path, capsys):
+    (tmp_path / "edges.csv").write_text(",src,dst,time,ext_roll\n" + "".join(
+        f"{k},{k % 5},{(k + 1) % 5},{k},{0 if k < 60 else 1 if k < 80 else 2}\n" for k in range(100)))
+    args = ["partition", str(tmp_path / "edges.csv"), "-o", str(tmp_path / "o"), "--no-progress", "--max-memory", "1G"]
+    assert main(args) == 2 and "ext_roll" in capsys.readouterr().err
+    assert main([*args, "--split-times", "59", "79"]) == 0  # with the times given it streams
+    capsys.readouterr()

@@ -200,3 +200,39 @@ def test_dyglib_processed_format_with_edge_features(tmp_path):
     np.save(tmp_path / "ml_toy.npy", feats[:10])
     with pytest.raises(speed.InputError, match="ml_toy.npy.*idx goes up to 50"):
         speed.read_events(tmp_path / "ml_toy.csv", progress=False)
+
+
+def test_tgl_ext_roll_is_the_split_and_edge_features_load(tmp_path):
+    import json
+
+    import torch
+
+    from speed.cli import main
+
+    rng = np.random.default_rng(0)
+    e = 300
+    t = np.arange(e) * 10.0
+    roll = np.repeat([0, 1, 2], [200, 40, 60])  # not the 70/15/15 quantiles
+    rows = "".join(f"{k},{rng.integers(0, 30)},{rng.integers(0, 30)},{x:g},0,{r}\n"
+                   for k, (x, r) in enumerate(zip(t, roll)))
+    (tmp_path / "edges.csv").write_text(",src,dst,time,int_roll,ext_roll\n" + rows)
+    feats = torch.rand(e, 4)
+    torch.save(feats, tmp_path / "edge_features.pt")
+    ev = speed.read_events(tmp_path / "edges.csv", progress=False)
+    assert ev.meta["format"] == "tgl" and ev.meta["split_times"] == (1990.0, 2390.0)
+    np.testing.assert_array_equal(ev.msg, feats.numpy())
+    out = tmp_path / "shards"
+    assert main(["partition", str(tmp_path / "edges.csv"), "-o", str(out), "--no-progress"]) == 0
+    sp = json.loads((out / "manifest.json").read_text())["split"]
+    assert (sp["num_train_events"], sp["num_val_events"], sp["num_test_events"]) == (200, 40, 60)
+    # periods that overlap in time cannot be a chronological split: one line
+    roll[150] = 2
+    rows = "".join(f"{k},1,2,{x:g},0,{r}\n" for k, (x, r) in enumerate(zip(t, roll)))
+    (tmp_path / "edges.csv").write_text(",src,dst,time,int_roll,ext_roll\n" + rows)
+    with pytest.raises(speed.InputError, match="overlap in time"):
+        speed.read_events(tmp_path / "edges.csv", progress=False)
+    # features of the wrong length are named
+    torch.save(torch.rand(7, 4), tmp_path / "edge_features.pt")
+    (tmp_path / "edges.csv").write_text(",src,dst,time\n0,1,2,3\n1,2,3,4\n")
+    with pytest.raises(speed.InputError, match="edge_features.pt.*2 rows"):
+        speed.read_events(tmp_path / "edges.csv", progress=False)

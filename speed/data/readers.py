@@ -678,13 +678,57 @@ def read_events(
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
     if fmt == "dyglib":
         msg = _dyglib_edge_features(path, len(t))
+    split_times = None
+    if fmt == "tgl":
+        msg = _tgl_edge_features(path, len(t)) if msg is None else msg
+        split_times = _tgl_split_times(path, lay, t)
 
     bipartite = FORMAT_SPECS[fmt].bipartite
     src, dst, node_ids = _compact(ids[0], ids[1], bipartite=bipartite)
     ev = Events.from_arrays(src, dst, t, msg=msg, label=label, node_ids=node_ids,
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
+    if split_times is not None:
+        ev.meta["split_times"] = split_times
     return ev
+
+
+def _tgl_edge_features(path: Path, num_events: int) -> Optional[np.ndarray]:
+    """TGL's ``edge_features.pt`` beside ``edges.csv`` (one row per line of the file), or None."""
+    pt = path.parent / "edge_features.pt"
+    if not pt.exists():
+        return None
+    import torch
+
+    try:
+        feats = torch.load(pt, map_location="cpu")
+    except Exception as exc:  # truncated, or not a torch file
+        raise InputError(f"unreadable edge features ({type(exc).__name__}: {exc})", pt) from None
+    if not isinstance(feats, torch.Tensor) or feats.dim() != 2 or feats.shape[0] != num_events:
+        shape = tuple(feats.shape) if isinstance(feats, torch.Tensor) else type(feats).__name__
+        raise InputError(f"edge features must be a tensor of {num_events} rows (one per edge), got {shape}", pt)
+    return feats.to(torch.float32).numpy()
+
+
+def _tgl_split_times(path: Path, lay: _Layout, t: np.ndarray) -> Optional[tuple]:
+    """TGL's ``ext_roll`` (0 train, 1 val, 2 test) as split times ``(last train time, last val
+    time)``, when the file has the column and every period has events."""
+    if lay is None or lay.header is None or "ext_roll" not in [h.strip() for h in lay.header]:
+        return None
+    try:
+        roll = pacsv.read_csv(str(path), convert_options=pacsv.ConvertOptions(
+            include_columns=["ext_roll"], column_types={"ext_roll": pa.int64()})).column("ext_roll").to_numpy()
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"ext_roll must be 0 (train), 1 (val) or 2 (test) on every line ({exc})", path) from None
+    if roll.size != t.size or not np.isin(roll, (0, 1, 2)).all():
+        raise InputError("ext_roll must be 0 (train), 1 (val) or 2 (test) on every line", path)
+    periods = [t[roll == k] for k in range(3)]
+    if any(p.size == 0 for p in periods):
+        return None
+    if not (periods[0].max() < periods[1].min() and periods[1].max() < periods[2].min()):
+        raise InputError("ext_roll's periods overlap in time, so they cannot be a chronological split "
+                         "(drop the column to split by fractions)", path)
+    return float(periods[0].max()), float(periods[1].max())
 
 
 def dyglib_feature_file(path: Path) -> Path:

@@ -83,4 +83,5 @@ def _load(data, split: Optional[Split], config: TrainConfig):
         raise InputError(f"cannot train on a {type(data).__name__}: give Events, Shards or a path")
     return data, split or chronological_split(data, val=config.val, test=config.test,
                                               new_node_fraction=config.new_node_fraction, seed=config.seed,
-                                              times=config.split_times)
+                                              times=config.split_times if config.split_times is not None
+                                              else data.meta.get("split_times"))  # e.g. TGL's ext_roll
