@@ -91,17 +91,23 @@ class Split:
         return events.select(slice(self.num_train + self.num_val, len(events)))
 
     def summary(self) -> dict:
-        return {
-            "num_train_events": self.num_train,
-            "num_train_events_masked": int(self.train_mask.sum()),
-            "num_val_events": self.num_val,
-            "num_test_events": self.num_test,
-            "val_time": self.val_time,
-            "test_time": self.test_time,
-            "new_node_fraction": self.new_node_fraction,
-            "num_new_nodes": int(self.new_nodes.sum()),
-            "seed": self.seed,
-        }
+        return split_summary(self, int(self.train_mask.sum()))
+
+
+def split_summary(sp, num_train_masked: int) -> dict:
+    """The manifest's record of a split: ``sp`` has the fields of :class:`Split` (or of the
+    out-of-core ``StreamedSplit``), ``num_train_masked`` its unmasked training events."""
+    return {
+        "num_train_events": sp.num_train,
+        "num_train_events_masked": num_train_masked,
+        "num_val_events": sp.num_val,
+        "num_test_events": sp.num_test,
+        "val_time": sp.val_time,
+        "test_time": sp.test_time,
+        "new_node_fraction": sp.new_node_fraction,
+        "num_new_nodes": int(sp.new_nodes.sum()),
+        "seed": sp.seed,
+    }
 
 
 def _sorted_quantile(t: np.ndarray, q: float) -> float:

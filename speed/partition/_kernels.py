@@ -268,15 +268,18 @@ def bucket_counts(src, dst, node_parts, num_parts, num_first):
     first, total : int64 ndarray, shape (num_buckets,)
     """
     bounds = _bounds(src.shape[0], 4 * numba.get_num_threads())
-    first, total = _bucket_count_ranges(src, dst, node_parts, num_parts, num_first, bounds)
+    first, total = _bucket_ranges(src, dst, node_parts, num_parts, num_first, np.empty(0, dtype=np.int8), bounds)
     return first.sum(axis=0), total.sum(axis=0)
 
 
 @numba.njit(cache=True, parallel=True)
-def _bucket_count_ranges(src, dst, node_parts, num_parts, num_first, bounds):
+def _bucket_ranges(src, dst, node_parts, num_parts, num_first, bid, bounds):
+    """Per range of events (one thread each): events per bucket among the first ``num_first``
+    and among all, and each event's bucket into ``bid`` unless it is empty."""
     q = num_parts + 1
     nb = q * (q + 1) // 2
     m = min(num_first, src.shape[0])
+    write = bid.shape[0] > 0
     pieces = bounds.shape[0] - 1
     first = np.zeros((pieces, nb), dtype=np.int64)
     total = np.zeros((pieces, nb), dtype=np.int64)
@@ -287,6 +290,8 @@ def _bucket_count_ranges(src, dst, node_parts, num_parts, num_first, bounds):
             _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
             for e in range(lo, hi):
                 k = buf[e - lo]
+                if write:
+                    bid[e] = k
                 total[r, k] += 1
                 if e < m:
                     first[r, k] += 1
@@ -342,25 +347,7 @@ def bucket_ids(src, dst, node_parts, num_parts, bid):
     counts : int64 ndarray, shape (num_buckets,)
     """
     bounds = _bounds(src.shape[0], 4 * numba.get_num_threads())
-    return _bucket_id_ranges(src, dst, node_parts, num_parts, bid, bounds).sum(axis=0)
-
-
-@numba.njit(cache=True, parallel=True)
-def _bucket_id_ranges(src, dst, node_parts, num_parts, bid, bounds):
-    q = num_parts + 1
-    nb = q * (q + 1) // 2
-    pieces = bounds.shape[0] - 1
-    counts = np.zeros((pieces, nb), dtype=np.int64)
-    for r in numba.prange(pieces):
-        buf = np.empty(_BLOCK, dtype=np.int64)
-        for lo in range(bounds[r], bounds[r + 1], _BLOCK):
-            hi = min(bounds[r + 1], lo + _BLOCK)
-            _bucket_block(src, dst, node_parts, num_parts, lo, hi, buf)
-            for e in range(lo, hi):
-                k = buf[e - lo]
-                bid[e] = k
-                counts[r, k] += 1
-    return counts
+    return _bucket_ranges(src, dst, node_parts, num_parts, 0, bid, bounds)[1].sum(axis=0)
 
 
 @numba.njit(cache=True)

@@ -39,7 +39,7 @@ from .._util import StageTimer, atomic_dir, progress_bar
 from ..data import _kernels as data_kernels
 from ..data.readers import RESTART, BlockStream
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
-    split_points
+    split_points, split_summary
 from ..errors import InputError
 from . import _kernels
 from .api import DEFAULTS, PartitionResult, _validate
@@ -200,17 +200,7 @@ class StreamedSplit:
     num_train_masked: int = 0
 
     def summary(self) -> dict:
-        return {
-            "num_train_events": self.num_train,
-            "num_train_events_masked": self.num_train_masked,
-            "num_val_events": self.num_val,
-            "num_test_events": self.num_test,
-            "val_time": self.val_time,
-            "test_time": self.test_time,
-            "new_node_fraction": self.new_node_fraction,
-            "num_new_nodes": int(self.new_nodes.sum()),
-            "seed": self.seed,
-        }
+        return split_summary(self, self.num_train_masked)
 
 
 @dataclass
