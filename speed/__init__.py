@@ -46,6 +46,7 @@ __all__ = [
     "MissingDependencyError",
     "PartitionResult",
     "Partitioner",
+    "Predictor",
     "Shards",
     "Split",
     "TemporalGNN",
@@ -56,6 +57,7 @@ __all__ = [
     "from_dgl",
     "from_pyg",
     "generate_events",
+    "load_run",
     "load_shards",
     "node_centrality",
     "partition",
@@ -71,7 +73,7 @@ __all__ = [
 
 # Training needs torch and scikit-learn, which take seconds to import; `speed partition` and
 # code that only partitions should not pay for them, so these names load on first use.
-_LAZY = ("MODELS", "TemporalGNN", "TrainConfig", "Trainer", "build_model")
+_LAZY = ("MODELS", "Predictor", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run")
 
 
 def __getattr__(name):

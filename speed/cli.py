@@ -228,6 +228,28 @@ def _apply_config_file(args, argv) -> None:
             setattr(args, key, value)
 
 
+def _cmd_embed(args) -> int:
+    from .train.apply import embed_file
+
+    r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
+                   progress=False if args.no_progress else None)
+    more = f" after {r['new_events']:,} new events" if args.events else ""
+    print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={r['t']:g}{more} -> {r['out']} "
+          f"(row ids in {r['ids']})")
+    return 0
+
+
+def _cmd_score(args) -> int:
+    from .train.apply import score_file
+
+    r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
+                   progress=False if args.no_progress else None)
+    more = f" after {r['new_events']:,} new events" if args.events else ""
+    unseen = f"; {r['unseen']:,} involve nodes the run never saw (empty memory)" if r["unseen"] else ""
+    print(f"scored {r['pairs']:,} pairs{more} -> {r['out']}{unseen}")
+    return 0
+
+
 def _cmd_plan(args) -> int:
     from .partition.shards import Shards
     from .train.config import TrainConfig
@@ -392,6 +414,27 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
         pl.add_argument("--" + name.replace("_", "-"), type=int, default=d[name], help=f"default {d[name]}")
     pl.add_argument("--json", action="store_true", help="print JSON instead of the table")
     pl.set_defaults(func=_cmd_plan)
+
+    e = sub.add_parser("embed", help="node embeddings from a trained run, optionally continued on new events")
+    e.add_argument("run", help="run directory from `speed train`")
+    e.add_argument("-o", "--output", required=True, help="embeddings to write (.npy, float32, one row per node; "
+                                                         "the node ids go to OUTPUT.nodes.csv)")
+    e.add_argument("--events", default=None, metavar="FILE",
+                   help="new events to continue the memory with first (time-sorted, none older than the log)")
+    e.add_argument("--at", type=_split_time, default=None, metavar="T",
+                   help="time of the embeddings, a number or an ISO-8601 date-time (default: the latest event)")
+    e.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    e.add_argument("--no-progress", action="store_true")
+    e.set_defaults(func=_cmd_embed)
+
+    sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
+    sc.add_argument("run", help="run directory from `speed train`")
+    sc.add_argument("pairs", help="src,dst,t records (any format `speed train` reads; any order)")
+    sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score in the pairs' order")
+    sc.add_argument("--events", default=None, metavar="FILE", help="new events to continue the memory with first")
+    sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    sc.add_argument("--no-progress", action="store_true")
+    sc.set_defaults(func=_cmd_score)
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

@@ -72,7 +72,9 @@ class Events:
         Sources and destinations are disjoint node sets.
     meta : dict
         Provenance: ``source``, ``format``, ``sorted_input``, counts of self-loops and
-        duplicate events.
+        duplicate events; for unsorted input ``input_order`` (int64 (E,), the input row of
+        each sorted event); for a text file ``first_data_line`` (see
+        :func:`speed.data.readers.event_line`).
     """
 
     src: np.ndarray
@@ -185,6 +187,7 @@ class Events:
             msg = None if msg is None else msg[order]
             label = None if label is None else label[order]
             meta["sorted_input"] = False
+            meta["input_order"] = order  # sorted event k was input row order[k] (to name its line)
         if bipartite is None:
             seen_src = np.zeros(num_nodes, dtype=bool)
             seen_src[src] = True

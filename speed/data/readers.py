@@ -683,14 +683,34 @@ def read_events(
         msg = _tgl_edge_features(path, len(t)) if msg is None else msg
         split_times = _tgl_split_times(path, lay, t)
 
+    if not sort:  # refused here rather than in Events, to name the line
+        k = int(_kernels.first_unsorted(t))
+        if k >= 0:
+            info, prefix = where(k)
+            raise InputError(f"{prefix}time {t[k]} is earlier than the previous event's {t[k - 1]} (unsorted input)",
+                             **info)
     bipartite = FORMAT_SPECS[fmt].bipartite
     src, dst, node_ids = _compact(ids[0], ids[1], bipartite=bipartite)
     ev = Events.from_arrays(src, dst, t, msg=msg, label=label, node_ids=node_ids,
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
+    if lay is not None:
+        ev.meta.update(first_data_line=lay.first_data_line, gzip=gz)
     if split_times is not None:
         ev.meta["split_times"] = split_times
     return ev
+
+
+def event_line(events: Events, k: int) -> Optional[int]:
+    """The 1-based line of the text file ``events`` was read from that holds its event
+    ``k`` (a position in the sorted log), or None when it did not come from a text file.
+    For error messages about an event found after reading."""
+    meta = events.meta
+    if "first_data_line" not in meta:
+        return None
+    order = meta.get("input_order")
+    row = int(order[k]) if order is not None else int(k)
+    return _row_to_line(Path(meta["source"]), meta["gzip"], meta["first_data_line"], row)
 
 
 def _tgl_edge_features(path: Path, num_events: int) -> Optional[np.ndarray]:

@@ -16,7 +16,8 @@ import importlib
 _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "CyclingBatches": "engine",
           "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "evaluator",
           "NodeMemory": "memory", "MODELS": "config", "NodeState": "models", "TemporalGNN": "models",
-          "build_model": "models", "RecentNeighborSampler": "sampler", "Trainer": "trainer"}
+          "build_model": "models", "RecentNeighborSampler": "sampler", "Trainer": "trainer",
+          "Predictor": "predictor", "load_run": "predictor"}
 
 
 def __getattr__(name):
@@ -28,4 +29,4 @@ def __getattr__(name):
 
 
 __all__ = ["Batches", "CyclingBatches", "EarlyStopping", "Engine", "EpochLog", "Evaluator", "MODELS", "NodeMemory",
-           "NodeState", "RecentNeighborSampler", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "train"]
+           "NodeState", "Predictor", "RecentNeighborSampler", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run", "train"]

@@ -107,12 +107,23 @@ class Evaluator:
         ``events`` as tensors, when the caller already holds them.
     strategy : {"random", "historical", "inductive"}
         How the evaluation negatives are drawn (:data:`~speed.train.negatives.EVAL_STRATEGIES`).
+    keep_test_start : bool
+        Keep the model's state as the test period begins (:attr:`test_start`), for the
+        checkpoint that :func:`speed.load_run` reads.
+
+    Attributes
+    ----------
+    test_start : dict or None
+        ``{"t": time of the last event before the test period, "state": model.backup()}``,
+        from the latest test pass (with ``keep_test_start``).
     """
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, tensors: Optional[EventTensors] = None,
-                 strategy: str = "random"):
+                 strategy: str = "random", keep_test_start: bool = False):
+        self.keep_test_start = bool(keep_test_start)
+        self.test_start: Optional[dict] = None
         if strategy not in EVAL_STRATEGIES:
             raise ValueError(f"unknown evaluation negatives {strategy!r} (choose from {', '.join(EVAL_STRATEGIES)})")
         self.strategy = strategy
@@ -207,6 +218,10 @@ class Evaluator:
         result : StreamResult
         """
         cand, valid = self.ranking_candidates(period) if (period == "test" and self.mrr_negatives) else (None, None)
+        if period == "test" and self.keep_test_start:
+            first = self.split.num_train + self.split.num_val
+            t = float(self.events.t_float()[first - 1]) if first else -np.inf
+            self.test_start = {"t": t, "state": model.backup()}
         res = self.stream(model, self.period(period), self.negatives(period), mrr_candidates=cand,
                           collect_z=collect_z, desc=period)
         return self.scores(res, self.inductive(period), valid), res

@@ -46,6 +46,14 @@ class NodeMemory(nn.Module):
         self.memory = self.memory.new_zeros(self.num_nodes, self.memory_dim)
         self.last_update = self.last_update.new_zeros(self.num_nodes)
 
+    def grow(self, num_nodes: int) -> None:
+        """Append zero rows up to ``num_nodes`` (new nodes start with an empty memory)."""
+        extra = int(num_nodes) - self.num_nodes
+        if extra > 0:
+            self.memory = torch.cat([self.memory, self.memory.new_zeros(extra, self.memory_dim)])
+            self.last_update = torch.cat([self.last_update, self.last_update.new_zeros(extra)])
+            self.num_nodes = int(num_nodes)
+
     def read(self, n_id: torch.Tensor):
         """``(memory[n_id], last_update[n_id])`` as stored, on the device of ``n_id``.
 
@@ -75,6 +83,7 @@ class NodeMemory(nn.Module):
     def restore(self, state: Dict[str, torch.Tensor]) -> None:
         self.memory = state["memory"].clone().to(self.memory.device)
         self.last_update = state["last_update"].clone().to(self.last_update.device)
+        self.num_nodes = int(self.memory.shape[0])
 
     def extra_repr(self) -> str:
         return f"num_nodes={self.num_nodes}, memory_dim={self.memory_dim}"

@@ -127,6 +127,7 @@ class TemporalGNN(nn.Module):
         self._last_states = None  # (sorted ids, states, last_update) of the latest embed, detached
         self._state_device: Optional[torch.device] = None  # see keep_node_state_on
         self.edge_features: Optional[torch.Tensor] = None  # (E_total, msg_dim), looked up by eid
+        self.spec: Optional[dict] = None  # build_model's arguments, when it built this model
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
@@ -309,6 +310,19 @@ class TemporalGNN(nn.Module):
         self.store = MessageStore(self.num_nodes, dev)
         self._last_states = None
 
+    def grow(self, num_nodes: int) -> None:
+        """Make room for nodes up to ``num_nodes``, keeping every existing row: new nodes
+        start with zero memory, no pending events and no neighbours (a trained model
+        meeting nodes it never saw)."""
+        if int(num_nodes) <= self.num_nodes:
+            return
+        self._last_states = None
+        self.num_nodes = int(num_nodes)
+        for mem in self.memories().values():
+            mem.grow(self.num_nodes)
+        self.sampler.grow(self.num_nodes)
+        self.store.grow(self.num_nodes)
+
     # ---------------------------------------------------------------------- stages
     def forward(self, src: torch.Tensor, dst: torch.Tensor, neg: torch.Tensor, t: torch.Tensor):
         """Score a batch and its negatives: ``(pos_logits, neg_logits, z)``, ``z`` being the
@@ -397,5 +411,10 @@ def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 1
         else:
             extra = {}
         updater = GRUUpdater(message.out_dim, memory_dim)
-    return TemporalGNN(num_nodes, memory_dim, time_dim, msg_dim, message, LastAggregator(), updater, embedding,
-                       LinkPredictor(embedding.out_dim), neighbors=neighbors, name=name, **extra)
+    model = TemporalGNN(num_nodes, memory_dim, time_dim, msg_dim, message, LastAggregator(), updater, embedding,
+                        LinkPredictor(embedding.out_dim), neighbors=neighbors, name=name, **extra)
+    # what rebuilds this model from a checkpoint (speed.load_run)
+    model.spec = dict(name=name, num_nodes=int(num_nodes), msg_dim=int(msg_dim), memory_dim=int(memory_dim),
+                      time_dim=int(time_dim), embedding_dim=int(embedding_dim), neighbors=int(neighbors),
+                      time_scale=float(time_scale), dropout=float(dropout))
+    return model

@@ -63,6 +63,18 @@ class RecentNeighborSampler:
         self.head = np.zeros(self.num_nodes, dtype=np.int64)
         self.count = np.zeros(self.num_nodes, dtype=np.int64)
 
+    def grow(self, num_nodes: int) -> None:
+        """Append empty rings up to ``num_nodes`` nodes."""
+        extra = int(num_nodes) - self.num_nodes
+        if extra > 0:
+            k = self.k
+            self.nbr = np.concatenate([self.nbr, np.zeros((extra, k), dtype=np.int64)])
+            self.nbr_t = np.concatenate([self.nbr_t, np.zeros((extra, k), dtype=np.float64)])
+            self.nbr_e = np.concatenate([self.nbr_e, np.full((extra, k), -1, dtype=np.int64)])
+            self.head = np.concatenate([self.head, np.zeros(extra, dtype=np.int64)])
+            self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
+            self.num_nodes = int(num_nodes)
+
     def insert(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
         """Record events (in time order)."""
         _kernels.ring_insert(np.ascontiguousarray(src, dtype=np.int64), np.ascontiguousarray(dst, dtype=np.int64),
@@ -94,3 +106,4 @@ class RecentNeighborSampler:
     def load_state_dict(self, state: dict) -> None:
         for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
             setattr(self, name, state[name].copy())
+        self.num_nodes = int(self.nbr.shape[0])

@@ -38,6 +38,14 @@ class MessageStore:
             setattr(self, name, getattr(self, name).to(device))
         return self
 
+    def grow(self, num_nodes: int) -> None:
+        """Room for ``num_nodes`` nodes; the new ones have no pending events."""
+        extra = int(num_nodes) - self.num_nodes
+        if extra > 0:
+            self.start = torch.cat([self.start, self.start.new_zeros(extra)])
+            self.count = torch.cat([self.count, self.count.new_zeros(extra)])
+            self.num_nodes = int(num_nodes)
+
     def replace(self, node: torch.Tensor, other: torch.Tensor, t: torch.Tensor, eid: torch.Tensor) -> None:
         """The pending events of every node in ``node`` become exactly these (chronological)."""
         dev = self.count.device  # the store may live in host memory while the batch is on a GPU
@@ -101,3 +109,4 @@ class MessageStore:
         for k in ("other", "t", "eid", "start", "count"):
             setattr(self, k, state[k].clone().to(self.device))
         self.alive = state["alive"]
+        self.num_nodes = int(self.count.numel())

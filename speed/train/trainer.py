@@ -30,6 +30,7 @@ from .engine import Batches, EarlyStopping, Engine, EpochLog, EventTensors
 from .evaluator import Evaluator
 from .models import TemporalGNN, build_model
 from .negatives import RandomNegatives, negative_pool, train_seed
+from .predictor import predictor_payload
 from .report import write_run
 
 
@@ -215,7 +216,8 @@ class EpochLoop:
         if self.config.eval == "replay":
             model = self.eval_model()
             model.load_params(self.best_params)
-            return self.evaluator.replay(model)
+            self.best = self.evaluator.replay(model)
+            self._save_best(self.stopping.best_epoch)  # the checkpoint holds the state these results came from
         return self.best
 
     # ------------------------------------------------------------- checkpoints
@@ -235,7 +237,11 @@ class EpochLoop:
         everyone = torch.arange(model.num_nodes, device=model.memory.memory.device)
         pending = tuple(x.cpu() for x in model.node_state(everyone).pending)
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        self._checkpoint("best", epoch, state, pending).save(Path(self.out) / ckpt.BEST)
+        best = self._checkpoint("best", epoch, state, pending)
+        if model.spec is not None:  # built by build_model, so load_run can build it again
+            best.extra = {"predictor": predictor_payload(model, self.events, self.config.batch_size,
+                                                         self.evaluator.test_start)}
+        best.save(Path(self.out) / ckpt.BEST)
 
     def save_last(self, epoch: int) -> None:
         """``last.pt``: everything ``resume`` needs (every process's RNG state)."""
@@ -309,7 +315,8 @@ class Trainer(EpochLoop):
         self.stream = EventTensors(events, self.device)
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,
-                                   tensors=self.stream, strategy=config.eval_negatives)
+                                   tensors=self.stream, strategy=config.eval_negatives,
+                                   keep_test_start=self.out is not None)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self._init_loop()
 

@@ -1,0 +1,141 @@
+"""A trained run applied to files: what ``speed embed`` and ``speed score`` do.
+
+Both load the run (:func:`~speed.train.predictor.load_run`), optionally continue its memory
+with a file of new events, and write their result atomically (nothing is left behind on an
+error).  Every problem with an input file names the file and the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+
+from .._util import atomic_file
+from ..data.readers import event_line, read_events
+from ..errors import InputError
+from .predictor import load_run
+
+
+def _continued(run, events, device: str, progress: Optional[bool]):
+    """The run's predictor after the whole log, continued with the events file if given,
+    and the number of events it was continued with."""
+    pred = load_run(run, device=device)
+    if events is None:
+        return pred, 0
+    new = read_events(events, sort=False, progress=progress)
+    pred.update(new, progress=progress)
+    return pred, len(new)
+
+
+def embed_file(run, out, events=None, at: Optional[float] = None, device: str = "cpu",
+               progress: Optional[bool] = None) -> Dict:
+    """Embed every node the run knows at time ``at`` and save the matrix as ``.npy``.
+
+    Parameters
+    ----------
+    run : path-like
+        Run directory.
+    out : path-like
+        ``.npy`` file: float32, shape (nodes, embedding_dim), rows in the order of
+        ``OUT.nodes.csv`` (written beside it: the original id of each row, and its side
+        when the run numbered sources and destinations apart).
+    events : path-like, optional
+        New events (time-sorted, none older than the run's last event) to continue with.
+    at : float, optional
+        Time of the embeddings (default: the latest event in the memory).
+
+    Returns
+    -------
+    dict
+        ``nodes``, ``dim``, ``t``, ``new_events``, ``out``, ``ids`` (the ids file).
+    """
+    out = Path(out)
+    if out.suffix != ".npy":
+        raise InputError("the embeddings file must end in .npy", out)
+    pred, new = _continued(run, events, device, progress)
+    t = pred.t_last if at is None else float(at)
+    if t < pred.t_last:
+        raise InputError(f"--at {t:g} is before the memory's last update ({pred.t_last:g}); the memory already "
+                         "holds later events")
+    emb = pred.embed_all(t)
+    ids_path = out.with_suffix(".nodes.csv")
+    _write_ids(ids_path, pred)
+    with atomic_file(out) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, emb)
+    return {"nodes": int(emb.shape[0]), "dim": int(emb.shape[1]), "t": t, "out": str(out), "ids": str(ids_path),
+            "new_events": new}
+
+
+def _write_ids(path: Path, pred) -> None:
+    import pyarrow as pa
+
+    cols = {"id": pa.array(pred.node_ids)}
+    if pred.index.per_side:
+        cols["side"] = pa.array(pred.index.sides)
+    _write_csv(pa.table(cols), path)
+
+
+def _write_csv(table, path) -> None:
+    """A CSV with quotes only where a value needs them (pyarrow's "needed" quotes every string)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    with atomic_file(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write((",".join(table.column_names) + "\n").encode())  # pyarrow quotes header names
+            try:
+                pcsv.write_csv(table, f, pcsv.WriteOptions(include_header=False, quoting_style="none"))
+            except pa.ArrowInvalid:  # an id holds a separator or a quote
+                f.seek(0)
+                f.truncate()
+                f.write((",".join(table.column_names) + "\n").encode())
+                pcsv.write_csv(table, f, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
+
+
+def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Optional[bool] = None) -> Dict:
+    """Score the pairs of a file and write ``src,dst,t,score`` (a probability) per line, in
+    the file's order.
+
+    Parameters
+    ----------
+    run : path-like
+    pairs : path-like
+        ``src, dst, t`` records in any format :func:`speed.read_events` reads (any order;
+        no time before the memory's last update).
+    out : path-like
+        CSV to write.
+    events : path-like, optional
+        New events to continue the memory with first.
+
+    Returns
+    -------
+    dict
+        ``pairs``, ``unseen`` (pairs with a node the run never saw), ``new_events``, ``out``.
+    """
+    import pyarrow as pa
+
+    pred, new = _continued(run, events, device, progress)
+    ev = read_events(pairs, progress=progress)
+    old = np.flatnonzero(ev.t_float() < pred.t_last)
+    if old.size:
+        k = int(old[0])
+        raise InputError(f"time {ev.t[k]:g} is before the memory's last update ({pred.t_last:g}); the memory "
+                         "already holds later events", pairs, event_line(ev, k))
+    ids = ev.node_ids
+    src = ev.src if ids is None else ids[ev.src]
+    dst = ev.dst if ids is None else ids[ev.dst]
+    known = len(pred.node_ids)
+    score = pred.score(src, dst, ev.t_float())
+    rows_src, _ = pred.index.rows(src, "src")
+    rows_dst, _ = pred.index.rows(dst, "dst")
+    unseen = int(np.count_nonzero((rows_src >= known) | (rows_dst >= known)))
+    # back to the file's order
+    order = ev.meta.get("input_order")
+    pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")
+    table = pa.table({"src": pa.array(src[pos]), "dst": pa.array(dst[pos]), "t": pa.array(ev.t[pos]),
+                      "score": pa.array(score[pos])})
+    _write_csv(table, out)
+    return {"pairs": int(len(ev)), "unseen": unseen, "out": str(out), "new_events": new}

@@ -1,0 +1,484 @@
+"""Using a trained run: :func:`load_run` and the :class:`Predictor` it returns.
+
+A run's ``checkpoint.pt`` (:mod:`speed.train.checkpoint`) holds the best weights and the
+full-graph node state after the whole log.  For the state to be *used* -- continued on new
+events, embedded, scored -- it also carries what the model alone does not
+(:func:`predictor_payload`, written by every run, single-process or PAC):
+
+* the original node ids, so users speak in the ids of their files;
+* the neighbour rings and pending events, so graph attention and the next memory update
+  see what the evaluation saw;
+* the edge features of the events those refer to (a compact table: event ids are renumbered
+  into it), so the predictor needs nothing but the run directory;
+* the same state at the start of the test period, so the test period can be scored again
+  exactly as the run's evaluation scored it (``load_run(run, at="test")``).
+
+Causality is the same as in training: :meth:`Predictor.update` takes events in the run's
+batch size (events of one batch do not see each other) and refuses any event older than
+the memory's last update; :meth:`Predictor.embed` and :meth:`Predictor.score` refuse times
+before it, because the memory already holds later events.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..data.events import Events
+from ..errors import InputError
+from . import checkpoint as ckpt
+from .models import TemporalGNN, build_model
+
+AT = ("end", "test")
+PAYLOAD_FORMAT = 1
+_CHUNK = 4096  # nodes or pairs per forward pass when embedding and scoring (no state changes)
+
+
+# ----------------------------------------------------------------------- the payload
+def predictor_payload(model: TemporalGNN, events: Events, batch_size: int, test_start: Optional[dict]) -> Dict:
+    """What ``checkpoint.pt`` needs beyond the model's state dict to be loaded as a predictor.
+
+    Parameters
+    ----------
+    model : TemporalGNN
+        The full-graph model after the whole log (built by :func:`build_model`).
+    events : Events
+        The whole log (node ids, edge features, times).
+    batch_size : int
+        The run's batch size (updates use it).
+    test_start : dict, optional
+        ``{"t": float, "state": model.backup()}`` taken when the test period began.
+    """
+    end = {"store": model.store.state_dict(), "sampler": model.sampler.state_dict()}
+    if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
+        test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
+    snaps = [end] + ([test_start["state"]] if test_start is not None else [])
+    features = None
+    if events.msg is not None and events.msg.shape[1] > 0:
+        features = _compact_features(events.msg, snaps)
+    per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
+    return {
+        "format": PAYLOAD_FORMAT,
+        "spec": {**model.spec, "num_nodes": model.num_nodes},
+        "node_ids": events.node_ids,
+        # JODIE-style logs number users and items apart, so one id can name two nodes
+        "num_src_ids": int(events.src.max()) + 1 if per_side else None,
+        "t_end": float(events.t_float()[-1]) if len(events) else -np.inf,
+        "end": end,
+        "test_start": test_start,
+        "edge_features": features,
+        "next_eid": int(features.shape[0]) if features is not None else int(len(events)),
+        "batch_size": int(batch_size),
+    }
+
+
+def _compact_features(msg: np.ndarray, snaps) -> np.ndarray:
+    """The rows of ``msg`` that the snapshots' neighbour rings and pending events refer to.
+
+    The snapshots' event ids are renumbered into the returned table (-1 stays -1); their
+    ``sampler`` and ``store`` entries are replaced by renumbered copies, never edited.
+    """
+    used = [s["sampler"]["nbr_e"].ravel() for s in snaps] + [s["store"]["eid"].cpu().numpy() for s in snaps]
+    keep = np.unique(np.concatenate(used))
+    keep = keep[keep >= 0]
+    for s in snaps:
+        e = s["sampler"]["nbr_e"]
+        s["sampler"] = {**s["sampler"], "nbr_e": np.where(e >= 0, np.searchsorted(keep, e), -1)}
+        eid = np.searchsorted(keep, s["store"]["eid"].cpu().numpy()).astype(np.int64)
+        s["store"] = {**s["store"], "eid": torch.from_numpy(eid)}
+    return np.ascontiguousarray(msg[keep], dtype=np.float32)
+
+
+# ----------------------------------------------------------------------- node ids
+class NodeIndex:
+    """Original node ids to rows of the model's node state, growing for new ids.
+
+    Parameters
+    ----------
+    node_ids : ndarray, shape (N,), optional
+        Original id of each row (ints or strings); None: the ids are the rows.
+    num_nodes : int
+    num_src_ids : int, optional
+        Sources and destinations numbered apart (JODIE): rows ``[0, num_src_ids)`` are
+        sources, the rest destinations, and a lookup names its side.
+
+    Attributes
+    ----------
+    ids : ndarray, shape (rows,)
+        Original id of each row (int64 or str).
+    sides : str ndarray, shape (rows,)
+        ``"src"`` or ``"dst"`` per row (per-side numbering only).
+    """
+
+    def __init__(self, node_ids: Optional[np.ndarray], num_nodes: int, num_src_ids: Optional[int] = None):
+        ids = np.arange(num_nodes, dtype=np.int64) if node_ids is None else np.asarray(node_ids)
+        self.ids = ids.astype(str) if ids.dtype.kind in "OSU" else ids.astype(np.int64)
+        self.per_side = num_src_ids is not None
+        rows = np.arange(ids.size, dtype=np.int64)
+        if self.per_side:
+            self._tables = {"src": self._table(self.ids[:num_src_ids], rows[:num_src_ids]),
+                            "dst": self._table(self.ids[num_src_ids:], rows[num_src_ids:])}
+            self.sides = np.where(rows < num_src_ids, "src", "dst")
+        else:
+            both = self._table(self.ids, rows)
+            self._tables = {"src": both, "dst": both}
+
+    @staticmethod
+    def _table(ids, rows):
+        order = np.argsort(ids, kind="stable")
+        return [ids[order], rows[order]]
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    @property
+    def strings(self) -> bool:
+        return self.ids.dtype.kind == "U"
+
+    def convert(self, values, what: str = "node id") -> np.ndarray:
+        """``values`` as ids of this run's kind (ints or strings)."""
+        a = np.asarray(values)
+        if a.ndim == 0:
+            a = a.reshape(1)
+        if self.strings:
+            return a.astype(str)
+        if a.dtype.kind in "iu":
+            return a.astype(np.int64)
+        try:
+            out = a.astype(np.float64) if a.dtype.kind != "f" else a
+        except ValueError:
+            bad = next(v for v in a.ravel() if not _is_number(v))
+            raise InputError(f"{what} {bad!r} is not an integer, and this run's node ids are integers") from None
+        if not np.all(np.isfinite(out)) or np.any(out != np.round(out)):
+            bad = out[~(np.isfinite(out) & (out == np.round(out)))][0]
+            raise InputError(f"{what} {bad!r} is not an integer, and this run's node ids are integers")
+        return out.astype(np.int64)
+
+    def side(self, side: Optional[str]) -> str:
+        if side is None:
+            if self.per_side:
+                raise InputError("this run numbers sources and destinations apart (a bipartite JODIE-style log), "
+                                 "so an id may name two nodes: say side='src' or side='dst'")
+            return "src"
+        if side not in ("src", "dst"):
+            raise InputError(f"side must be 'src' or 'dst', got {side!r}")
+        return side
+
+    def rows(self, ids, side: str = "src") -> Tuple[np.ndarray, int]:
+        """Rows of ``ids`` on ``side``; ids never seen get new rows (appended).
+
+        Returns the rows (int64, shape (n,)) and the number of rows now.
+        """
+        ids = self.convert(ids)
+        keys, rows = self._tables[side]
+        pos = np.searchsorted(keys, ids).clip(max=max(keys.size - 1, 0))
+        found = (keys[pos] == ids) if keys.size else np.zeros(ids.size, dtype=bool)
+        out = np.where(found, rows[pos] if keys.size else 0, -1)
+        if not found.all():
+            new, inv = np.unique(ids[~found], return_inverse=True)
+            new_rows = np.arange(self.ids.size, self.ids.size + new.size, dtype=np.int64)
+            out[~found] = new_rows[inv]
+            self.ids = np.concatenate([self.ids, new.astype(self.ids.dtype)])
+            table = self._table(np.concatenate([keys, new]), np.concatenate([rows, new_rows]))
+            if self.per_side:
+                self._tables[side] = table
+                self.sides = np.concatenate([self.sides, np.full(new.size, side)])
+            else:
+                self._tables = {"src": table, "dst": table}
+        return out, int(self.ids.size)
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------- predictor
+class Predictor:
+    """A trained temporal GNN with its node state, ready to use.
+
+    Built by :func:`load_run`.  Node ids are the original ids of the log the run trained on
+    (ints or strings); ids the run never saw are new nodes with an empty memory.
+
+    Attributes
+    ----------
+    model : TemporalGNN
+        In eval mode; its state moves on with :meth:`update`.
+    t_last : float
+        Time of the latest event in the memory: updates, embeddings and scores must not be
+        earlier.
+    config : dict
+        The run's :class:`~speed.train.config.TrainConfig` fields.
+    """
+
+    def __init__(self, model: TemporalGNN, index: NodeIndex, t_last: float, next_eid: int, batch_size: int,
+                 config: Dict, run: Optional[Path] = None):
+        self.model = model.eval()
+        self.index = index
+        self.t_last = float(t_last)
+        self.next_eid = int(next_eid)
+        self.batch_size = int(batch_size)
+        self.config = config
+        self.run = run
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.memory.memory.device
+
+    @property
+    def node_ids(self) -> np.ndarray:
+        """Original id of every node the predictor knows, in row order (see :meth:`embed_all`)."""
+        return self.index.ids
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self.model.embedding.out_dim)
+
+    def __repr__(self) -> str:
+        return (f"Predictor({self.model.name}, {len(self.index)} nodes, t_last={self.t_last:g}"
+                + (f", run={str(self.run)!r})" if self.run is not None else ")"))
+
+    # ------------------------------------------------------------------ helpers
+    def _rows(self, ids, side: str) -> torch.Tensor:
+        rows, n = self.index.rows(ids, side)
+        self.model.grow(n)
+        return torch.from_numpy(rows).to(self.device)
+
+    def _times(self, t, n: int, what: str) -> np.ndarray:
+        t = np.asarray(t, dtype=np.float64) if not isinstance(t, np.ndarray) or t.dtype.kind != "f" \
+            else t.astype(np.float64, copy=False)
+        if t.ndim == 0:
+            t = np.full(n, float(t))
+        if t.shape != (n,):
+            raise InputError(f"{what}: t must be one time or {n} times, got shape {t.shape}")
+        if not np.all(np.isfinite(t)):
+            raise InputError(f"{what}: times must be finite")
+        if n and t.min() < self.t_last:
+            k = int(np.argmin(t))
+            raise InputError(f"{what}: time {t[k]:g} (entry {k}) is before the memory's last update "
+                             f"({self.t_last:g}); the memory already holds later events")
+        return t
+
+    # ------------------------------------------------------------------ verbs
+    @torch.no_grad()
+    def embed(self, nodes, t=None, side: Optional[str] = None) -> np.ndarray:
+        """Node embeddings ``z_i(t)``.
+
+        Parameters
+        ----------
+        nodes : array-like, shape (n,)
+            Original node ids.
+        t : float or array-like of shape (n,), optional
+            Times (default: :attr:`t_last`); not before :attr:`t_last`.
+        side : {"src", "dst"}, optional
+            Needed only when the run numbered sources and destinations apart.
+
+        Returns
+        -------
+        float32 ndarray, shape (n, embedding_dim)
+        """
+        nodes = np.asarray(nodes)
+        nodes = nodes.reshape(-1) if nodes.ndim == 0 else nodes
+        rows = self._rows(nodes, self.index.side(side))
+        t = self._times(self.t_last if t is None else t, rows.numel(), "embed")
+        return self._embed_rows(rows, t)
+
+    def embed_all(self, t=None) -> np.ndarray:
+        """Embeddings of every known node at ``t`` (default :attr:`t_last`), in the order of
+        :attr:`node_ids`: float32, shape (len(node_ids), embedding_dim)."""
+        t = self._times(self.t_last if t is None else t, 1, "embed")[0]
+        rows = torch.arange(len(self.index), device=self.device)
+        return self._embed_rows(rows, np.full(rows.numel(), t))
+
+    @torch.no_grad()
+    def _embed_rows(self, rows: torch.Tensor, t: np.ndarray) -> np.ndarray:
+        tt = torch.from_numpy(t).to(self.device)
+        out = [self.model.embed(rows[i:i + _CHUNK], tt[i:i + _CHUNK]).cpu()
+               for i in range(0, rows.numel(), _CHUNK)]
+        dim = self.embedding_dim
+        return torch.cat(out).numpy() if out else np.empty((0, dim), dtype=np.float32)
+
+    @torch.no_grad()
+    def score(self, src, dst, t=None, logits: bool = False) -> np.ndarray:
+        """Link probabilities of the pairs ``(src[i], dst[i])`` at ``t[i]``, from the current
+        memory (scoring changes no state).
+
+        Parameters
+        ----------
+        src, dst : array-like, shape (n,)
+            Original node ids.
+        t : float or array-like of shape (n,), optional
+            Default :attr:`t_last`; not before it.
+        logits : bool
+            Return the decoder's logits instead of probabilities.
+
+        Returns
+        -------
+        float32 ndarray, shape (n,)
+        """
+        src, dst = np.atleast_1d(np.asarray(src)), np.atleast_1d(np.asarray(dst))
+        if src.shape != dst.shape or src.ndim != 1:
+            raise InputError(f"score: src and dst must be two 1-D arrays of one length, got {src.shape} and "
+                             f"{dst.shape}")
+        s, d = self._rows(src, "src"), self._rows(dst, "dst")
+        t = torch.from_numpy(self._times(self.t_last if t is None else t, s.numel(), "score")).to(self.device)
+        out = []
+        for i in range(0, s.numel(), _CHUNK):
+            n = min(_CHUNK, s.numel() - i)
+            z = self.model.embed(torch.cat([s[i:i + n], d[i:i + n]]), torch.cat([t[i:i + n], t[i:i + n]]))
+            out.append(self.model.score(z[:n], z[n:]).cpu())
+        x = torch.cat(out) if out else torch.empty(0)
+        return (x if logits else torch.sigmoid(x)).numpy()
+
+    @torch.no_grad()
+    def update(self, events, progress: Optional[bool] = None) -> "Predictor":
+        """Continue the memory with new events, in the run's batch size.
+
+        Parameters
+        ----------
+        events : Events, path-like, or tuple ``(src, dst, t[, msg])``
+            Events in time order, none older than :attr:`t_last`; ids are original ids (an
+            :class:`Events` maps its compact ids through its ``node_ids``).  A path is read
+            with :func:`speed.read_events` (unsorted files are refused with their line).
+            Runs with edge features need ``msg`` (float, shape (n, msg_dim)).
+        """
+        from .._util import progress_bar
+        from ..data.readers import event_line, read_events
+
+        where = None
+        if isinstance(events, (str, Path)):
+            events = read_events(events, sort=False, progress=False)
+        if isinstance(events, Events):
+            where = events
+            ids = events.node_ids
+            src = events.src if ids is None else ids[events.src]
+            dst = events.dst if ids is None else ids[events.dst]
+            t, msg = events.t_float(), events.msg
+        else:
+            try:
+                src, dst, t, *rest = events
+            except (TypeError, ValueError):
+                raise InputError("update takes Events, a path, or a tuple (src, dst, t[, msg])") from None
+            msg = rest[0] if rest else None
+            src, dst = np.atleast_1d(np.asarray(src)), np.atleast_1d(np.asarray(dst))
+            t = np.atleast_1d(np.asarray(t, dtype=np.float64))
+        n = len(src)
+        if len(dst) != n or len(t) != n:
+            raise InputError(f"update: src, dst and t must have one length, got {len(src)}, {len(dst)}, {len(t)}")
+        self._check_update(src, dst, t, where, event_line)
+        msg = self._check_msg(msg, n, where)
+        s, d = self._rows(src, "src"), self._rows(dst, "dst")
+        eid = torch.arange(self.next_eid, self.next_eid + n, dtype=torch.long)
+        if msg is not None:
+            feats = self.model.edge_features
+            self.model.edge_features = torch.cat([feats, torch.from_numpy(msg).to(feats.device)]) \
+                if feats is not None else torch.from_numpy(msg).to(self.device)
+        dev = self.device
+        tt, eid = torch.from_numpy(np.ascontiguousarray(t)).to(dev), eid.to(dev)
+        model = self.model
+        with progress_bar(n, "update", progress=progress) as bar:
+            for i in range(0, n, self.batch_size):
+                j = min(n, i + self.batch_size)
+                bs, bd, bt = s[i:j], d[i:j], tt[i:j]
+                z = model.embed(torch.cat([bs, bd]), torch.cat([bt, bt]))
+                model.observe(bs, bd, bt, eid[i:j], z)
+                bar.update(j - i)
+        self.next_eid += n
+        if n:
+            self.t_last = float(t[-1])
+        return self
+
+    def _check_update(self, src, dst, t, where: Optional[Events], event_line) -> None:
+        def fail(k: int, problem: str):
+            if where is not None and where.meta.get("source"):
+                raise InputError(problem, where.meta["source"], event_line(where, k))
+            raise InputError(f"update: event {k}: {problem}")
+
+        bad = np.flatnonzero(~np.isfinite(t))
+        if bad.size:
+            fail(int(bad[0]), f"time {t[bad[0]]} is not finite")
+        back = np.flatnonzero(np.diff(t) < 0)
+        if back.size:
+            fail(int(back[0]) + 1, f"time {t[back[0] + 1]:g} is earlier than the previous event's {t[back[0]]:g}")
+        old = np.flatnonzero(t < self.t_last)
+        if old.size:
+            fail(int(old[0]), f"event at time {t[old[0]]:g} is older than the memory's last update "
+                              f"({self.t_last:g})")
+
+    def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
+        d = self.model.msg_dim
+        src = where.meta.get("source") if where is not None else None
+        if d == 0:
+            return None  # a model without edge features ignores any given
+        if msg is None:
+            raise InputError(f"the model uses {d} edge features per event; these events have none", src)
+        msg = np.asarray(msg, dtype=np.float32)
+        msg = msg[:, None] if msg.ndim == 1 else msg
+        if msg.shape != (n, d):
+            raise InputError(f"the model uses {d} edge features per event; got shape {msg.shape}", src)
+        return msg
+
+
+# ----------------------------------------------------------------------- loading
+def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
+    """Load a run directory from ``speed train`` (single-process or PAC) as a :class:`Predictor`.
+
+    Parameters
+    ----------
+    run : path-like
+        The run directory (with ``checkpoint.pt``).
+    at : {"end", "test"}
+        The node state after the whole log (to go on from), or at the start of the test
+        period (to score it again as the run's evaluation did).
+    device : str
+        Where the model computes (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+
+    Returns
+    -------
+    Predictor
+    """
+    run = Path(run)
+    if at not in AT:
+        raise InputError(f"at must be one of {', '.join(AT)}, got {at!r}")
+    if not run.is_dir():
+        raise InputError("not a run directory" if run.exists() else "no such run directory", run)
+    path = run / ckpt.BEST
+    if not path.exists():
+        model = _run_model(run)
+        if model is not None and model.startswith("edgebank"):
+            raise InputError(f"{model} is a baseline with no trained model to load", run)
+        raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
+    state = ckpt.load_checkpoint(path)
+    payload = state.extra.get("predictor") if isinstance(state.extra, dict) else None
+    if not payload or payload.get("format") != PAYLOAD_FORMAT:
+        raise InputError("this checkpoint has no predictor state (written by an older version of speed); "
+                         "train the run again to use it", path)
+    model = build_model(**payload["spec"])
+    model.load_state_dict(state.model)
+    model.set_edge_features(payload["edge_features"])
+    if at == "end":
+        model.store.load_state_dict(payload["end"]["store"])
+        model.sampler.load_state_dict(payload["end"]["sampler"])
+        t_last = payload["t_end"]
+    else:
+        if payload["test_start"] is None:
+            raise InputError("this run kept no state at the start of its test period", path)
+        model.restore(payload["test_start"]["state"])
+        t_last = payload["test_start"]["t"]
+    model = model.to(torch.device(device))
+    index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"])
+    return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], state.config, run)
+
+
+def _run_model(run: Path) -> Optional[str]:
+    try:
+        return json.loads((run / "metrics.json").read_text()).get("model")
+    except (OSError, ValueError):
+        return None

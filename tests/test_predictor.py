@@ -1,0 +1,217 @@
+"""Using a trained run: speed.load_run, the Predictor's verbs, `speed embed` and `speed score`."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.cli import main
+from speed.train.evaluate import link_metrics
+from speed.train.predictor import NodeIndex
+
+TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
+            num_threads=1, epochs=1, seed=0)
+
+
+def _log(rng, n=2000, msg_dim=0, string_ids=False):
+    src = rng.integers(0, 60, n) * 7 + 1000
+    dst = rng.integers(0, 80, n) * 3 + 5
+    t = np.sort(rng.uniform(0, 1e5, n)).round(1)
+    msg = rng.normal(size=(n, msg_dim)).astype(np.float32) if msg_dim else None
+    if string_ids:
+        src, dst = np.char.add("u", src.astype(str)), np.char.add("v", dst.astype(str))
+    return speed.Events.from_arrays(src, dst, t, msg=msg, remap=True)
+
+
+def _rescore_test(pred, events, run, batch_size=100):
+    """Score the test period with the predictor as the evaluator did (the run's negatives),
+    continuing the memory batch by batch; returns link_metrics."""
+    neg = np.load(run / "negatives.npz")
+    idx = np.searchsorted(events.eid, neg["test_eid"])
+    ids = events.node_ids
+    pos, negs = [], []
+    for i in range(0, idx.size, batch_size):
+        b = idx[i:i + batch_size]
+        s, d, t = ids[events.src[b]], ids[events.dst[b]], events.t_float()[b]
+        ns = neg["test_src"][i:i + batch_size]
+        ns = np.where(ns < 0, events.src[b], ns)
+        pos.append(pred.score(s, d, t, logits=True))
+        negs.append(pred.score(ids[ns], ids[neg["test_dst"][i:i + batch_size]], t, logits=True))
+        pred.update((s, d, t) if events.msg is None else (s, d, t, events.msg[b]))
+    return link_metrics(np.concatenate(pos), np.concatenate(negs))
+
+
+@pytest.mark.parametrize("model,extra", [("tgn", dict(msg_dim=3)), ("tige", {}), ("jodie", dict(string_ids=True)),
+                                         ("dyrep", {})])
+def test_scores_on_the_test_period_equal_the_runs_own_evaluation(tmp_path, model, extra):
+    events = _log(np.random.default_rng(1), **extra)
+    m = speed.train(events, model=model, out=tmp_path, **TINY)
+    pred = speed.load_run(tmp_path, at="test")
+    got = _rescore_test(pred, events, tmp_path)
+    assert got["ap"] == pytest.approx(m["test"]["transductive"]["ap"], abs=1e-9)
+    assert got["auc"] == pytest.approx(m["test"]["transductive"]["auc"], abs=1e-9)
+    # continuing through the test period reaches the state saved after the whole log
+    end = speed.load_run(tmp_path)
+    assert pred.t_last == end.t_last == float(events.t[-1])
+    for name, mem in end.model.memories().items():
+        other = pred.model.memories()[name]
+        torch.testing.assert_close(other.memory, mem.memory, atol=1e-6, rtol=0)
+        torch.testing.assert_close(other.last_update, mem.last_update)
+    nodes = end.node_ids[:50]
+    np.testing.assert_allclose(pred.embed(nodes, end.t_last + 10), end.embed(nodes, end.t_last + 10), atol=1e-5)
+
+
+def test_replay_evaluation_checkpoint_matches_its_metrics(tmp_path):
+    events = _log(np.random.default_rng(2))
+    m = speed.train(events, model="tgn", out=tmp_path, eval="replay", **{**TINY, "epochs": 2})
+    got = _rescore_test(speed.load_run(tmp_path, at="test"), events, tmp_path)
+    assert got["ap"] == pytest.approx(m["test"]["transductive"]["ap"], abs=1e-9)
+
+
+def test_parallel_run_checkpoint_matches_its_metrics(tmp_path):
+    log = speed.write_generated(tmp_path / "log.csv", 300, 3000, seed=1)
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "4", "--no-progress"]) == 0
+    m = speed.train(tmp_path / "s", model="tgn", nproc=2, out=tmp_path / "run", **TINY)
+    events = speed.load_shards(tmp_path / "s").events()
+    got = _rescore_test(speed.load_run(tmp_path / "run", at="test"), events, tmp_path / "run")
+    assert got["ap"] == pytest.approx(m["test"]["transductive"]["ap"], abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    events = _log(np.random.default_rng(3))
+    speed.train(events, model="tgn", out=tmp / "run", **TINY)
+    return tmp / "run", events
+
+
+def test_update_embed_score_and_their_refusals(run):
+    path, events = run
+    pred = speed.load_run(path)
+    t0 = pred.t_last
+    assert len(pred.node_ids) == events.num_nodes
+    with pytest.raises(speed.InputError, match="older than the memory's last update"):
+        pred.update(([1000], [5], [t0 - 1]))
+    with pytest.raises(speed.InputError, match="earlier than the previous event"):
+        pred.update(([1000, 1007], [5, 8], [t0 + 2, t0 + 1]))
+    with pytest.raises(speed.InputError, match="before the memory's last update"):
+        pred.embed([1000], t0 - 1)
+    with pytest.raises(speed.InputError, match="before the memory's last update"):
+        pred.score([1000], [5], t0 - 1)
+    with pytest.raises(speed.InputError, match="not an integer"):
+        pred.embed(["abc"])
+    before = pred.embed([1000, 5], t0 + 1)
+    pred.update(([1000, 424242], [5, 5], [t0 + 1, t0 + 2]))  # one node the run never saw
+    assert pred.t_last == t0 + 2 and len(pred.node_ids) == events.num_nodes + 1
+    after = pred.embed([1000, 5], t0 + 3)
+    assert not np.allclose(before, after)  # the memory moved on
+    p = pred.score([1000, 424242, 999999], [5, 5, 5], t0 + 3)
+    assert p.shape == (3,) and np.all((p > 0) & (p < 1))
+    assert pred.embed_all().shape == (events.num_nodes + 2, pred.embedding_dim)
+
+
+def test_edge_features_are_required_when_the_model_uses_them(tmp_path):
+    events = _log(np.random.default_rng(4), n=800, msg_dim=3)
+    speed.train(events, model="tgn", out=tmp_path, **TINY)
+    pred = speed.load_run(tmp_path)
+    t = pred.t_last + 1
+    with pytest.raises(speed.InputError, match="uses 3 edge features"):
+        pred.update(([1000], [5], [t]))
+    with pytest.raises(speed.InputError, match="uses 3 edge features"):
+        pred.update(([1000], [5], [t], np.zeros((1, 2))))
+    pred.update(([1000], [5], [t], np.ones((1, 3))))
+    assert pred.model.edge_features.shape[1] == 3
+
+
+def test_per_side_ids_of_a_bipartite_log():
+    # users 1, 2 and items 1, 3: id 1 names two nodes
+    idx = NodeIndex(np.array([1, 2, 1, 3]), 4, num_src_ids=2)
+    assert idx.rows([1, 2], "src")[0].tolist() == [0, 1]
+    assert idx.rows([1, 3], "dst")[0].tolist() == [2, 3]
+    with pytest.raises(speed.InputError, match="side='src' or side='dst'"):
+        idx.side(None)
+    rows, n = idx.rows([7, 1], "dst")
+    assert rows.tolist() == [4, 2] and n == 5 and idx.sides.tolist() == ["src", "src", "dst", "dst", "dst"]
+    assert idx.rows([7], "src")[0].tolist() == [5]  # a new user 7 is not the new item 7
+
+
+def test_jodie_format_run_keeps_users_and_items_apart(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 1500
+    lines = ["user_id,item_id,timestamp,state_label,f1"]
+    t = np.sort(rng.uniform(0, 1e4, n))
+    for u, i, tt in zip(rng.integers(0, 40, n), rng.integers(0, 40, n), t):
+        lines.append(f"{u},{i},{tt:.3f},0,0.5")
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    events = speed.read_events(tmp_path / "log.csv")
+    assert events.meta["format"] == "jodie"
+    speed.train(events, model="jodie", out=tmp_path / "run", **TINY)
+    pred = speed.load_run(tmp_path / "run")
+    assert pred.index.per_side
+    with pytest.raises(speed.InputError, match="side="):
+        pred.embed([3])
+    z_user, z_item = pred.embed([3], side="src"), pred.embed([3], side="dst")
+    assert not np.allclose(z_user, z_item)
+
+
+def test_load_run_errors(tmp_path, run):
+    with pytest.raises(speed.InputError, match="no such run directory"):
+        speed.load_run(tmp_path / "nothing")
+    with pytest.raises(speed.InputError, match="no checkpoint.pt here"):
+        speed.load_run(tmp_path)
+    with pytest.raises(speed.InputError, match="at must be one of"):
+        speed.load_run(run[0], at="middle")
+    speed.train(run[1], model="edgebank", out=tmp_path / "eb", progress=False)
+    with pytest.raises(speed.InputError, match="baseline with no trained model"):
+        speed.load_run(tmp_path / "eb")
+
+
+def test_cli_embed_and_score(run, tmp_path, capsys):
+    path, events = run
+    t0 = float(events.t[-1])
+    (tmp_path / "new.csv").write_text(f"src,dst,t\n1000,5,{t0 + 1}\n77777,8,{t0 + 2}\n")
+    (tmp_path / "pairs.csv").write_text(f"src,dst,t\n1007,8,{t0 + 9}\n1000,5,{t0 + 5}\n55,5,{t0 + 5}\n")
+    assert main(["embed", str(path), "-o", str(tmp_path / "emb.npy"), "--events", str(tmp_path / "new.csv"),
+                 "--at", str(t0 + 3), "--no-progress"]) == 0
+    emb = np.load(tmp_path / "emb.npy")
+    ids = (tmp_path / "emb.nodes.csv").read_text().split()
+    assert ids[0] == "id" and len(ids) - 1 == emb.shape[0] == events.num_nodes + 1 and ids[-1] == "77777"
+    pred = speed.load_run(path).update(([1000, 77777], [5, 8], [t0 + 1, t0 + 2]))
+    np.testing.assert_allclose(emb, pred.embed_all(t0 + 3), atol=1e-6)
+
+    assert main(["score", str(path), str(tmp_path / "pairs.csv"), "-o", str(tmp_path / "s.csv"), "--no-progress"]) == 0
+    assert "1 involve nodes the run never saw" in capsys.readouterr().out
+    rows = [r.split(",") for r in (tmp_path / "s.csv").read_text().split()]
+    assert rows[0] == ["src", "dst", "t", "score"]
+    assert [r[:2] for r in rows[1:]] == [["1007", "8"], ["1000", "5"], ["55", "5"]]  # the file's order
+    want = speed.load_run(path).score([1007, 1000, 55], [8, 5, 5], [t0 + 9, t0 + 5, t0 + 5])
+    np.testing.assert_allclose([float(r[3]) for r in rows[1:]], want, rtol=1e-6)
+
+
+def test_cli_refusals_name_the_line_and_write_nothing(run, tmp_path, capsys):
+    path, events = run
+    t0 = float(events.t[-1])
+    (tmp_path / "old.csv").write_text(f"src,dst,t\n1000,5,{t0 + 1}\n1000,5,{t0 + 2}\n1007,5,{t0 - 50}\n")
+    (tmp_path / "oldsorted.csv").write_text(f"src,dst,t\n1000,5,{t0 - 50}\n")
+    (tmp_path / "pairs.csv").write_text(f"src,dst,t\n1007,8,{t0 + 9}\n\n1000,5,{t0 - 5}\n")
+    out = tmp_path / "emb.npy"
+    assert main(["embed", str(path), "-o", str(out), "--events", str(tmp_path / "old.csv")]) == 2
+    assert "old.csv:4: time" in capsys.readouterr().err
+    assert main(["embed", str(path), "-o", str(out), "--events", str(tmp_path / "oldsorted.csv")]) == 2
+    assert "oldsorted.csv:2: event at time" in capsys.readouterr().err
+    assert main(["score", str(path), str(tmp_path / "pairs.csv"), "-o", str(tmp_path / "s.csv")]) == 2
+    assert "pairs.csv:4: time" in capsys.readouterr().err
+    assert main(["embed", str(path), "-o", str(out), "--at", str(t0 - 1)]) == 2
+    assert "--at" in capsys.readouterr().err
+    assert main(["embed", str(tmp_path), "-o", str(out)]) == 2
+    assert "no checkpoint.pt here" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.csv", "oldsorted.csv", "pairs.csv"]
+
+
+def test_checkpoint_stays_loadable_as_json_metrics_say(run):
+    path, _ = run
+    metrics = json.loads((path / "metrics.json").read_text())
+    pred = speed.load_run(path)
+    assert pred.config["model"] == metrics["model"] == pred.model.name
