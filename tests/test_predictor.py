@@ -25,22 +25,16 @@ def _log(rng, n=2000, msg_dim=0, string_ids=False):
     return speed.Events.from_arrays(src, dst, t, msg=msg, remap=True)
 
 
-def _rescore_test(pred, events, run, batch_size=100):
-    """Score the test period with the predictor as the evaluator did (the run's negatives),
-    continuing the memory batch by batch; returns link_metrics."""
+def _rescore_test(pred, events, run):
+    """Score the test period with the predictor against the run's saved negatives,
+    continuing the memory batch by batch (Predictor.score_stream); returns link_metrics."""
     neg = np.load(run / "negatives.npz")
     idx = np.searchsorted(events.eid, neg["test_eid"])
     ids = events.node_ids
-    pos, negs = [], []
-    for i in range(0, idx.size, batch_size):
-        b = idx[i:i + batch_size]
-        s, d, t = ids[events.src[b]], ids[events.dst[b]], events.t_float()[b]
-        ns = neg["test_src"][i:i + batch_size]
-        ns = np.where(ns < 0, events.src[b], ns)
-        pos.append(pred.score(s, d, t, logits=True))
-        negs.append(pred.score(ids[ns], ids[neg["test_dst"][i:i + batch_size]], t, logits=True))
-        pred.update((s, d, t) if events.msg is None else (s, d, t, events.msg[b]))
-    return link_metrics(np.concatenate(pos), np.concatenate(negs))
+    ns = np.where(neg["test_src"] < 0, events.src[idx], neg["test_src"])
+    pos, negs = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[ns],
+                                  ids[neg["test_dst"]], None if events.msg is None else events.msg[idx])
+    return link_metrics(pos, negs)
 
 
 @pytest.mark.parametrize("model,extra", [("tgn", dict(msg_dim=3)), ("tige", {}), ("jodie", dict(string_ids=True)),

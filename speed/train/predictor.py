@@ -337,6 +337,39 @@ class Predictor:
         x = torch.cat(out) if out else torch.empty(0)
         return (x if logits else torch.sigmoid(x)).numpy()
 
+    def score_stream(self, src, dst, t, neg_src, neg_dst, msg=None, progress: Optional[bool] = None):
+        """Score events as the evaluation does, then take them into the memory: each batch
+        (the run's batch size) is scored against its negatives from the current memory,
+        then :meth:`update` continues with it.
+
+        Parameters
+        ----------
+        src, dst, t : array-like, shape (n,)
+            The events, in time order (original ids).
+        neg_src, neg_dst : array-like, shape (n,)
+            One negative edge per event (e.g. the event's own source and a negative
+            destination).
+        msg : array-like, shape (n, msg_dim), optional
+
+        Returns
+        -------
+        pos, neg : float32 ndarray, shape (n,)
+            Logits of the events and of their negatives.
+        """
+        from .._util import progress_bar
+
+        n, b = len(src), self.batch_size
+        pos, neg = [], []
+        with progress_bar(n, "score", progress=progress) as bar:
+            for i in range(0, n, b):
+                j = min(n, i + b)
+                pos.append(self.score(src[i:j], dst[i:j], t[i:j], logits=True))
+                neg.append(self.score(neg_src[i:j], neg_dst[i:j], t[i:j], logits=True))
+                self.update((src[i:j], dst[i:j], t[i:j]) + (() if msg is None else (msg[i:j],)))
+                bar.update(j - i)
+        cat = (lambda xs: np.concatenate(xs) if xs else np.empty(0, dtype=np.float32))
+        return cat(pos), cat(neg)
+
     @torch.no_grad()
     def update(self, events, progress: Optional[bool] = None) -> "Predictor":
         """Continue the memory with new events, in the run's batch size.
