@@ -64,6 +64,9 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-format", default=None, metavar="FMT",
                    help="strptime format of the time column, e.g. '%%d/%%m/%%Y %%H:%%M' (default: numbers, or "
                         "ISO-8601 date-times detected)")
+    g.add_argument("--split-col", type=_column, default=None, metavar="C",
+                   help="column giving each event's period: train/val/test or 0/1/2 (periods must follow each "
+                        "other in time; used as the split instead of --val/--test)")
     g.add_argument("--no-sort", action="store_true", help="refuse unsorted input instead of sorting it")
 
 
@@ -104,7 +107,7 @@ def _cmd_partition(args) -> int:
 def _reader_kwargs(args) -> dict:
     sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
     return dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
-                label_col=args.label_col, sep=sep, time_format=args.time_format)
+                label_col=args.label_col, sep=sep, time_format=args.time_format, split_col=args.split_col)
 
 
 def _partition_out_of_core(args, out: Path, progress) -> None:
@@ -124,7 +127,8 @@ def _partition_in_memory(args, out: Path, progress) -> None:
     events = _read(args)
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    times = args.split_times if args.split_times is not None else events.meta.get("split_times")  # TGL ext_roll
+    # TGL's ext_roll or a --split-col
+    times = args.split_times if args.split_times is not None else events.meta.get("split_times")
     split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,

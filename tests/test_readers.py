@@ -236,3 +236,41 @@ def test_tgl_ext_roll_is_the_split_and_edge_features_load(tmp_path):
     (tmp_path / "edges.csv").write_text(",src,dst,time\n0,1,2,3\n1,2,3,4\n")
     with pytest.raises(speed.InputError, match="edge_features.pt.*2 rows"):
         speed.read_events(tmp_path / "edges.csv", progress=False)
+
+
+def test_split_column_is_the_split(tmp_path):
+    import json
+
+    from speed.cli import main
+
+    rng = np.random.default_rng(1)
+    t = np.arange(300) * 10
+    period = np.repeat(["train", "val", "test"], [180, 50, 70])  # not the 70/15/15 quantiles
+    rows = "".join(f"{u},{i},{x},{p},0.5\n" for u, i, x, p in zip(rng.integers(0, 30, 300), rng.integers(0, 30, 300),
+                                                                t, period))
+    log = write(tmp_path, "log.csv", "user_id,item_id,timestamp,period,f1\n" + rows)  # JODIE-style, one feature
+    ev = speed.read_events(log, split_col="period", progress=False)
+    assert ev.meta["split_times"] == (1790.0, 2290.0) and ev.msg.shape == (300, 1)  # the column is no feature
+    assert speed.read_events(log, split_col=3, progress=False).meta["split_times"] == (1790.0, 2290.0)
+    out = tmp_path / "shards"
+    assert main(["partition", str(log), "-o", str(out), "--split-col", "period", "--no-progress"]) == 0
+    sp = json.loads((out / "manifest.json").read_text())["split"]
+    assert (sp["num_train_events"], sp["num_val_events"], sp["num_test_events"]) == (180, 50, 70)
+    m = speed.train(ev, model="jodie", epochs=1, memory_dim=4, time_dim=4, embedding_dim=4, progress=False)
+    assert (m["data"]["num_val_events"], m["data"]["num_test_events"]) == (50, 70)
+    # numbers 0/1/2, and refusals that name the line
+    nums = "".join(f"1,2,{x},{k}\n" for x, k in zip(t, np.repeat([0, 1, 2], [180, 50, 70])))
+    assert speed.read_events(write(tmp_path, "n.csv", "src,dst,t,roll\n" + nums),
+                             split_col="roll").meta["split_times"] == (1790.0, 2290.0)
+    bad = nums.replace("1,2,100,0\n", "1,2,100,tain\n")
+    with pytest.raises(speed.InputError, match=r"b\.csv:12: split column: 'tain'"):
+        speed.read_events(write(tmp_path, "b.csv", "src,dst,t,roll\n" + bad), split_col="roll")
+    late = nums.replace("1,2,2000,1\n", "1,2,2000,0\n")  # a train event after val began
+    with pytest.raises(speed.InputError, match=r"o\.csv:202: split column: this train event"):
+        speed.read_events(write(tmp_path, "o.csv", "src,dst,t,roll\n" + late), split_col="roll")
+    with pytest.raises(speed.InputError, match="no test events"):
+        speed.read_events(write(tmp_path, "e.csv", "src,dst,t,roll\n" + nums.replace(",2\n", ",1\n")),
+                          split_col="roll")
+    assert main(["partition", str(log), "-o", str(tmp_path / "x"), "--split-col", "period", "--max-memory", "1G",
+                 "--no-progress"]) == 2
+    assert not (tmp_path / "x").exists()

@@ -591,6 +591,7 @@ def read_events(
     progress: Optional[bool] = None,
     block_size: int = 1 << 24,
     time_format: Optional[str] = None,
+    split_col: Column = None,
 ) -> Events:
     """Read a timestamped event log into :class:`~speed.Events`.
 
@@ -623,6 +624,11 @@ def read_events(
         Progress bar on stderr; default on when stderr is a terminal.
     block_size : int
         Bytes per block of the streaming reader.
+    split_col : int or str, optional
+        A column that assigns each event to ``train``, ``val`` or ``test`` (or 0, 1, 2, as
+        TGL's ``ext_roll``).  The periods must follow each other in time; they become the
+        split times in ``meta["split_times"]``, which ``speed partition`` and ``speed
+        train`` use as the chronological split.
 
     Returns
     -------
@@ -655,6 +661,11 @@ def read_events(
             raise InputError("no events in the file", path)
     else:
         gz, lay, cols, msg_cols, text_time = _text_source(path, fmt, cols_in, sep, header, time_format)
+        if split_col is not None:  # in a JODIE-style log the split column is no feature, nor the default label
+            k = _resolve(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)
+            msg_cols = [c for c in msg_cols if c != k]
+            if cols.get("label") == k and label_col is None:
+                cols["label"] = None
         fmt = lay.fmt
         fast = _read_fast(path, gz, lay, cols, msg_cols, text_time, progress)
         if fast is None:
@@ -682,6 +693,8 @@ def read_events(
     if fmt == "tgl":
         msg = _tgl_edge_features(path, len(t)) if msg is None else msg
         split_times = _tgl_split_times(path, lay, t)
+    if split_col is not None:
+        split_times = _split_column_times(path, gz, lay, split_col, t, cols)
 
     if not sort:  # refused here rather than in Events, to name the line
         k = int(_kernels.first_unsorted(t))
@@ -749,6 +762,61 @@ def _tgl_split_times(path: Path, lay: _Layout, t: np.ndarray) -> Optional[tuple]
         raise InputError("ext_roll's periods overlap in time, so they cannot be a chronological split "
                          "(drop the column to split by fractions)", path)
     return float(periods[0].max()), float(periods[1].max())
+
+
+_PERIOD_NAMES = {"0": 0, "train": 0, "1": 1, "val": 1, "valid": 1, "validation": 1, "2": 2, "test": 2}
+
+
+def _split_column_times(path: Path, gz: bool, lay: Optional[_Layout], split_col: Column, t: np.ndarray,
+                        cols: dict) -> tuple:
+    """A user's split column (train/val/test or 0/1/2 per event, in file order) as split
+    times ``(last train time, last val time)``; periods must follow each other in time."""
+    if lay is None:  # parquet
+        import pyarrow.parquet as pq
+
+        names = pq.ParquetFile(str(path)).schema_arrow.names
+        k = _resolve(split_col, names, len(names), "split", path, 1)
+        column = pq.read_table(str(path), columns=[names[k]]).column(0)
+        line_of = (lambda row: None)
+    else:
+        k = _resolve(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)
+        names = [f"c{i}" for i in range(lay.ncols)]
+        with _damaged_gzip(path, gz):
+            raw = pa.OSFile(str(path), "rb")
+            stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
+            # comments, blank lines and runs of spaces go as the event reader skips them
+            stream = pa.PythonFile(_CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " "), mode="r")
+            try:
+                column = pacsv.read_csv(
+                    stream, read_options=pacsv.ReadOptions(column_names=names),
+                    parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
+                    convert_options=pacsv.ConvertOptions(include_columns=[names[k]],
+                                                         column_types={names[k]: pa.string()})).column(0)
+            finally:
+                raw.close()
+        line_of = (lambda row: _row_to_line(path, gz, lay.first_data_line, row))
+    if k in [v for v in cols.values() if v is not None]:
+        raise InputError(f"the split column ({split_col}) is also an event column", path)
+    values = np.char.lower(np.char.strip(column.to_numpy(zero_copy_only=False).astype(str)))
+    known = np.isin(values, list(_PERIOD_NAMES))
+    if not known.all() or values.size != t.size:
+        row = int(np.flatnonzero(~known)[0]) if not known.all() else min(values.size, t.size)
+        bad = values[row] if row < values.size else ""
+        raise InputError(f"split column: {bad!r} is not train, val or test (nor 0, 1, 2)", path, line_of(row))
+    period = np.select([np.isin(values, [n for n, v in _PERIOD_NAMES.items() if v == p]) for p in (0, 1, 2)],
+                       [0, 1, 2])
+    for p, name in enumerate(("train", "val", "test")):
+        if not np.any(period == p):
+            raise InputError(f"split column: no {name} events", path)
+    tf = t.astype(np.float64)
+    ends = [tf[period == p].max() for p in range(3)]
+    starts = [tf[period == p].min() for p in range(3)]
+    for p, (a, b) in enumerate((("train", "val"), ("val", "test"))):
+        if not ends[p] < starts[p + 1]:
+            later = np.flatnonzero((period == p) & (tf >= starts[p + 1]))[0]
+            raise InputError(f"split column: this {a} event is not earlier than every {b} event "
+                             f"(the periods must follow each other in time)", path, line_of(int(later)))
+    return float(ends[0]), float(ends[1])
 
 
 def dyglib_feature_file(path: Path) -> Path:

@@ -259,7 +259,11 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
         raise InputError(f"max_memory (out-of-core) partitions with method 'sep' only, got '{method}'")
     check_fractions(val, test, new_node_fraction)
     timer = StageTimer()
-    source = BlockStream(path, **(reader or {}))
+    reader = dict(reader or {})
+    if reader.pop("split_col", None) is not None and split_times is None:
+        raise InputError("a split column is read in memory only: give the split times (--split-times) "
+                         "or partition without max_memory", path)
+    source = BlockStream(path, **reader)
     if source.fmt == "tgl":  # TGL's companions are read by the in-memory reader only
         if (source.path.parent / "edge_features.pt").exists():
             raise InputError("edge_features.pt is read in memory only: partition without max_memory", path)
