@@ -157,6 +157,8 @@ def test_load_run_errors(tmp_path, run):
         speed.load_run(tmp_path)
     with pytest.raises(speed.InputError, match="at must be one of"):
         speed.load_run(run[0], at="middle")
+    with pytest.raises(speed.InputError, match="device must be"):
+        speed.load_run(run[0], device="tpu")
     speed.train(run[1], model="edgebank", out=tmp_path / "eb", progress=False)
     with pytest.raises(speed.InputError, match="baseline with no trained model"):
         speed.load_run(tmp_path / "eb")

@@ -480,6 +480,10 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
     run = Path(run)
     if at not in AT:
         raise InputError(f"at must be one of {', '.join(AT)}, got {at!r}")
+    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
+        raise InputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} requested but CUDA is not available")
     if not run.is_dir():
         raise InputError("not a run directory" if run.exists() else "no such run directory", run)
     path = run / ckpt.BEST
