@@ -20,6 +20,7 @@ from .data import (
     chronological_split,
     generate_events,
     read_events,
+    read_tgb,
     write_generated,
 )
 from .errors import InputError, MissingDependencyError
@@ -64,6 +65,7 @@ __all__ = [
     "part_graph",
     "partition_metrics",
     "read_events",
+    "read_tgb",
     "save_dgl_parts",
     "to_dgl",
     "train",

@@ -72,6 +72,10 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
 
 def _read(args):
     from .data.readers import read_events
+    from .data.tgb import read_tgb, tgb_name
+
+    if Path(args.input).is_dir() and tgb_name(args.input) is not None:  # a TGB dataset folder
+        return read_tgb(args.input)
 
     return read_events(args.input, sort=not args.no_sort, progress=None if not args.no_progress else False,
                        **_reader_kwargs(args))
@@ -332,11 +336,13 @@ def format_train_summary(m: dict, out: Path) -> str:
         head = f"best epoch {m['best_epoch']} ({m['model']})"
         files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
     tt, ti = m["test"]["transductive"], m["test"]["inductive"]
-    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} (transductive); AP {ti['ap']:.4f}, "
-                 f"AUC {ti['auc']:.4f} (inductive); {m['config']['eval_negatives']} negatives")
+    inductive = f"AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} (inductive)" if ti.get("count") else "no inductive events"
+    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} (transductive); {inductive}; "
+                 f"{m['config']['eval_negatives']} negatives")
     if "mrr" in tt:
-        lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({m['config']['mrr_negatives']} "
-                     f"negatives per event, filtered)")
+        against = "the log's stored negatives (TGB)" if m["data"].get("ranking_candidates") == "stored" else \
+            f"{m['config']['mrr_negatives']} negatives per event, filtered"
+        lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({against})")
     if "node_classification" in m:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
     lines.append(f"wrote {out}/{files}")

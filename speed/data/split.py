@@ -203,7 +203,8 @@ def chronological_split(
         so train is the first 70%).
     new_node_fraction : float
         Fraction of the nodes seen in val/test that are masked out of training (TGN's
-        protocol; default 0.1).
+        protocol; default 0.1).  A log whose benchmark is transductive
+        (``events.meta["transductive"]``, e.g. TGB's) holds none out.
     seed : int
         Seeds the choice of held-out nodes.
     times : (float, float), optional
@@ -215,6 +216,8 @@ def chronological_split(
     Split
     """
     check_fractions(val, test, new_node_fraction)
+    if events.meta.get("transductive"):  # the benchmark's own protocol decides
+        new_node_fraction = 0.0
     val_time, test_time, num_train, num_val, num_test = split_points(events.t_float(), val, test, times)
     later = slice(num_train, len(events))
     in_later = np.zeros(events.num_nodes, dtype=bool)

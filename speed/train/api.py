@@ -76,7 +76,12 @@ def _load(data, split: Optional[Split], config: TrainConfig):
         p = Path(data)
         if not p.exists():
             raise InputError("file not found", p)
-        data = Shards(p) if p.is_dir() else read_events(p, progress=config.progress)
+        if p.is_dir():
+            from ..data.tgb import read_tgb, tgb_name
+
+            data = read_tgb(p) if tgb_name(p) is not None else Shards(p)
+        else:
+            data = read_events(p, progress=config.progress)
     if isinstance(data, Shards):
         return data.events(), (split or data.split())
     if not isinstance(data, Events):

@@ -174,10 +174,21 @@ class Evaluator:
         src, dst = self.negative_edges(period)
         return FixedNegatives(dst, src)
 
+    @property
+    def stored_candidates(self) -> bool:
+        """The log brought its own ranking negatives (e.g. TGB's, :func:`speed.read_tgb`)."""
+        return self.events.meta.get("eval_candidates") is not None
+
     def ranking_candidates(self, period: str):
         """``mrr_negatives`` destinations per event of ``period`` from the training pool (seeded
         apart from the one-to-one negatives), and which of them are filtered out: true edges
-        of the same source at the same time.  ``(cand, valid)``, shapes (n, K)."""
+        of the same source at the same time.  ``(cand, valid)``, shapes (n, K).
+
+        A log with stored candidates (``events.meta["eval_candidates"]``, e.g. TGB's) is
+        ranked against those instead: ``valid`` then marks the real ones of each padded row.
+        """
+        if self.stored_candidates:  # already filtered by whoever made them (TGB does), used as they are
+            return self.events.meta["eval_candidates"][period]
         idx, k, ev = self.period(period), self.mrr_negatives, self.events
         cand = RandomNegatives(self.pool, [eval_seed(self.seed, period), k]).draw(idx.size, k)
         valid = ~true_edge_mask(ev.src[idx], ev.dst[idx], ev.t[idx], cand, ev.num_nodes)
@@ -193,7 +204,7 @@ class Evaluator:
             out[f"{p}_eid"] = self.events.eid[self.period(p)]
             out[f"{p}_src"] = np.full(dst.size, -1, dtype=np.int64) if src is None else src
             out[f"{p}_dst"] = dst
-        if self.mrr_negatives:
+        if self.mrr_negatives or self.stored_candidates:
             out["test_candidates"], out["test_valid"] = self.ranking_candidates("test")
         np.savez(path, **out)
 
@@ -217,7 +228,8 @@ class Evaluator:
             when ``mrr_negatives``).
         result : StreamResult
         """
-        cand, valid = self.ranking_candidates(period) if (period == "test" and self.mrr_negatives) else (None, None)
+        ranked = period == "test" and (self.mrr_negatives or self.stored_candidates)
+        cand, valid = self.ranking_candidates(period) if ranked else (None, None)
         if period == "test" and self.keep_test_start:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
