@@ -196,6 +196,16 @@ def test_dyglib_processed_format_with_edge_features(tmp_path):
     # without the .npy the log still reads, without features
     (tmp_path / "ml_toy.npy").unlink()
     assert speed.read_events(tmp_path / "ml_toy.csv", progress=False).msg is None
+    # node features: all-zero ones (DyGLib's public logs) pass quietly, real ones are not dropped silently
+    import warnings
+
+    np.save(tmp_path / "ml_toy_node.npy", np.zeros((21, 4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        speed.read_events(tmp_path / "ml_toy.csv", progress=False)
+    np.save(tmp_path / "ml_toy_node.npy", rng.random((21, 4)))
+    with pytest.warns(UserWarning, match="ml_toy_node.npy: node features are not used"):
+        speed.read_events(tmp_path / "ml_toy.csv", progress=False)
     # an idx beyond the features is named
     np.save(tmp_path / "ml_toy.npy", feats[:10])
     with pytest.raises(speed.InputError, match="ml_toy.npy.*idx goes up to 50"):

@@ -689,6 +689,7 @@ def read_events(
         msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
     if fmt == "dyglib":
         msg = _dyglib_edge_features(path, len(t))
+        _check_dyglib_node_features(path)
     split_times = None
     if fmt == "tgl":
         msg = _tgl_edge_features(path, len(t)) if msg is None else msg
@@ -848,6 +849,24 @@ def _dyglib_edge_features(path: Path, num_events: int) -> Optional[np.ndarray]:
     if idx.min() < 0 or idx.max() >= feats.shape[0]:
         raise InputError(f"idx goes up to {int(idx.max())} but the edge features have {feats.shape[0]} rows", npy)
     return np.ascontiguousarray(feats[idx], dtype=np.float32)
+
+
+def _check_dyglib_node_features(path: Path) -> None:
+    """``ml_NAME_node.npy``: the models here have no node-feature input, so the features are
+    not used.  DyGLib's public logs ship all-zero ones (nothing is lost); real ones get a
+    warning rather than being dropped silently."""
+    npy = path.with_name(path.stem + "_node.npy")
+    if not npy.exists():
+        return
+    try:
+        feats = np.load(npy, mmap_mode="r")
+    except Exception as exc:  # truncated or not an .npy
+        raise InputError(f"unreadable node features ({type(exc).__name__}: {exc})", npy) from None
+    if feats.size and np.any(feats):
+        import warnings
+
+        warnings.warn(f"{npy}: node features are not used (speed's models take edge features only); "
+                      "they are ignored", stacklevel=3)
 
 
 def _text_source(path: Path, fmt: Optional[str], cols_in: dict, sep: Optional[str], header: Optional[bool],
