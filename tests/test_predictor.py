@@ -126,6 +126,9 @@ def test_per_side_ids_of_a_bipartite_log():
     assert idx.rows([1, 3], "dst")[0].tolist() == [2, 3]
     with pytest.raises(speed.InputError, match="side='src' or side='dst'"):
         idx.side(None)
+    names = NodeIndex(np.array(["a", "bb"]), 2)
+    assert names.rows(["a", "a-much-longer-id"])[0].tolist() == [0, 2]
+    assert names.ids.tolist() == ["a", "bb", "a-much-longer-id"]  # not cut to the old width
     rows, n = idx.rows([7, 1], "dst")
     assert rows.tolist() == [4, 2] and n == 5 and idx.sides.tolist() == ["src", "src", "dst", "dst", "dst"]
     assert idx.rows([7], "src")[0].tolist() == [5]  # a new user 7 is not the new item 7

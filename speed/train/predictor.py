@@ -182,7 +182,7 @@ class NodeIndex:
             new, inv = np.unique(ids[~found], return_inverse=True)
             new_rows = np.arange(self.ids.size, self.ids.size + new.size, dtype=np.int64)
             out[~found] = new_rows[inv]
-            self.ids = np.concatenate([self.ids, new.astype(self.ids.dtype)])
+            self.ids = np.concatenate([self.ids, new])  # str arrays widen to the longest id
             table = self._table(np.concatenate([keys, new]), np.concatenate([rows, new_rows]))
             if self.per_side:
                 self._tables[side] = table
