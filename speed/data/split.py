@@ -18,7 +18,37 @@ DEFAULT_TEST = 0.15
 DEFAULT_NEW_NODE_FRACTION = 0.1
 
 @dataclass
-class Split:
+class SplitPoints:
+    """Where a log splits and which nodes are held out: what every split records, in memory
+    (:class:`Split`) or out of core (``speed.partition.outofcore.StreamedSplit``).
+    Subclasses provide ``num_train_masked`` (training events that touch no held-out node)."""
+
+    num_train: int
+    num_val: int
+    num_test: int
+    val_time: float
+    test_time: float
+    new_nodes: np.ndarray
+    seed: int
+    new_node_fraction: float
+
+    def summary(self) -> dict:
+        """The manifest's record of the split."""
+        return {
+            "num_train_events": self.num_train,
+            "num_train_events_masked": int(self.num_train_masked),
+            "num_val_events": self.num_val,
+            "num_test_events": self.num_test,
+            "val_time": self.val_time,
+            "test_time": self.test_time,
+            "new_node_fraction": self.new_node_fraction,
+            "num_new_nodes": int(self.new_nodes.sum()),
+            "seed": self.seed,
+        }
+
+
+@dataclass
+class Split(SplitPoints):
     """A chronological split of one event log.
 
     Events are sorted, so each period is a contiguous range of positions:
@@ -38,14 +68,6 @@ class Split:
         Val/test events with at least one endpoint unseen in the (masked) training events.
     """
 
-    num_train: int
-    num_val: int
-    num_test: int
-    val_time: float
-    test_time: float
-    new_nodes: np.ndarray
-    seed: int
-    new_node_fraction: float
     events: Events = field(repr=False)
 
     # The masks below are computed on first use: partitioning needs only the counts and
@@ -90,24 +112,9 @@ class Split:
     def test(self, events: Events) -> Events:
         return events.select(slice(self.num_train + self.num_val, len(events)))
 
-    def summary(self) -> dict:
-        return split_summary(self, int(self.train_mask.sum()))
-
-
-def split_summary(sp, num_train_masked: int) -> dict:
-    """The manifest's record of a split: ``sp`` has the fields of :class:`Split` (or of the
-    out-of-core ``StreamedSplit``), ``num_train_masked`` its unmasked training events."""
-    return {
-        "num_train_events": sp.num_train,
-        "num_train_events_masked": num_train_masked,
-        "num_val_events": sp.num_val,
-        "num_test_events": sp.num_test,
-        "val_time": sp.val_time,
-        "test_time": sp.test_time,
-        "new_node_fraction": sp.new_node_fraction,
-        "num_new_nodes": int(sp.new_nodes.sum()),
-        "seed": sp.seed,
-    }
+    @property
+    def num_train_masked(self) -> int:
+        return int(self.train_mask.sum())
 
 
 def _sorted_quantile(t: np.ndarray, q: float) -> float:

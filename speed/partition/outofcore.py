@@ -39,7 +39,7 @@ from .._util import StageTimer, atomic_dir, progress_bar
 from ..data import _kernels as data_kernels
 from ..data.readers import RESTART, BlockStream
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
-    split_points, split_summary
+    SplitPoints, split_points
 from ..errors import InputError
 from . import _kernels
 from .api import DEFAULTS, PartitionResult, _validate
@@ -185,22 +185,11 @@ class _IdMarks:
 
 # ------------------------------------------------------------------------------ split
 @dataclass
-class StreamedSplit:
-    """The chronological split of a log partitioned out of core (the fields of
-    :meth:`speed.data.split.Split.summary`, and the hold-out mask)."""
+class StreamedSplit(SplitPoints):
+    """The chronological split of a log partitioned out of core: the split points, the
+    hold-out mask and the count of unmasked training events (no per-event masks)."""
 
-    num_train: int
-    num_val: int
-    num_test: int
-    val_time: float
-    test_time: float
-    new_nodes: np.ndarray
-    seed: int
-    new_node_fraction: float
     num_train_masked: int = 0
-
-    def summary(self) -> dict:
-        return split_summary(self, self.num_train_masked)
 
 
 @dataclass
