@@ -24,7 +24,7 @@ from .data import (
     write_generated,
 )
 from .errors import InputError, MissingDependencyError
-from .interop import from_dgl, from_pyg, part_graph, save_dgl_parts, to_dgl
+from .interop import from_dgl, from_pyg, part_graph, save_dgl_parts, to_dgl, to_pyg
 from .partition import (
     METHODS,
     PartitionResult,
@@ -68,6 +68,7 @@ __all__ = [
     "read_tgb",
     "save_dgl_parts",
     "to_dgl",
+    "to_pyg",
     "train",
     "write_generated",
     "__version__",

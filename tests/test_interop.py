@@ -99,7 +99,7 @@ def test_pyg_round_trip():
     src, dst, t = random_stream(rng, 30, 400)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=35, msg=rng.random((400, 4)).astype(np.float32),
                                   label=rng.integers(0, 2, 400))
-    data = ev.to_pyg()
+    data = speed.to_pyg(ev)
     assert data.msg.shape == (400, 4) and torch.equal(data.src, torch.from_numpy(ev.src))
     back = speed.from_pyg(data, num_nodes=ev.num_nodes)
     for k in ("src", "dst", "t", "msg", "label"):

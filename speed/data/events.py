@@ -255,13 +255,6 @@ class Events:
     def __getitem__(self, index) -> "Events":
         return self.select(index)
 
-    def to_pyg(self):
-        """These events as a PyTorch Geometric ``TemporalData`` (see :func:`speed.interop.to_pyg`;
-        needs torch_geometric, in the ``bench`` extra)."""
-        from ..interop import to_pyg
-
-        return to_pyg(self)
-
     def __repr__(self) -> str:
         span = f"t=[{self.t[0]}, {self.t[-1]}]" if len(self) else "empty"
         extra = f", msg_dim={self.msg_dim}" if self.msg is not None else ""

@@ -136,7 +136,7 @@ def metis(events: Events, num_parts: int, seed: int = 0) -> Tuple[np.ndarray, Di
     Needs the ``dgl`` extra.  Nodes are relabelled to the ones present, the projection is
     made symmetric, and nodes absent from the events fill the smallest parts.
     """
-    from ..interop import require_dgl
+    from ..optional import require_dgl
 
     dgl, torch = require_dgl("method='metis'")
 

@@ -1,0 +1,105 @@
+"""The package's layers: no import circle, and no layer imports one above it.
+
+Imports are read from the source (AST), lazy ones inside functions included; a package's
+``__init__`` re-exports are not edges (they gather names, they do not depend).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "speed"
+
+# lowest first: a module may import its own layer and the layers before it
+LAYERS = [
+    ("speed.errors", "speed.optional", "speed._util"),
+    ("speed.data",),
+    ("speed.partition",),
+    ("speed.train",),
+    ("speed.interop",),
+    ("speed.cli", "speed.__main__"),
+]
+
+
+def modules():
+    mods = {}
+    for p in ROOT.rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
+        mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return mods
+
+
+def import_graph():
+    mods = modules()
+    graph = {}
+    for mod, path in mods.items():
+        if path.name == "__init__.py":
+            continue
+        pkg = mod.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                cands = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                cands = [a.name for a in node.names]
+            else:
+                continue
+            deps |= {c for c in cands if c in mods and c != mod and mods[c].name != "__init__.py"}
+        graph[mod] = deps
+    return graph
+
+
+def find_cycle(graph):
+    """A cycle as a list of modules, or None (iterative depth-first search, colours)."""
+    colour = dict.fromkeys(graph, 0)
+    for start in sorted(graph):
+        if colour[start]:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, children = stack[-1]
+            nxt = next(children, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(nxt, 2) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif colour.get(nxt) == 0:
+                colour[nxt] = 1
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+    return None
+
+
+def layer_of(mod):
+    for k, prefixes in enumerate(LAYERS):
+        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+            return k
+    raise AssertionError(f"{mod} belongs to no layer: add it to LAYERS")
+
+
+def test_no_import_circle():
+    assert find_cycle(import_graph()) is None, f"import circle: {' -> '.join(find_cycle(import_graph()))}"
+
+
+def test_layers_point_downward():
+    upward = [f"{m} -> {d}" for m, deps in import_graph().items() for d in deps if layer_of(d) > layer_of(m)]
+    assert not upward, "imports of a higher layer: " + "; ".join(sorted(upward))
+
+
+@pytest.mark.parametrize("graph, cycle", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+    ({"a": {"a2"}, "a2": set(), "b": {"a"}}, False),
+])
+def test_cycle_finder_finds_cycles(graph, cycle):
+    assert (find_cycle(graph) is not None) == cycle
