@@ -284,3 +284,15 @@ def test_split_column_is_the_split(tmp_path):
     assert main(["partition", str(log), "-o", str(tmp_path / "x"), "--split-col", "period", "--max-memory", "1G",
                  "--no-progress"]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_a_src_dst_time_header_is_one_id_space(tmp_path):
+    # Only a user/item header makes a log bipartite: src/dst names say nothing of two node sets,
+    # and a unipartite log read as bipartite would silently give one id two nodes.
+    p = write(tmp_path, "m.csv", "src,dst,time\n1,2,1.0\n2,1,2.0\n1,3,3.0\n")
+    ev = speed.read_events(p)
+    assert ev.meta["format"] == "csv" and not ev.bipartite
+    assert ev.num_nodes == 3 and list(ev.node_ids) == [1, 2, 3]
+    assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [1, 0, 2]
+    j = write(tmp_path, "j.csv", "user_id,item_id,timestamp\n1,2,1.0\n2,1,2.0\n")
+    assert speed.read_events(j).bipartite  # the JODIE convention: items after users

@@ -253,12 +253,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
         raise InputError("a split column is read in memory only: give the split times (--split-times) "
                          "or partition without max_memory", path)
     source = BlockStream(path, **reader)
-    if source.fmt == "tgl":  # TGL's companions are read by the in-memory reader only
-        if (source.path.parent / "edge_features.pt").exists():
-            raise InputError("edge_features.pt is read in memory only: partition without max_memory", path)
-        if split_times is None and "ext_roll" in [h.strip() for h in (source.lay.header or [])]:
-            raise InputError("the ext_roll split is read in memory only: give the split times (--split-times) "
-                             "or partition without max_memory", path)
+    source.check_streamable(has_split_times=split_times is not None)
     with atomic_dir(out, overwrite=overwrite) as tmp:
         spill = _Spill(tmp / ".spill")
         try:

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, Optional
 import numba
 import numpy as np
 
-from . import _kernels
+from .. import _kernels
 
 _SEPS = (",", "\t", ";", " ")
 
@@ -31,6 +31,8 @@ class GiveUp(Exception):
 
 
 @dataclass(frozen=True)
+
+
 class NumericLayout:
     """What the fast path needs to know of a text file.
 

@@ -1,0 +1,28 @@
+"""Parquet logs: columns by name or index, read in record batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+
+from ..._util import progress_bar
+from .columns import WHAT, check_distinct, resolve_column
+
+def read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(str(path))
+    names = pf.schema_arrow.names
+    cols = {k: resolve_column(v, names, len(names), WHAT[k], path, 1) for k, v in cols_in.items()}
+    check_distinct(cols, path)
+    with progress_bar(pf.metadata.num_rows, f"read {path.name}", unit="ev", progress=progress) as bar:
+        batches = []
+        for batch in pf.iter_batches(columns=[names[v] for v in set(c for c in cols.values() if c is not None)]):
+            batches.append(batch)
+            bar.update(batch.num_rows)
+    table = pa.Table.from_batches(batches) if batches else pf.read(columns=[])
+    columns = {k: table.column(names[k]) for k in set(c for c in cols.values() if c is not None)}
+    return columns.pop, table.num_rows, cols
+

@@ -1,0 +1,194 @@
+"""``read_events``: a log file into :class:`~speed.Events`, whatever its format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+
+from ...errors import InputError
+from .. import _kernels
+from ..events import Events
+from .columns import WHAT, check_distinct, id_column, label_column, resolve_column, time_column, whole_labels
+from .formats import FORMAT_SPECS, FORMATS
+from .ids import compact
+from .parquet import read_parquet
+from .sniff import sniff
+from .split_column import split_column_times
+from .text import damaged_gzip, read_fast, read_text, row_to_line
+from .textio import Column, is_gzip, is_number, is_parquet
+from .times import DATETIME
+
+def read_events(
+                path,
+                fmt: Optional[str] = None,
+                src_col: Column = None,
+                dst_col: Column = None,
+                time_col: Column = None,
+                label_col: Column = None,
+                sep: Optional[str] = None,
+                header: Optional[bool] = None,
+                sort: bool = True,
+                progress: Optional[bool] = None,
+                block_size: int = 1 << 24,
+                time_format: Optional[str] = None,
+                split_col: Column = None,
+                ) -> Events:
+    """Read a timestamped event log into :class:`~speed.Events`.
+
+    Parameters
+    ----------
+    path : path-like
+        A text file (optionally ``.gz``) or a Parquet file.
+    fmt : {"dyglib", "tgl", "jodie", "snap", "csv", "parquet"}, optional
+        Detected from the content when omitted (:data:`~speed.data.readers.formats.FORMAT_SPECS`,
+        in table order): a ``,u,i,ts,label,idx`` header is DyGLib, a ``,src,dst,time`` header
+        TGL, a ``user,item,timestamp[,label,features...]`` header JODIE (items get ids after
+        users; columns 4+ become ``msg``), whitespace without a header SNAP, anything else
+        generic delimited text.
+    src_col, dst_col, time_col, label_col : int or str, optional
+        Columns by 0-based index or by header name.  Without them columns 0, 1 and 2
+        are ``src``, ``dst`` and ``t`` (TGL: ``src``, ``dst``, ``time``; JODIE: label 3).
+    sep : str, optional
+        Field delimiter; sniffed from the first record when omitted.
+    header : bool, optional
+        Whether the first record is a header; detected when omitted (the time field of
+        a header is not a number).
+    time_format : str, optional
+        A ``strptime`` format for the time column (e.g. ``"%d/%m/%Y %H:%M"``).  Without it
+        numbers are read as they are, and ISO-8601 / ``YYYY-MM-DD HH:MM:SS[.fff]`` times,
+        with or without a zone (``Z``, ``+02:00``; none means UTC), are detected and
+        converted to epoch seconds.
+    sort : bool
+        Stable-sort unsorted logs by time (reported in ``meta['sorted_input']``);
+        ``False`` refuses them.
+    progress : bool, optional
+        Progress bar on stderr; default on when stderr is a terminal.
+    block_size : int
+        Bytes per block of the streaming reader.
+    split_col : int or str, optional
+        A column that assigns each event to ``train``, ``val`` or ``test`` (or 0, 1, 2, as
+        TGL's ``ext_roll``).  The periods must follow each other in time; they become the
+        split times in ``meta["split_times"]``, which ``speed partition`` and ``speed
+        train`` use as the chronological split.
+
+    Returns
+    -------
+    Events
+
+    Raises
+    ------
+    InputError
+        One line naming the file, the line and the problem.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", path)
+    if not path.is_file():
+        raise InputError("not a file", path)
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", path, 1)
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", path)
+
+    cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
+    msg_cols: List[int] = []
+    if fmt == "parquet" or (fmt is None and is_parquet(path)):
+        for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
+            if cols_in[k] is None:
+                cols_in[k] = default
+        col, nrows, cols = read_parquet(path, cols_in, progress)
+        fmt, gz, lay, fast = "parquet", False, None, None
+        if nrows == 0:
+            raise InputError("no events in the file", path)
+    else:
+        gz, lay, cols, msg_cols, text_time = text_source(path, fmt, cols_in, sep, header, time_format)
+        if split_col is not None:  # in a JODIE-style log the split column is no feature, nor the default label
+            k = resolve_column(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)
+            msg_cols = [c for c in msg_cols if c != k]
+            if cols.get("label") == k and label_col is None:
+                cols["label"] = None
+        fmt = lay.fmt
+        fast = read_fast(path, gz, lay, cols, msg_cols, text_time, progress)
+        if fast is None:
+            with damaged_gzip(path, gz):
+                col, nrows = read_text(path, gz, lay, cols, msg_cols, block_size, progress, text_time)
+
+    def where(row: int):
+        if lay is None:
+            return dict(path=path, line=None), f"row {row + 1}: "
+        return dict(path=path, line=row_to_line(path, gz, lay.first_data_line, row)), ""
+
+    if lay is not None and fast is not None:  # checked by the parser: ids present, times finite numbers
+        ids, t = [fast.pop("src"), fast.pop("dst")], fast.pop("t")
+        label = whole_labels(fast.pop("label")) if "label" in fast else None
+    else:
+        ids = [id_column(col(cols[what]), what, where) for what in ("src", "dst")]
+        t = time_column(col(cols["t"]), time_format, path, where)
+        label = None if cols.get("label") is None else label_column(col(cols["label"]), where)
+    msg = None
+    if msg_cols:
+        msg = np.stack([col(k).to_numpy(zero_copy_only=False) for k in msg_cols], axis=1).astype(np.float32)
+    spec = FORMAT_SPECS[fmt]
+    extra = spec.extras(path, lay, t, msg) if spec.extras is not None else {}
+    msg = extra.get("msg", msg)
+    split_times = extra.get("split_times")
+    if split_col is not None:
+        split_times = split_column_times(path, gz, lay, split_col, t, cols)
+
+    if not sort:  # refused here rather than in Events, to name the line
+        k = int(_kernels.first_unsorted(t))
+        if k >= 0:
+            info, prefix = where(k)
+            raise InputError(f"{prefix}time {t[k]} is earlier than the previous event's {t[k - 1]} (unsorted input)",
+                             **info)
+    bipartite = spec.bipartite
+    src, dst, node_ids = compact(ids[0], ids[1], bipartite=bipartite)
+    ev = Events.from_arrays(src, dst, t, msg=msg, label=label, node_ids=node_ids,
+                            bipartite=True if bipartite else None, remap=False, sort=sort)
+    ev.meta.update(source=str(path), format=fmt)
+    if lay is not None:
+        ev.meta.update(first_data_line=lay.first_data_line, gzip=gz)
+    if split_times is not None:
+        ev.meta["split_times"] = split_times
+    return ev
+
+
+def event_line(events: Events, k: int) -> Optional[int]:
+    """The 1-based line of the text file ``events`` was read from that holds its event
+    ``k`` (a position in the sorted log), or None when it did not come from a text file.
+    For error messages about an event found after reading."""
+    meta = events.meta
+    if "first_data_line" not in meta:
+        return None
+    order = meta.get("input_order")
+    row = int(order[k]) if order is not None else int(k)
+    return row_to_line(Path(meta["source"]), meta["gzip"], meta["first_data_line"], row)
+
+
+def text_source(path: Path, fmt: Optional[str], cols_in: dict, sep: Optional[str], header: Optional[bool],
+                time_format: Optional[str]):
+    """Sniff a text log and resolve its columns: ``(gz, layout, cols, msg_cols, text_time)``.
+
+    ``cols_in`` maps src/dst/t/label to what the user gave (None: the format's default).
+    """
+    cols_in = dict(cols_in)
+    gz = is_gzip(path)
+    with damaged_gzip(path, gz):
+        lay = sniff(path, gz, fmt, sep, header, cols_in["t"], time_format)
+    spec = FORMAT_SPECS[lay.fmt]
+    label_given = cols_in["label"] is not None
+    for k, default in zip(("src", "dst", "t", "label"), spec.columns(lay.ncols)):
+        if cols_in[k] is None:
+            cols_in[k] = default
+    line = lay.first_data_line
+    cols = {k: resolve_column(v, lay.header, lay.ncols, WHAT[k], path, line) for k, v in cols_in.items()}
+    check_distinct(cols, path)
+    msg_cols: List[int] = []
+    if spec.features_from is not None and not label_given and lay.ncols > spec.features_from:
+        msg_cols = list(range(spec.features_from, lay.ncols))
+    probe = lay.first_fields[cols["t"]].strip()
+    text_time = time_format is not None or (not is_number(probe) and bool(DATETIME.match(probe)))
+    return gz, lay, cols, msg_cols, text_time
+
