@@ -1,0 +1,177 @@
+"""The ``speed`` subcommands: each builds the arguments of a library call from the parsed
+command line and prints what it returns (tables in :mod:`.summaries`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InputError
+from .summaries import format_plan, format_summary, format_train_summary
+
+
+def _read(args):
+    from ..data.readers import read_events
+    from ..data.tgb import read_tgb, tgb_name
+
+    if Path(args.input).is_dir() and tgb_name(args.input) is not None:  # a TGB dataset folder
+        return read_tgb(args.input)
+
+    return read_events(args.input, sort=not args.no_sort, progress=None if not args.no_progress else False,
+                       **_reader_kwargs(args))
+
+
+def _reader_kwargs(args) -> dict:
+    sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
+    return dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
+                label_col=args.label_col, sep=sep, time_format=args.time_format, split_col=args.split_col)
+
+
+# --------------------------------------------------------------------------- partition
+def partition_command(args) -> int:
+    if args.parts < 1:
+        raise InputError(f"--parts must be >= 1, got {args.parts}")
+    if not 0.0 <= args.topk <= 100.0:
+        raise InputError(f"--topk is a percent in [0, 100], got {args.topk}")
+    out = Path(args.output)
+    if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("output already exists (pass --overwrite)", out)
+    progress = False if args.no_progress else None
+    if args.max_memory is not None:
+        _partition_out_of_core(args, out, progress)
+    else:
+        _partition_in_memory(args, out, progress)
+    if args.dgl:
+        from ..interop import save_dgl_parts
+
+        save_dgl_parts(out, out / "dgl", overwrite=True)
+    with open(out / "manifest.json") as f:
+        manifest = json.load(f)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(format_summary(manifest))
+    return 0
+
+
+def _partition_out_of_core(args, out: Path, progress) -> None:
+    from ..partition.outofcore import partition_file
+
+    partition_file(args.input, out, args.max_memory, num_parts=args.parts, topk=args.topk / 100.0, beta=args.beta,
+                   lam=args.lam, eps=args.eps, seed=args.seed, method=args.method, val=args.val, test=args.test,
+                   split_times=args.split_times, overwrite=args.overwrite, progress=progress,
+                   reader=_reader_kwargs(args))
+
+
+def _partition_in_memory(args, out: Path, progress) -> None:
+    from ..data.split import chronological_split
+    from ..partition.api import partition
+
+    t0 = time.perf_counter()
+    events = _read(args)
+    t_read = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # TGL's ext_roll or a --split-col
+    times = args.split_times if args.split_times is not None else events.meta.get("split_times")
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times)
+    t_split = time.perf_counter() - t0
+    result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
+                       eps=args.eps, seed=args.seed, method=args.method, progress=progress)
+    result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
+    result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
+
+
+# ---------------------------------------------------------------------------- generate
+def generate_command(args) -> int:
+    from ..data.generate import write_generated
+
+    if args.events < 1 or args.nodes < 2:
+        raise InputError(f"--events must be >= 1 and --nodes >= 2, got {args.events} and {args.nodes}")
+    t0 = time.perf_counter()
+    write_generated(args.output, args.nodes, args.events, alpha=args.alpha, communities=args.communities,
+                    locality=args.locality, bipartite=args.bipartite, num_items=args.items, seed=args.seed,
+                    progress=False if args.no_progress else None)
+    print(f"wrote {args.events:,} events over {args.nodes:,} nodes to {args.output} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+# ------------------------------------------------------------------------------- train
+def train_command(args) -> int:
+    from dataclasses import fields
+
+    from ..train.api import train
+    from ..train.config import TrainConfig
+    from ..train.pac.launch import RankFailedError, under_torchrun
+
+    out = Path(args.out)
+    if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
+        raise InputError("run directory already exists (pass --overwrite, or --resume to continue it)", out)
+    inp = Path(args.input)
+    if not inp.exists():
+        raise InputError("file not found", inp)
+    # every option, and settings a --config file gave that have no flag (val, test, ...)
+    config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    if config.get("split_times") is None:
+        config.pop("split_times", None)
+    config["progress"] = False if args.no_progress else None
+    parallel = args.nproc is not None or under_torchrun()
+    # an event log is read here, with the reader options; shards (and parallel runs) by path
+    data = inp if (inp.is_dir() or parallel) else _read(args)
+    try:
+        metrics = train(data, out=out, **config)
+    except RankFailedError as exc:
+        print(f"speed train: error: {exc}", file=sys.stderr)
+        return 1
+    if metrics is None:  # a non-zero rank under torchrun
+        return 0
+    from ..train.config_file import dump_toml
+
+    (out / "config.toml").write_text(dump_toml(metrics["config"]))
+    print(format_train_summary(metrics, out))
+    return 0
+
+
+def embed_command(args) -> int:
+    from ..train.apply import embed_file
+
+    r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
+                   progress=False if args.no_progress else None)
+    more = f" after {r['new_events']:,} new events" if args.events else ""
+    print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={r['t']:g}{more} -> {r['out']} "
+          f"(row ids in {r['ids']})")
+    return 0
+
+
+def score_command(args) -> int:
+    from ..train.apply import score_file
+
+    r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
+                   progress=False if args.no_progress else None)
+    more = f" after {r['new_events']:,} new events" if args.events else ""
+    unseen = f"; {r['unseen']:,} involve nodes the run never saw (empty memory)" if r["unseen"] else ""
+    print(f"scored {r['pairs']:,} pairs{more} -> {r['out']}{unseen}")
+    return 0
+
+
+def plan_command(args) -> int:
+    from ..partition.shards import Shards
+    from ..train.config import TrainConfig
+    from ..train.pac.plan import plan
+
+    config = TrainConfig(model=args.model, epochs=args.epochs, seed=args.seed, shuffle=args.shuffle,
+                         subgraph=args.subgraph, memory_dim=args.memory_dim, time_dim=args.time_dim,
+                         embedding_dim=args.embedding_dim, nproc=args.nproc).validate()
+    inp = Path(args.input)
+    if not inp.exists():
+        raise InputError("file not found", inp)
+    p = plan(Shards(inp), config, args.nproc)
+    print(json.dumps(p, indent=2) if args.json else format_plan(p))
+    return 0
+
+
+# the subcommand -> its function (``speed.cli.main`` dispatches on the parsed command name)
+COMMANDS = {"partition": partition_command, "train": train_command, "plan": plan_command,
+            "embed": embed_command, "score": score_command, "generate": generate_command}

@@ -1,0 +1,198 @@
+"""The ``speed`` command's arguments: argparse lives in this package and only here.
+
+:func:`build_parser` builds every subcommand; ``speed train``'s options are generated from the
+fields of :class:`~speed.train.config.TrainConfig` (help, choices and flag in their metadata).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..data.split import DEFAULT_TEST, DEFAULT_VAL
+
+EXIT_INPUT = 2
+UNSET = object()  # the default of every training option when finding the flags given explicitly
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2, like every other input error."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _split_time(value: str) -> float:
+    """A split time on the command line: a number, or an ISO-8601 date-time (no zone: UTC)."""
+    import datetime
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        d = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or an ISO-8601 date-time: {value!r}") from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp()
+
+
+def _add_split_times(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split-times", nargs=2, type=_split_time, default=None, metavar=("T_VAL", "T_TEST"),
+                   help="split at these times instead of --val/--test fractions: train t <= T_VAL, val up to "
+                        "T_TEST, test after (numbers, or ISO-8601 date-times for logs with date-times)")
+
+
+def _column(value: str):
+    """A column given on the command line: a 0-based index if it is all digits, else a name."""
+    return int(value) if value.isdigit() else value
+
+
+def _add_reader_options(p: argparse.ArgumentParser) -> None:
+    from ..data.readers import FORMATS
+
+    g = p.add_argument_group("input")
+    g.add_argument("--format", choices=FORMATS, default=None, help="input format (default: detected)")
+    g.add_argument("--src-col", type=_column, default=None, metavar="C", help="source column: name or 0-based index")
+    g.add_argument("--dst-col", type=_column, default=None, metavar="C", help="destination column")
+    g.add_argument("--time-col", type=_column, default=None, metavar="C", help="time column")
+    g.add_argument("--label-col", type=_column, default=None, metavar="C", help="label column (optional)")
+    g.add_argument("--sep", default=None, help="field delimiter (default: sniffed)")
+    g.add_argument("--time-format", default=None, metavar="FMT",
+                   help="strptime format of the time column, e.g. '%%d/%%m/%%Y %%H:%%M' (default: numbers, or "
+                        "ISO-8601 date-times detected)")
+    g.add_argument("--split-col", type=_column, default=None, metavar="C",
+                   help="column giving each event's period: train/val/test or 0/1/2 (periods must follow each "
+                        "other in time; used as the split instead of --val/--test)")
+    g.add_argument("--no-sort", action="store_true", help="refuse unsorted input instead of sorting it")
+
+
+def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None:
+    """``speed train`` options: one per :class:`TrainConfig` field, with its default and choices."""
+    import typing
+    from dataclasses import MISSING, fields
+
+    from ..train.config import TrainConfig, cli_flag
+
+    hints = typing.get_type_hints(TrainConfig)
+    groups = {"train": t, "pac": t.add_argument_group("parallel training (PAC) on a shards directory")}
+    for f in fields(TrainConfig):
+        meta = f.metadata
+        if not meta["cli"]:
+            continue
+        g, flag, default = groups[meta["group"]], cli_flag(f), f.default
+        assert default is not MISSING
+        if hints[f.name] is bool:
+            action = "store_false" if flag.startswith("--no-") else "store_true"
+            g.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+            if unset:
+                g.set_defaults(**{f.name: UNSET})
+            continue
+        typ = next(a for a in typing.get_args(hints[f.name]) if a is not type(None)) \
+            if typing.get_origin(hints[f.name]) is typing.Union else hints[f.name]
+        shown = "" if default is None else f" (default {default})"
+        g.add_argument(flag, dest=f.name, type=typ, default=UNSET if unset else default, choices=meta["choices"],
+                       metavar=meta["metavar"], help=meta["help"] + shown)
+
+
+def build_parser(unset: bool = False) -> argparse.ArgumentParser:
+    """The ``speed`` parser; with ``unset`` every training option defaults to a marker, so a
+    parse tells which ones were given (they override a ``--config`` file)."""
+    parser = _Parser(prog="speed", description="Partition temporal interaction logs (SEP) and train temporal "
+                                                "GNNs on the shards (PAC).")
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"speed {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("partition", help="split an event log chronologically and partition it into shards")
+    p.add_argument("input", help="event log: CSV/TSV/SNAP/JODIE/TGL text (optionally .gz) or Parquet")
+    p.add_argument("-o", "--output", required=True, help="shards directory to create")
+    from ..partition.api import DEFAULTS as PD, METHODS
+
+    p.add_argument("--parts", type=int, default=PD["num_parts"], help=f"number of parts P (default {PD['num_parts']})")
+    p.add_argument("--method", choices=METHODS, default=PD["method"],
+                   help=f"{PD['method']} (default); baselines: hdrf, greedy (vertex-cut), random, kl, metis (edge-cut)")
+    p.add_argument("--topk", type=float, default=100 * PD["topk"],
+                   help=f"percent of nodes that may be replicated (default {100 * PD['topk']:g})")
+    p.add_argument("--beta", type=float, default=PD["beta"], help=f"centrality time decay (default {PD['beta']})")
+    p.add_argument("--lam", type=float, default=PD["lam"], help=f"load-balance weight λ (default {PD['lam']})")
+    p.add_argument("--eps", type=float, default=PD["eps"], help=f"load-balance smoothing ε (default {PD['eps']})")
+    p.add_argument("--seed", type=int, default=PD["seed"],
+                   help=f"seed of the split's inductive node mask (default {PD['seed']})")
+    p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")
+    p.add_argument("--test", type=float, default=DEFAULT_TEST, help=f"test fraction (default {DEFAULT_TEST})")
+    _add_split_times(p)
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
+    p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="partition out of core within SIZE (e.g. 3G): the log streams from disk, memory is per-node "
+                        "state plus one chunk; needs integer node ids and time-sorted input (default: in memory)")
+    _add_reader_options(p)
+
+    t = sub.add_parser("train", help="train a temporal GNN on an event log or a shards directory")
+    t.add_argument("input", help="event log (same formats as partition) or a shards directory")
+    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
+    t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_split_times(t)
+    t.add_argument("--config", default=None, metavar="FILE",
+                   help="settings from a TOML or YAML file (keys as the options below, e.g. batch_size = 200); "
+                        "flags given here override it; the run writes its resolved settings to RUN/config.toml")
+    _add_config_options(t, unset=unset)
+    _add_reader_options(t)
+
+    from dataclasses import fields
+
+    from ..train.config import SUBGRAPH_MODES, TrainConfig
+
+    d = {f.name: f.default for f in fields(TrainConfig)}
+    pl = sub.add_parser("plan", help="dry run of a parallel run: events, nodes and memory per rank, work inflation")
+    pl.add_argument("input", help="shards directory from `speed partition`")
+    pl.add_argument("--nproc", type=int, required=True, help="number of ranks")
+    pl.add_argument("--subgraph", choices=SUBGRAPH_MODES, default=d["subgraph"],
+                    help=f"what a rank trains on (default {d['subgraph']})")
+    pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
+    pl.add_argument("--seed", type=int, default=d["seed"])
+    pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
+    from ..train.config import MODELS
+
+    pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
+    for name in ("memory_dim", "time_dim", "embedding_dim"):
+        pl.add_argument("--" + name.replace("_", "-"), type=int, default=d[name], help=f"default {d[name]}")
+    pl.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    e = sub.add_parser("embed", help="node embeddings from a trained run, optionally continued on new events")
+    e.add_argument("run", help="run directory from `speed train`")
+    e.add_argument("-o", "--output", required=True, help="embeddings to write (.npy, float32, one row per node; "
+                                                         "the node ids go to OUTPUT.nodes.csv)")
+    e.add_argument("--events", default=None, metavar="FILE",
+                   help="new events to continue the memory with first (time-sorted, none older than the log)")
+    e.add_argument("--at", type=_split_time, default=None, metavar="T",
+                   help="time of the embeddings, a number or an ISO-8601 date-time (default: the latest event)")
+    e.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    e.add_argument("--no-progress", action="store_true")
+
+    sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
+    sc.add_argument("run", help="run directory from `speed train`")
+    sc.add_argument("pairs", help="src,dst,t records (any format `speed train` reads; any order)")
+    sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score in the pairs' order")
+    sc.add_argument("--events", default=None, metavar="FILE", help="new events to continue the memory with first")
+    sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    sc.add_argument("--no-progress", action="store_true")
+
+    g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
+    g.add_argument("output", help="CSV file to write")
+    g.add_argument("--nodes", type=int, default=100_000, help="number of nodes (default 100000)")
+    g.add_argument("--events", type=int, default=1_000_000, help="number of events (default 1000000)")
+    g.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent of popularity (default 1)")
+    g.add_argument("--communities", type=int, default=None, help="communities (default nodes/1000)")
+    g.add_argument("--locality", type=float, default=0.8, help="chance of an in-community event (default 0.8)")
+    g.add_argument("--bipartite", action="store_true", help="users -> items log")
+    g.add_argument("--items", type=int, default=None, help="items in a bipartite log (default nodes/10)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-progress", action="store_true")
+    return parser

@@ -1,0 +1,87 @@
+"""Human-readable tables of what the commands return: a partition's manifest, a training
+run's metrics, a parallel run's plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def format_summary(m: dict) -> str:
+    """A human-readable table of a shards manifest."""
+    inp = m.get("input", {})
+    sp = m.get("split", {})
+    secs = m.get("seconds", {})
+    lines = [
+        f"input        {inp.get('source')} ({inp.get('format')}{', bipartite' if inp.get('bipartite') else ''})",
+        f"events       {m['num_events']:,} (train {m['num_train_events']:,}, val {sp.get('num_val_events', 0):,}, "
+        f"test {sp.get('num_test_events', 0):,})",
+        f"nodes        {m['num_nodes']:,} ({m.get('num_train_nodes', 0):,} in training events)",
+    ]
+    if not inp.get("sorted_input", True):
+        lines.append("note         input was not sorted by time; events were stable-sorted")
+    if inp.get("self_loops") or inp.get("duplicate_events"):
+        lines.append(f"kept         {inp.get('self_loops', 0):,} self-loops, {inp.get('duplicate_events', 0):,} "
+                     "duplicate events")
+    params = ", ".join(f"{k}={v}" for k, v in m["params"].items())
+    hubs = f", {m['num_hubs']:,} hubs" if m.get("num_hubs") is not None else ""
+    lines += [
+        f"method       {m['method']} P={m['num_parts']} ({params})",
+        f"edge cut     {100 * m['edge_cut']:.2f}% ({m.get('cut_events', 0):,} training events)",
+        f"replication  {m['replication_factor']:.4f} ({m['shared_nodes']:,} shared nodes{hubs})",
+        f"node portion {100 * m.get('node_portion_mean', 0):.2f}% ± {100 * m.get('node_portion_std', 0):.2f}%",
+        "",
+        f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'stream load':>12}",
+    ]
+    loads = m.get("stream_loads") or [None] * m["num_parts"]
+    for p, (nn, ne, ld) in enumerate(zip(m["part_nodes"], m["part_events"], loads)):
+        lines.append(f"{p:>4}  {nn:>10,}  {ne:>12,}  {'' if ld is None else format(ld, ','):>12}")
+    lines.append("")
+    lines.append("seconds      " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
+    return "\n".join(lines)
+
+
+def format_train_summary(m: dict, out: Path) -> str:
+    """A human-readable summary of a training run (or of a baseline's evaluation)."""
+    lines = []
+    if m.get("edgebank"):
+        head = f"{m['model']} ({m['edgebank']['mode']} memory, not trained)"
+        files = "metrics.json, negatives.npz"
+    else:
+        lines.append(f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}")
+        for e in m["epochs"]:
+            v = e["val"]["transductive"] if e.get("val") else None
+            val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
+            lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
+                         f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
+        lines.append("")
+        head = f"best epoch {m['best_epoch']} ({m['model']})"
+        files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
+    tt, ti = m["test"]["transductive"], m["test"]["inductive"]
+    inductive = f"AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} (inductive)" if ti.get("count") else "no inductive events"
+    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} (transductive); {inductive}; "
+                 f"{m['config']['eval_negatives']} negatives")
+    if "mrr" in tt:
+        against = "the log's stored negatives (TGB)" if m["data"].get("ranking_candidates") == "stored" else \
+            f"{m['config']['mrr_negatives']} negatives per event, filtered"
+        lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({against})")
+    if "node_classification" in m:
+        lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
+    lines.append(f"wrote {out}/{files}")
+    return "\n".join(lines)
+
+
+def format_plan(p: dict) -> str:
+    """A human-readable table of :func:`speed.train.pac.plan.plan`."""
+    mib = 1 << 20
+    lines = [f"{p['shards']}: {p['num_parts']} parts, {p['num_shared']:,} shared nodes, "
+             f"{p['train_events']:,} training events",
+             f"{p['nproc']} ranks, subgraph {p['subgraph']}, {p['model']} node state "
+             f"{p['memory_bytes_per_node']} B/node ({p['memory_bytes_unpartitioned'] / mib:,.1f} MiB unpartitioned)",
+             "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'nodes':>10}  {'memory MiB':>10}"]
+    for e in p["epochs"]:
+        for r in e["ranks"]:
+            lines.append(f"{e['epoch']:>5}  {r['rank']:>4}  {','.join(map(str, r['parts'])):<12}  {r['events']:>12,}  "
+                         f"{r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}")
+        lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
+                     f"of the training events")
+    return "\n".join(lines)
