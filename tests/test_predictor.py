@@ -9,7 +9,7 @@ import torch
 import speed
 from speed.cli import main
 from speed.train.evaluate import link_metrics
-from speed.train.predictor import NodeIndex
+from speed.train.node_index import NodeIndex
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, epochs=1, seed=0)

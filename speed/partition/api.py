@@ -287,10 +287,6 @@ class Partitioner:
         self.centrality_ = res.centrality
         return self
 
-    def fit_predict(self, events: Events) -> np.ndarray:
-        """Fit and return ``node_parts_``."""
-        return self.fit(events).node_parts_
-
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"Partitioner({args})"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from ..data.events import Events
 from ..errors import InputError
 from . import checkpoint as ckpt
 from .models import TemporalGNN, build_model
+from .node_index import NodeIndex
 
 AT = ("end", "test")
 PAYLOAD_FORMAT = 1
@@ -91,113 +92,6 @@ def _compact_features(msg: np.ndarray, snaps) -> np.ndarray:
         eid = np.searchsorted(keep, s["store"]["eid"].cpu().numpy()).astype(np.int64)
         s["store"] = {**s["store"], "eid": torch.from_numpy(eid)}
     return np.ascontiguousarray(msg[keep], dtype=np.float32)
-
-
-# ----------------------------------------------------------------------- node ids
-class NodeIndex:
-    """Original node ids to rows of the model's node state, growing for new ids.
-
-    Parameters
-    ----------
-    node_ids : ndarray, shape (N,), optional
-        Original id of each row (ints or strings); None: the ids are the rows.
-    num_nodes : int
-    num_src_ids : int, optional
-        Sources and destinations numbered apart (JODIE): rows ``[0, num_src_ids)`` are
-        sources, the rest destinations, and a lookup names its side.
-
-    Attributes
-    ----------
-    ids : ndarray, shape (rows,)
-        Original id of each row (int64 or str).
-    sides : str ndarray, shape (rows,)
-        ``"src"`` or ``"dst"`` per row (per-side numbering only).
-    """
-
-    def __init__(self, node_ids: Optional[np.ndarray], num_nodes: int, num_src_ids: Optional[int] = None):
-        ids = np.arange(num_nodes, dtype=np.int64) if node_ids is None else np.asarray(node_ids)
-        self.ids = ids.astype(str) if ids.dtype.kind in "OSU" else ids.astype(np.int64)
-        self.per_side = num_src_ids is not None
-        rows = np.arange(ids.size, dtype=np.int64)
-        if self.per_side:
-            self._tables = {"src": self._table(self.ids[:num_src_ids], rows[:num_src_ids]),
-                            "dst": self._table(self.ids[num_src_ids:], rows[num_src_ids:])}
-            self.sides = np.where(rows < num_src_ids, "src", "dst")
-        else:
-            both = self._table(self.ids, rows)
-            self._tables = {"src": both, "dst": both}
-
-    @staticmethod
-    def _table(ids, rows):
-        order = np.argsort(ids, kind="stable")
-        return [ids[order], rows[order]]
-
-    def __len__(self) -> int:
-        return int(self.ids.size)
-
-    @property
-    def strings(self) -> bool:
-        return self.ids.dtype.kind == "U"
-
-    def convert(self, values, what: str = "node id") -> np.ndarray:
-        """``values`` as ids of this run's kind (ints or strings)."""
-        a = np.asarray(values)
-        if a.ndim == 0:
-            a = a.reshape(1)
-        if self.strings:
-            return a.astype(str)
-        if a.dtype.kind in "iu":
-            return a.astype(np.int64)
-        try:
-            out = a.astype(np.float64) if a.dtype.kind != "f" else a
-        except ValueError:
-            bad = next(v for v in a.ravel() if not _is_number(v))
-            raise InputError(f"{what} {bad!r} is not an integer, and this run's node ids are integers") from None
-        if not np.all(np.isfinite(out)) or np.any(out != np.round(out)):
-            bad = out[~(np.isfinite(out) & (out == np.round(out)))][0]
-            raise InputError(f"{what} {bad!r} is not an integer, and this run's node ids are integers")
-        return out.astype(np.int64)
-
-    def side(self, side: Optional[str]) -> str:
-        if side is None:
-            if self.per_side:
-                raise InputError("this run numbers sources and destinations apart (a bipartite JODIE-style log), "
-                                 "so an id may name two nodes: say side='src' or side='dst'")
-            return "src"
-        if side not in ("src", "dst"):
-            raise InputError(f"side must be 'src' or 'dst', got {side!r}")
-        return side
-
-    def rows(self, ids, side: str = "src") -> Tuple[np.ndarray, int]:
-        """Rows of ``ids`` on ``side``; ids never seen get new rows (appended).
-
-        Returns the rows (int64, shape (n,)) and the number of rows now.
-        """
-        ids = self.convert(ids)
-        keys, rows = self._tables[side]
-        pos = np.searchsorted(keys, ids).clip(max=max(keys.size - 1, 0))
-        found = (keys[pos] == ids) if keys.size else np.zeros(ids.size, dtype=bool)
-        out = np.where(found, rows[pos] if keys.size else 0, -1)
-        if not found.all():
-            new, inv = np.unique(ids[~found], return_inverse=True)
-            new_rows = np.arange(self.ids.size, self.ids.size + new.size, dtype=np.int64)
-            out[~found] = new_rows[inv]
-            self.ids = np.concatenate([self.ids, new])  # str arrays widen to the longest id
-            table = self._table(np.concatenate([keys, new]), np.concatenate([rows, new_rows]))
-            if self.per_side:
-                self._tables[side] = table
-                self.sides = np.concatenate([self.sides, np.full(new.size, side)])
-            else:
-                self._tables = {"src": table, "dst": table}
-        return out, int(self.ids.size)
-
-
-def _is_number(v) -> bool:
-    try:
-        float(v)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 # ----------------------------------------------------------------------- predictor
