@@ -2,8 +2,8 @@
 
 Where things go:
 
-* a model -- a composition in :func:`speed.train.models.build_model` (new parts in
-  :mod:`speed.train.modules`) and its name in ``models.MODELS``;
+* a model -- a row of :data:`speed.train.recipes.RECIPES` (new kinds of module in
+  :mod:`speed.train.modules`, built in :func:`speed.train.models.build_model`);
 * a hyperparameter -- a field of :class:`speed.train.config.TrainConfig` (the CLI follows);
 * a negative-sampling strategy -- a :class:`speed.train.negatives.NegativeSampler`;
 * a sync rule -- :mod:`speed.train.pac.sync`.
@@ -15,7 +15,7 @@ import importlib
 # the CLI reads only the config to build its options.
 _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "CyclingBatches": "engine",
           "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "evaluator",
-          "NodeMemory": "memory", "MODELS": "config", "NodeState": "models", "TemporalGNN": "models",
+          "NodeMemory": "memory", "MODELS": "recipes", "NodeState": "models", "TemporalGNN": "models",
           "build_model": "models", "RecentNeighborSampler": "sampler", "Trainer": "trainer",
           "Predictor": "predictor", "load_run": "predictor"}
 

@@ -21,8 +21,7 @@ from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
-# The model names (built in speed.train.models); kept here so the CLI can list them without torch.
-MODELS = ("jodie", "dyrep", "tgn", "tige")
+from .recipes import AGGREGATORS, MESSAGES, MODELS  # noqa: E402  (the model table; no torch)
 # Baselines evaluated like the models but never trained (speed.train.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
 
@@ -66,6 +65,10 @@ class TrainConfig:
     time_dim: int = _opt(100, "time encoding width")
     embedding_dim: int = _opt(100, "embedding width")
     neighbors: int = _opt(10, "sampled recent neighbours")
+    message: str = _opt("identity", "message function: the raw [s_self, s_other, time, features] (the papers'), "
+                                    "or an MLP over it", choices=MESSAGES)
+    aggregator: str = _opt("last", "how a node's pending events become one message: the latest one (the papers'), "
+                                   "or their mean", choices=AGGREGATORS)
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     seed: int = _opt(0, "seed of weights, negatives and the split")
     patience: int = _opt(5, "epochs without validation AP gain before stopping")
@@ -138,7 +141,8 @@ class TrainConfig:
             if not (_number(x) and 0 <= x < 1):
                 raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
         for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
-                              ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES)):
+                              ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
+                              ("message", MESSAGES), ("aggregator", AGGREGATORS)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")

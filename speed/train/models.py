@@ -55,6 +55,8 @@ from .modules import (
     IdentityMessage,
     LastAggregator,
     LinkPredictor,
+    MeanAggregator,
+    MLPMessage,
     RNNUpdater,
     TimeEncoder,
     TimeProjectionEmbedding,
@@ -62,7 +64,7 @@ from .modules import (
 from .sampler import RecentNeighborSampler
 from .store import MessageStore
 
-from .config import MODELS  # noqa: E402  (the names live with the config, which needs no torch)
+from .recipes import AGGREGATORS, MESSAGES, RECIPES
 
 
 @dataclass
@@ -373,8 +375,8 @@ class TemporalGNN(nn.Module):
 
 def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 100, time_dim: int = 100,
                 embedding_dim: int = 100, neighbors: int = 10, time_scale: float = 1.0,
-                dropout: float = 0.1) -> TemporalGNN:
-    """JODIE, DyRep, TGN or TIGE, assembled from the modules (see the table above).
+                dropout: float = 0.1, message: str = "identity", aggregator: str = "last") -> TemporalGNN:
+    """A model assembled from the modules by its recipe (:data:`speed.train.recipes.RECIPES`).
 
     Parameters
     ----------
@@ -387,34 +389,42 @@ def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 1
         Sampled neighbours for graph attention.
     time_scale : float
         JODIE's Δt normaliser.
+    message : {"identity", "mlp"}
+        The message function: the raw ``[s_self || s_other || Φ(Δt) || e]`` (the papers'), or an
+        MLP over it to ``memory_dim`` features (TGN's alternative).
+    aggregator : {"last", "mean"}
+        How a node's pending events become one message: the latest one (the papers'), or the
+        mean of them.
     """
     name = name.lower()
-    if name not in MODELS:
-        raise ValueError(f"unknown model '{name}' (choose from {', '.join(MODELS)})")
-    message = IdentityMessage(memory_dim, time_dim, msg_dim)
-    if name == "jodie":
-        embedding = TimeProjectionEmbedding(memory_dim, time_scale)
-        updater = RNNUpdater(message.out_dim, memory_dim)
-        extra = {}
-    elif name == "dyrep":
-        # the message's other side is an attention embedding with the memory's width
-        embedding = IdentityEmbedding(memory_dim)
-        updater = RNNUpdater(message.out_dim, memory_dim)
-        extra = {"message_embedding": GraphAttentionEmbedding(memory_dim, time_dim, msg_dim, memory_dim,
-                                                              dropout=dropout)}
-    else:
+    if name not in RECIPES:
+        raise ValueError(f"unknown model '{name}' (choose from {', '.join(RECIPES)})")
+    if message not in MESSAGES or aggregator not in AGGREGATORS:
+        raise ValueError(f"unknown message {message!r} or aggregator {aggregator!r} (choose from "
+                         f"{', '.join(MESSAGES)} and {', '.join(AGGREGATORS)})")
+    recipe = RECIPES[name]
+    if recipe.embedding == "attention":
         embedding = GraphAttentionEmbedding(memory_dim, time_dim, msg_dim, embedding_dim, dropout=dropout)
-        if name == "tige":
-            # messages are built from h(t-) (the embedding memory) for both endpoints
-            message = IdentityMessage(embedding.out_dim, time_dim, msg_dim)
-            extra = {"dual_memory": True}
-        else:
-            extra = {}
-        updater = GRUUpdater(message.out_dim, memory_dim)
-    model = TemporalGNN(num_nodes, memory_dim, time_dim, msg_dim, message, LastAggregator(), updater, embedding,
+    elif recipe.embedding == "time_projection":
+        embedding = TimeProjectionEmbedding(memory_dim, time_scale)
+    else:
+        embedding = IdentityEmbedding(memory_dim)
+    # messages are built from h(t-), the embedding memory, under TIGER's dual memory
+    state_dim = embedding.out_dim if recipe.dual_memory else memory_dim
+    msg_fn = IdentityMessage(state_dim, time_dim, msg_dim) if message == "identity" else \
+        MLPMessage(state_dim, time_dim, msg_dim, out_dim=memory_dim)
+    updater = (GRUUpdater if recipe.updater == "gru" else RNNUpdater)(msg_fn.out_dim, memory_dim)
+    extra = {"dual_memory": recipe.dual_memory}
+    if recipe.message_other == "attention":  # the other side as an attention embedding of the memory's width
+        extra["message_embedding"] = GraphAttentionEmbedding(memory_dim, time_dim, msg_dim, memory_dim,
+                                                             dropout=dropout)
+    agg = LastAggregator() if aggregator == "last" else MeanAggregator()
+    # (modules are created in this order, embedding, message, updater, the rest, so the weights a
+    # seed gives stay those of earlier versions)
+    model = TemporalGNN(num_nodes, memory_dim, time_dim, msg_dim, msg_fn, agg, updater, embedding,
                         LinkPredictor(embedding.out_dim), neighbors=neighbors, name=name, **extra)
     # what rebuilds this model from a checkpoint (speed.load_run)
     model.spec = dict(name=name, num_nodes=int(num_nodes), msg_dim=int(msg_dim), memory_dim=int(memory_dim),
                       time_dim=int(time_dim), embedding_dim=int(embedding_dim), neighbors=int(neighbors),
-                      time_scale=float(time_scale), dropout=float(dropout))
+                      time_scale=float(time_scale), dropout=float(dropout), message=message, aggregator=aggregator)
     return model

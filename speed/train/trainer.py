@@ -65,7 +65,7 @@ def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events
     """The configured model for ``num_nodes`` node-state rows, with the log's edge features."""
     model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, memory_dim=config.memory_dim,
                         time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
-                        time_scale=time_scale(train))
+                        time_scale=time_scale(train), message=config.message, aggregator=config.aggregator)
     return model
 
 

@@ -1,0 +1,52 @@
+"""The models, as recipes: which modules of :mod:`speed.train.modules` each one is built from.
+
+This table is the one place a model is named.  It needs no torch, so the command line lists
+the models without importing it; :func:`speed.train.models.build_model` turns a recipe into a
+:class:`~speed.train.models.TemporalGNN`.
+
+To add a model made of existing modules: one row here.  A new kind of module goes in
+:mod:`speed.train.modules`, with its name in the choices below and its construction in
+``build_model``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a memory-based temporal GNN is composed.
+
+    Attributes
+    ----------
+    updater : {"gru", "rnn"}
+        The memory updater ``s' = UPD(msg, s)``.
+    embedding : {"attention", "time_projection", "identity"}
+        ``z_i(t)`` from the memory: temporal graph attention over recent neighbours, JODIE's
+        time projection ``(1 + w·Δt) ∘ s``, or the memory itself.
+    message_other : {"memory", "attention"}
+        What a message carries for the event's other endpoint: its memory, or its graph
+        attention embedding (DyRep).
+    dual_memory : bool
+        Messages are built from a second memory of each node's last embedding ``h(t-)``
+        (TIGER's dual memory, TIGE).
+    """
+
+    updater: str
+    embedding: str
+    message_other: str = "memory"
+    dual_memory: bool = False
+
+
+RECIPES: Dict[str, Recipe] = {
+    "jodie": Recipe(updater="rnn", embedding="time_projection"),
+    "dyrep": Recipe(updater="rnn", embedding="identity", message_other="attention"),
+    "tgn": Recipe(updater="gru", embedding="attention"),
+    "tige": Recipe(updater="gru", embedding="attention", dual_memory=True),
+}
+MODELS = tuple(RECIPES)
+# The message functions and aggregators every model can be built with.
+MESSAGES = ("identity", "mlp")
+AGGREGATORS = ("last", "mean")
