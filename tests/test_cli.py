@@ -50,16 +50,21 @@ def test_unsorted_input_is_sorted_and_reported(tmp_path, capsys):
 
 
 def test_columns_by_name_and_index(tmp_path, capsys):
-    p = write(tmp_path, "c.csv", "t,a,b\n" + "".join(f"{i},{i % 5},{(i + 1) % 5}\n" for i in range(50)))
+    # time first, then an unused column, then destination and source: the defaults (0, 1, 2)
+    # would read other values, so the flags must be what picked the columns
+    rows = [(i, 7 * i, (i + 1) % 5 + 100, i % 5 + 100) for i in range(50)]
+    p = write(tmp_path, "c.csv", "t,junk,b,a\n" + "".join(f"{t},{j},{b},{a}\n" for t, j, b, a in rows))
     code, _, err = run_cli(["partition", p, "-o", tmp_path / "s1", "--src-col", "a", "--dst-col", "b",
                             "--time-col", "t"], capsys)
     assert code == 0, err
-    code, _, err = run_cli(["partition", p, "-o", tmp_path / "s2", "--src-col", 1, "--dst-col", 2,
+    code, _, err = run_cli(["partition", p, "-o", tmp_path / "s2", "--src-col", 3, "--dst-col", 2,
                             "--time-col", 0], capsys)
     assert code == 0, err
-    a = speed.load_shards(tmp_path / "s1").events()
-    b = speed.load_shards(tmp_path / "s2").events()
-    assert (a.src == b.src).all() and (a.t == b.t).all()
+    for out in ("s1", "s2"):
+        ev = speed.load_shards(tmp_path / out).events()
+        assert ev.node_ids[ev.src].tolist() == [a for _, _, _, a in rows]
+        assert ev.node_ids[ev.dst].tolist() == [b for _, _, b, _ in rows]
+        assert ev.t.tolist() == [t for t, _, _, _ in rows]
 
 
 BAD_FILES = [

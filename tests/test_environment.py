@@ -2,6 +2,9 @@
 
 import importlib.metadata as md
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -33,10 +36,33 @@ def test_dgl_extra_loads_when_installed():
 
 
 def test_core_imports_without_optional_packages():
-    import speed
-
-    for name in speed.__all__:
-        assert hasattr(speed, name), name
+    # a fresh interpreter in which the optional packages cannot be imported
+    code = textwrap.dedent("""
+        import sys
+        BLOCKED = ("dgl", "torch_geometric", "pandas", "yaml", "psutil")
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"blocked {name}")
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        import speed
+        for name in speed.__all__:
+            assert hasattr(speed, name), name
+        ev = speed.Events.from_arrays(np.arange(40) % 7, (np.arange(40) + 1) % 7, np.arange(40))
+        speed.partition(ev, 2, topk=0.2)
+        for call in (lambda: speed.to_dgl(ev), lambda: speed.to_pyg(ev)):
+            try:
+                call()
+            except speed.MissingDependencyError as exc:
+                assert "pip install 'speed-tig[" in str(exc), exc
+            else:
+                raise AssertionError("an optional package was importable")
+        assert not any(m.split(".")[0] in BLOCKED for m in sys.modules)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_ci_runs_the_readme_test_command():

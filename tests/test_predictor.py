@@ -102,7 +102,10 @@ def test_update_embed_score_and_their_refusals(run):
     after = pred.embed([1000, 5], t0 + 3)
     assert not np.allclose(before, after)  # the memory moved on
     p = pred.score([1000, 424242, 999999], [5, 5, 5], t0 + 3)
-    assert p.shape == (3,) and np.all((p > 0) & (p < 1))
+    z_src, z_dst = pred.embed([1000, 424242, 999999], t0 + 3), pred.embed([5, 5, 5], t0 + 3)
+    with torch.no_grad():
+        want = torch.sigmoid(pred.model.score(torch.from_numpy(z_src), torch.from_numpy(z_dst))).numpy()
+    np.testing.assert_allclose(p, want, atol=1e-6)  # scores are the decoder on the embeddings
     assert pred.embed_all().shape == (events.num_nodes + 2, pred.embedding_dim)
 
 
@@ -209,8 +212,16 @@ def test_cli_refusals_name_the_line_and_write_nothing(run, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.csv", "oldsorted.csv", "pairs.csv"]
 
 
-def test_checkpoint_stays_loadable_as_json_metrics_say(run):
+def test_checkpoint_config_is_the_runs_and_an_older_payload_is_refused(run, tmp_path):
     path, _ = run
     metrics = json.loads((path / "metrics.json").read_text())
     pred = speed.load_run(path)
-    assert pred.config["model"] == metrics["model"] == pred.model.name
+    assert pred.config == metrics["config"] and pred.model.name == metrics["model"]
+    # a checkpoint whose predictor payload has another format is refused with one line, not misread
+    state = torch.load(path / "checkpoint.pt", weights_only=False)
+    state["extra"]["predictor"]["format"] -= 1
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(state, old / "checkpoint.pt")
+    with pytest.raises(speed.InputError, match="written by an older version of speed"):
+        speed.load_run(old)

@@ -1,9 +1,14 @@
 """Readers: every format, column selection, id remapping, and every bad input."""
 
 import gzip
+import tempfile
+from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import speed
 
@@ -296,3 +301,37 @@ def test_a_src_dst_time_header_is_one_id_space(tmp_path):
     assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [1, 0, 2]
     j = write(tmp_path, "j.csv", "user_id,item_id,timestamp\n1,2,1.0\n2,1,2.0\n")
     assert speed.read_events(j).bipartite  # the JODIE convention: items after users
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.sampled_from([",", "\t", ";", " "]), st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 10_000))
+def test_the_block_parser_and_pyarrow_read_the_same_arrays(n, sep, header, crlf, label, seed):
+    """Every plain numeric file goes through both parsers: the numba block parser (taken, as
+    counted) and pyarrow's reader (the fast path disabled) give the same arrays."""
+    import speed.data.readers.text as text
+    from speed.data.readers import blocks
+
+    rng = np.random.default_rng(seed)
+    src = rng.integers(-50, 10**12, n)
+    dst = rng.integers(0, 10**6, n)
+    t = np.sort(rng.integers(0, 10**9, n)) + rng.integers(0, 1000, n) / 1000.0
+    lab = rng.integers(0, 2, n)
+    cols = [src, dst, t] + ([lab] if label else [])
+    fmt = [lambda v: f"{int(v):0{rng.integers(1, 4)}d}" if v >= 0 else str(int(v)), str, lambda v: f"{v:.3f}", str]
+    end = "\r\n" if crlf else "\n"
+    lines = ([sep.join(["a", "b", "c", "d"][:len(cols)])] if header else []) + \
+        [sep.join(f(c[i]) for f, c in zip(fmt, cols)) for i in range(n)]
+    path = Path(tempfile.mkdtemp()) / "log.txt"
+    path.write_text(end.join(lines) + end)
+    kw = dict(fmt="csv", sep=sep, header=header, label_col=3 if label else None, progress=False)
+    taken = []
+    real = blocks.read_numeric
+    with mock.patch.object(blocks, "read_numeric", lambda *a, **k: taken.append(1) or real(*a, **k)):
+        fast = speed.read_events(path, **kw)
+    assert taken, "the block parser was not used"
+    with mock.patch.object(text.blocks, "numeric_layout", lambda *a, **k: None):
+        slow = speed.read_events(path, **kw)
+    for name in ("src", "dst", "t", "label", "node_ids"):
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert (a is None and b is None) or np.array_equal(a, b), name

@@ -48,8 +48,10 @@ def test_inductive_mask_is_seeded_and_consistent():
 
 def test_bad_split_fractions():
     ev = speed.Events.from_arrays([0, 1], [1, 2], [0, 1])
-    with pytest.raises(speed.InputError):
+    with pytest.raises(speed.InputError, match=r"val \(0.6\) and test \(0.5\) must be fractions with val \+ test < 1"):
         speed.chronological_split(ev, val=0.6, test=0.5)
+    with pytest.raises(speed.InputError, match=r"new_node_fraction must be in \[0, 1\], got 1.5"):
+        speed.chronological_split(ev, new_node_fraction=1.5)
 
 
 def test_generator_power_law_and_deterministic():

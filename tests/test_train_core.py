@@ -258,3 +258,16 @@ def test_node_classification_leaves_the_global_rng_alone():
     a = node_classification_auroc(z, y, *masks, epochs=2, seed=5)
     assert torch.equal(torch.get_rng_state(), before)
     assert node_classification_auroc(z, y, *masks, epochs=2, seed=5) == a  # still seeded
+
+
+def test_node_classifier_learns_a_separable_label_and_not_noise():
+    from speed.train.evaluate import node_classification_auroc
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 3000)
+    z = rng.normal(size=(3000, 8)).astype(np.float32)
+    masks = [np.arange(3000) < 2000, (np.arange(3000) >= 2000) & (np.arange(3000) < 2500), np.arange(3000) >= 2500]
+    noise = node_classification_auroc(z, y, *masks, seed=0)
+    z[:, 0] += 3.0 * y  # the label now shows in one coordinate
+    signal = node_classification_auroc(z, y, *masks, seed=0)
+    assert signal["auroc"] > 0.95 and abs(noise["auroc"] - 0.5) < 0.1, (signal, noise)

@@ -85,7 +85,9 @@ def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None
         assert default is not MISSING
         if hints[f.name] is bool:
             action = "store_false" if flag.startswith("--no-") else "store_true"
-            g.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+            # a --no-X flag turns off what the field's help describes
+            g.add_argument(flag, dest=f.name, action=action,
+                           help=("do not " if action == "store_false" else "") + meta["help"])
             if unset:
                 g.set_defaults(**{f.name: UNSET})
             continue
@@ -156,7 +158,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     pl.add_argument("--subgraph", choices=SUBGRAPH_MODES, default=d["subgraph"],
                     help=f"what a rank trains on (default {d['subgraph']})")
     pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
-    pl.add_argument("--seed", type=int, default=d["seed"])
+    pl.add_argument("--seed", type=int, default=d["seed"], help=f"seed of the groupings (default {d['seed']})")
     pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
     from ..train.config import MODELS
 
@@ -174,7 +176,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--at", type=_split_time, default=None, metavar="T",
                    help="time of the embeddings, a number or an ISO-8601 date-time (default: the latest event)")
     e.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    e.add_argument("--no-progress", action="store_true")
+    e.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
     sc.add_argument("run", help="run directory from `speed train`")
@@ -182,7 +184,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score in the pairs' order")
     sc.add_argument("--events", default=None, metavar="FILE", help="new events to continue the memory with first")
     sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    sc.add_argument("--no-progress", action="store_true")
+    sc.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")
@@ -193,6 +195,6 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     g.add_argument("--locality", type=float, default=0.8, help="chance of an in-community event (default 0.8)")
     g.add_argument("--bipartite", action="store_true", help="users -> items log")
     g.add_argument("--items", type=int, default=None, help="items in a bipartite log (default nodes/10)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser

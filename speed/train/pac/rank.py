@@ -104,11 +104,12 @@ class PacRank(EpochLoop):
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)  # every rank takes the same number of steps
         batches = CyclingBatches(index, cfg.batch_size, int(steps.item()))
         negatives = RandomNegatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
-        periodic = [0.0]
+        periodic = [0.0, 0]  # seconds and rounds of the in-epoch syncs
 
         def sync_every(step: int) -> None:  # the same steps on every rank, so collectives line up
             if cfg.sync_every and step % cfg.sync_every == 0 and step < batches.steps:
                 periodic[0] += sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
+                periodic[1] += 1
 
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
                                       on_step=sync_every if cfg.sync_every else None)
@@ -116,7 +117,7 @@ class PacRank(EpochLoop):
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.node_state_bytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
-                "sync_seconds": sync_s}
+                "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1}
         ranks = [None] * self.world
         dist.all_gather_object(ranks, mine)  # a few numbers per rank
         slowest = max(r["train_seconds"] for r in ranks)  # in-epoch syncs are reported apart
