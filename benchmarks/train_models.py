@@ -53,7 +53,7 @@ def rescore(run: Path, events, split, strategy: str, seed: int, batch_size: int)
     neg_src = events.src[idx] if neg_src is None else neg_src
     ids = events.node_ids
     pred = speed.load_run(run, at="test")
-    pos, neg = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[neg_src],
+    pos, neg, _ = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[neg_src],
                                  ids[neg_dst], None if events.msg is None else events.msg[idx])
     out = {"transductive": link_metrics(pos, neg)}
     ind = split.test_inductive

@@ -72,17 +72,15 @@ def test_unknown_strategy_is_a_config_error(tmp_path):
 
 
 def test_edgebank_by_hand():
-    import torch
-
     from speed.train.edgebank import EdgeBank
 
     ev = speed.Events.from_arrays([0, 1, 0, 2], [1, 2, 2, 0], [0.0, 1.0, 5.0, 9.0], num_nodes=3)
-    t = lambda *x: torch.tensor(x)  # noqa: E731
     for mode, window, want in (("unlimited", None, [1.0, 1.0, 0.0, 0.0]), ("window", 4.0, [0.0, 1.0, 0.0, 0.0])):
         bank = EdgeBank(ev, mode, window)
-        bank.observe(t(0, 1), t(1, 2), t(0.0, 1.0))  # (0,1) at 0, (1,2) at 1
-        z_src = bank.embed(t(0, 1, 1, 2), t(5.0, 5.0, 5.0, 5.0))
-        z_dst = bank.embed(t(1, 2, 0, 0), t(5.0, 5.0, 5.0, 5.0))
+        bank.observe(bank.plan([], [], events=(np.array([0, 1]), np.array([1, 2]), np.array([0.0, 1.0]),
+                                               np.array([0, 1]))))  # (0,1) at 0, (1,2) at 1
+        z_src = bank.compute(bank.plan([0, 1, 1, 2], [5.0] * 4))[0]
+        z_dst = bank.compute(bank.plan([1, 2, 0, 0], [5.0] * 4))[0]
         # (0,1) last seen at 0: 5 s ago; (1,2) at 1: 4 s ago; (1,0) never; (2,0) not yet
         assert bank.score(z_src, z_dst).tolist() == want, mode
 

@@ -32,7 +32,7 @@ def _rescore_test(pred, events, run):
     idx = np.searchsorted(events.eid, neg["test_eid"])
     ids = events.node_ids
     ns = np.where(neg["test_src"] < 0, events.src[idx], neg["test_src"])
-    pos, negs = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[ns],
+    pos, negs, _ = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[ns],
                                   ids[neg["test_dst"]], None if events.msg is None else events.msg[idx])
     return link_metrics(pos, negs)
 

@@ -69,15 +69,8 @@ def test_training_ranks_test_events_against_the_stored_negatives(tmp_path):
     # rescore the test period with the predictor: the same MRR as the run's evaluation
     pred = speed.load_run(tmp_path / "run", at="test")
     idx = np.flatnonzero(ev.t > test_time)
-    pos, neg = [], []
-    for a in range(0, idx.size, 100):
-        b = idx[a:a + 100]
-        s, d, t, c = ev.src[b], ev.dst[b], ev.t_float()[b], cand[a:a + 100]
-        pos.append(pred.score(s, d, t, logits=True))
-        neg.append(pred.score(np.repeat(s, c.shape[1]), c.ravel(), np.repeat(t, c.shape[1]),
-                              logits=True).reshape(c.shape))
-        pred.update((s, d, t, ev.msg[b]))
-    ranks = ranking_metrics(np.concatenate(pos), np.concatenate(neg), valid)
+    pos, _, neg = pred.score_stream(ev.src[idx], ev.dst[idx], ev.t_float()[idx], msg=ev.msg[idx], candidates=cand)
+    ranks = ranking_metrics(pos, neg, valid)
     assert ranks["mrr"] == pytest.approx(m["test"]["transductive"]["mrr"], abs=1e-9)
     # and from the command line
     assert main(["train", str(folder), "--out", str(tmp_path / "cli"), "--epochs", "1", "--memory-dim", "8",

@@ -30,23 +30,25 @@ def hand_model(num_nodes=5):
     return model
 
 
+def view(model):
+    """Memory as the model sees it after everything: every pending event applied."""
+    every = np.arange(model.num_nodes)
+    plan = model.plan(every, np.full(model.num_nodes, np.inf))
+    states, lasts = model.key_states(plan)
+    keys = plan.uq_key[plan.q_inv]
+    return states[keys][:, 0].tolist(), lasts[keys].tolist()
+
+
 def stream(model, src, dst, t, batch):
-    src, dst = torch.tensor(src), torch.tensor(dst)
-    t = torch.tensor(t, dtype=torch.float64)
-    eid = torch.arange(len(src))
+    src, dst = np.array(src), np.array(dst)
+    t = np.array(t, dtype=np.float64)
     states = []
-    every = torch.arange(model.num_nodes)
-
-    def view():  # memory as the model sees it: pending events applied
-        mem, last = model.memory_of(every)
-        return mem[:, 0].tolist(), last.tolist()
-
     with torch.no_grad():
         for s in range(0, len(src), batch):
             sl = slice(s, s + batch)
-            states.append(view())
-            model.observe(src[sl], dst[sl], t[sl], eid[sl])
-        states.append(view())
+            states.append(view(model))
+            model.step_events(src[sl], dst[sl], t[sl], np.arange(len(src))[sl])
+        states.append(view(model))
     return states
 
 
@@ -87,12 +89,11 @@ def test_backup_restore_round_trip():
     model = hand_model()
     stream(model, [0, 1, 2], [1, 2, 3], [1, 2, 3], 1)
     snap = model.backup()
-    every = torch.arange(model.num_nodes)
-    before = model.memory_of(every)[0].clone()
+    before = view(model)
     stream(model, [3, 4], [4, 0], [4, 5], 1)
-    assert not torch.equal(before, model.memory_of(every)[0])
+    assert view(model) != before
     model.restore(snap)
-    assert torch.equal(before, model.memory_of(every)[0])
+    assert view(model) == before
     model.reset_state()
     assert model.memory.memory.abs().sum() == 0 and model.memory.last_update.abs().sum() == 0
 
@@ -100,64 +101,137 @@ def test_backup_restore_round_trip():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(2, 15), st.integers(1, 120), st.integers(1, 5), st.integers(1, 20), st.integers(0, 2**31 - 1))
 def test_sampler_returns_latest_k_strictly_earlier(n, e, k, batch, seed):
+    """TGN's and DyGLib's finder: the k most recent events strictly before the query's time,
+    earlier events of the query's own batch included, however many events share a time."""
     rng = np.random.default_rng(seed)
     src = rng.integers(0, n, e)
     dst = rng.integers(0, n, e)
-    t = np.sort(rng.integers(0, e // 2 + 1, e)).astype(np.float64)
+    t = np.sort(rng.integers(0, e // 4 + 1, e)).astype(np.float64)  # many equal times
     sampler = RecentNeighborSampler(n, k)
-    history = [[] for _ in range(n)]  # (neighbour, t, eid) in insertion order
     for s in range(0, e, batch):
         sl = slice(s, s + batch)
+        sampler.push(src[sl], dst[sl], t[sl], np.arange(s, min(e, s + batch)))
         q_nodes = np.concatenate([src[sl], dst[sl]])
         q_t = np.concatenate([t[sl], t[sl]])
         got = sampler.sample(q_nodes, q_t)
         for b, (node, qt) in enumerate(zip(q_nodes, q_t)):
-            kept = history[node][-k:][::-1]
-            expected = [h for h in kept if h[1] < qt]
+            history = [(dst[i] if src[i] == node else src[i], t[i], i) for i in range(e)
+                       if t[i] < qt and node in (src[i], dst[i])]
+            expected = history[-k:][::-1]
             m = got.mask[b].numpy()
-            assert m.sum() == len(expected)
             assert got.eids[b].numpy()[m].tolist() == [h[2] for h in expected]
-            assert np.all(got.times[b].numpy()[m] < qt)
-        sampler.insert(src[sl], dst[sl], t[sl], np.arange(s, min(e, s + batch)))
-        for i in range(s, min(e, s + batch)):
-            history[src[i]].append((dst[i], t[i], i))
-            if src[i] != dst[i]:
-                history[dst[i]].append((src[i], t[i], i))
+            assert got.nodes[b].numpy()[m].tolist() == [h[0] for h in expected]
+
+
+def scores_of(model, src, dst, t, batch, msg=None):
+    """Each event's score against its reversed pair, streaming in batches (eval mode)."""
+    model.eval()
+    if msg is not None:
+        model.set_edge_features(msg)
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(src), batch):
+            sl = slice(s, s + batch)
+            m = len(src[sl])
+            z = model.step_events(src[sl], dst[sl], t[sl], np.arange(len(src))[sl])
+            out.append(model.score(z[:m], z[m:2 * m]))
+    return torch.cat(out)
 
 
 @pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
 def test_no_event_sees_itself_or_its_future(name):
-    # Changing the features of event k (used only once its batch is over) must not change
-    # any score of event k's batch or earlier ones; later scores may change.
+    # Changing event k (its features) must not change the score of any event at or before its
+    # time -- in its batch or earlier -- and does change some later ones.
     rng = np.random.default_rng(0)
     n, e, batch = 30, 120, 10
-    src = torch.tensor(rng.integers(0, n, e))
-    dst = torch.tensor(rng.integers(0, n, e))
-    t = torch.tensor(np.sort(rng.integers(0, 1000, e)), dtype=torch.float64)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    t = np.sort(rng.integers(0, 300, e)).astype(np.float64)  # equal times occur
     msg = rng.random((e, 4)).astype(np.float32)
-    k = 55  # in the batch covering events 50..59
+    k = 55
 
     def scores(features):
         torch.manual_seed(0)
-        model = build_model(name, n, msg_dim=4, memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3).eval()
-        model.set_edge_features(features)
-        out = []
-        with torch.no_grad():
-            for s in range(0, e, batch):
-                sl = slice(s, s + batch)
-                m = sl.stop - sl.start
-                z = model.embed(torch.cat([src[sl], dst[sl]]), torch.cat([t[sl], t[sl]]))
-                out.append(model.score(z[:m], z[m:]))
-                model.observe(src[sl], dst[sl], t[sl], torch.arange(s, s + m), z)
-        return torch.cat(out)
+        model = build_model(name, n, msg_dim=4, memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3)
+        return scores_of(model, src, dst, t, batch, features)
 
     base = scores(msg)
     changed = msg.copy()
     changed[k] += 5.0
     other = scores(changed)
-    end_of_batch = (k // batch + 1) * batch
-    assert torch.equal(base[:end_of_batch], other[:end_of_batch])
-    assert not torch.equal(base[end_of_batch:], other[end_of_batch:])
+    upto = t <= t[k]
+    assert torch.equal(base[upto], other[upto])
+    assert not torch.equal(base[~upto], other[~upto])
+
+
+@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("batch", [2, 3, 4, 7])
+def test_simultaneous_events_never_see_each_other_whatever_the_batching(name, batch):
+    # events 3 and 4 share t = 3.0; wherever the batch boundaries fall, changing event 3 (its
+    # destination) moves no score at t <= 3, neither in memory nor through the sampler
+    src = np.array([0, 1, 2, 0, 1, 3, 0, 2])
+    dst = np.array([1, 2, 3, 4, 0, 4, 2, 1])
+    t = np.array([0.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.0, 5.0])
+
+    def scores(d):
+        torch.manual_seed(1)
+        model = build_model(name, 6, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3)
+        return scores_of(model, src, d, t, batch)
+
+    other = dst.copy()
+    other[3] = 2  # a node with a memory by then, so event 3's message really changes
+    a, b = scores(dst), scores(other)
+    others = (t <= 3.0) & (np.arange(len(t)) != 3)  # every other event up to t = 3, event 4 included
+    assert torch.equal(a[others], b[others])
+
+
+def test_memory_applies_each_nodes_latest_event():
+    # node 0 is a source at t=1 (with 1) and a destination at t=2 (from 2) in one batch: the
+    # last aggregator applies its latest event, the one from 2, whichever side it was on
+    model = hand_model(4)
+    with torch.no_grad():
+        model.memory.memory[:, 0] = torch.tensor([0.0, 10.0, 100.0, 0.0])
+    states = stream(model, [0, 2], [1, 0], [1, 2], 2)
+    assert states[-1][0][0] == 0 + 100 + 1 and states[-1][1][0] == 2
+    states = stream(hand_model(4), [2, 0], [0, 1], [1, 2], 2)  # now the source side is the later
+    assert states[-1][1][0] == 2
+
+
+@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("aggregator", ["last", "mean"])
+def test_deduplicated_queries_give_the_same_embeddings_and_loss(name, aggregator):
+    """A dense stream (few nodes, many repeats and equal times): computing each distinct query
+    and memory key once gives the embeddings, scores and loss of computing every one alone."""
+    from speed.train.engine import link_loss
+
+    rng = np.random.default_rng(3)
+    n, e, batch = 6, 240, 40
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    t = np.sort(rng.integers(0, 60, e)).astype(np.float64)
+    msg = rng.random((e, 3)).astype(np.float32)
+    neg = rng.integers(0, n, e)
+    results = {}
+    for dedup in (True, False):
+        torch.manual_seed(0)
+        model = build_model(name, n, msg_dim=3, memory_dim=8, time_dim=8, embedding_dim=8, neighbors=4,
+                            aggregator=aggregator, dropout=0.0)
+        model.set_edge_features(msg)
+        model.dedup = dedup
+        zs, losses = [], []
+        for s in range(0, e, batch):
+            sl = slice(s, s + batch)
+            m = len(src[sl])
+            plan = model.plan(np.concatenate([src[sl], dst[sl], neg[sl]]), np.tile(t[sl], 3),
+                              events=(src[sl], dst[sl], t[sl], np.arange(e)[sl]))
+            pos_logit, neg_logit, z, states, lasts = model(plan, m)
+            loss = link_loss(pos_logit, neg_logit)
+            loss.backward()  # gradients flow the same way (checked through the loss)
+            model.observe(plan, states, lasts, z)
+            zs.append(z.detach())
+            losses.append(float(loss))
+        results[dedup] = (torch.cat(zs), losses, plan.num_keys)
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(results[True][1], results[False][1], atol=1e-6)
+    assert results[True][2] < results[False][2]  # fewer memory computations
 
 
 def test_link_metrics_by_hand():
@@ -212,20 +286,21 @@ def test_custom_composition_with_mlp_message_and_mean_aggregator():
     message = MLPMessage(8, 8, 0, out_dim=12)
     model = TemporalGNN(20, 8, 8, 0, message, MeanAggregator(), GRUUpdater(12, 8),
                         GraphAttentionEmbedding(8, 8, 0, 8), LinkPredictor(8), neighbors=3)
-    src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([3, 4, 5, 4])
-    t = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
-    model.observe(src[:2], dst[:2], t[:2], torch.arange(2))
-    pos, neg, _ = model(src[2:], dst[2:], torch.tensor([6, 7]), t[2:])  # node 0 has a pending message
+    src, dst = np.array([0, 1, 2, 0]), np.array([3, 4, 5, 4])
+    t = np.array([1.0, 2.0, 3.0, 4.0])
+    model.step_events(src[:2], dst[:2], t[:2], np.arange(2))
+    plan = model.plan(np.concatenate([src[2:], dst[2:], [6, 7]]), np.tile(t[2:], 3),
+                      events=(src[2:], dst[2:], t[2:], np.arange(2, 4)))
+    pos, neg, *_ = model(plan, 2)  # node 0 has a pending message
     (pos.sum() - neg.sum()).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in message.parameters())
 
 
 def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
     """keep_node_state_on moves rows per batch; on one device it must change nothing."""
-    src = torch.tensor([0, 1, 2, 0, 3, 1, 2, 3])
-    dst = torch.tensor([1, 2, 3, 2, 0, 3, 0, 1])
-    t = torch.arange(8, dtype=torch.float64)
-    eid = torch.arange(8)
+    src = np.array([0, 1, 2, 0, 3, 1, 2, 3])
+    dst = np.array([1, 2, 3, 2, 0, 3, 0, 1])
+    t = np.arange(8, dtype=np.float64)
     out = []
     for keep in (False, True):
         torch.manual_seed(0)
@@ -234,15 +309,7 @@ def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
             model.keep_node_state_on("cpu")
             model.to("cpu")  # a later move of the weights leaves the node state where it is
             assert model._state_device == torch.device("cpu")
-        model.eval()
-        scores = []
-        with torch.no_grad():
-            for b in range(0, 8, 2):
-                s, d, tt, e = src[b:b + 2], dst[b:b + 2], t[b:b + 2], eid[b:b + 2]
-                pos, neg, z = model(s, d, d.flip(0), tt)
-                model.observe(s, d, tt, e, z[:4])
-                scores.append(pos)
-        out.append(torch.cat(scores))
+        out.append(scores_of(model, src, dst, t, 2))
     assert torch.equal(out[0], out[1])
 
 

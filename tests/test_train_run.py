@@ -36,7 +36,7 @@ def test_each_model_learns_on_a_tiny_graph(name):
     losses = [tr.train_epoch(e).loss for e in range(1, 9)]
     # chance level is 2 ln 2 = 1.386; a negative is the true item 1 time in 6, so epoch
     # losses are noisy and AP is capped: compare the best late epoch with the first
-    assert min(losses[-3:]) < losses[0] - 0.15, losses
+    assert min(losses[-3:]) < losses[0] - 0.1, losses
     val = tr.validate()
     assert val["transductive"]["ap"] > 0.6
 
@@ -151,11 +151,15 @@ def test_best_and_last_share_one_checkpoint_schema(tmp_path):
     speed.train(ev, model="tige", epochs=2, lr=1e-3, seed=0, out=tmp_path, **SMALL)
     best, last = load_checkpoint(tmp_path / "checkpoint.pt"), load_checkpoint(tmp_path / "last.pt")
     assert (best.kind, last.kind) == ("best", "last") and last.epoch == 2
-    # best: weights and the whole node state of both TIGE memories; last: weights only
+    # best: weights and the whole node state of both TIGE memories, with the values the pending
+    # events' messages carry; last: weights only
     assert best.model["memory.memory"].shape[0] == ev.num_nodes
     assert best.model["left_memory.memory"].shape[0] == ev.num_nodes
     assert not any(k.startswith(("memory.", "left_memory.")) for k in last.model)
     assert best.pending is not None and len(best.pending) == 4
+    kept = best.extra["predictor"]["end"]["values"]
+    assert set(kept["eid"].tolist()) == set(best.pending[3].tolist())  # one per pending event
+    assert kept["values"].shape == (kept["eid"].numel(), 2, 16)
     model = speed.build_model("tige", ev.num_nodes, memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5)
     model.load_state_dict(best.model)  # a full-graph model loads the best checkpoint as it is
     (tmp_path / "broken.pt").write_bytes(b"not a checkpoint")

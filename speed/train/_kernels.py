@@ -1,8 +1,10 @@
-"""numba kernels for training-time graph structure: the recent-neighbour ring buffers.
+"""numba kernels of training-time graph structure: recent-neighbour rings and plan building.
 
 Each node keeps its ``k`` most recent interactions in a ring: ``nbr[i, slot]``,
 ``nbr_t[i, slot]``, ``nbr_e[i, slot]``; ``head[i]`` is the next slot to write and
-``count[i]`` how many slots are filled (at most ``k``).
+``count[i]`` how many slots are filled (at most ``k``).  Events reach the rings through a
+time-sorted *held* buffer and enter them only when a query at a strictly later time asks, so a
+ring never holds an event at or after the time of the query it answers.
 """
 
 from __future__ import annotations
@@ -11,37 +13,52 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True, nogil=True)
-def ring_insert(src, dst, t, eid, nbr, nbr_t, nbr_e, head, count, undirected):
-    """Append events in order: ``dst`` to the ring of ``src`` (and ``src`` to ``dst``'s when
-    ``undirected``).  Older entries are overwritten once a ring is full."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _ring_put(a, b, t, e, nbr, nbr_t, nbr_e, head, count):
     k = nbr.shape[1]
-    for e in range(src.shape[0]):
-        for side in range(2 if undirected else 1):
-            a = src[e] if side == 0 else dst[e]
-            b = dst[e] if side == 0 else src[e]
-            if side == 1 and a == b:
-                continue  # a self-loop is one interaction, not two
-            h = head[a]
-            nbr[a, h] = b
-            nbr_t[a, h] = t[e]
-            nbr_e[a, h] = eid[e]
-            head[a] = (h + 1) % k
-            if count[a] < k:
-                count[a] += 1
+    h = head[a]
+    nbr[a, h] = b
+    nbr_t[a, h] = t
+    nbr_e[a, h] = e
+    head[a] = (h + 1) % k
+    if count[a] < k:
+        count[a] += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def ring_query(nodes, times, nbr, nbr_t, nbr_e, head, count, out_n, out_t, out_e, out_mask):
-    """For each (node, time), the stored neighbours with ``t < time``, most recent first.
+def ring_flush(hold_src, hold_dst, hold_t, hold_e, lo, hi, before, nbr, nbr_t, nbr_e, head, count, undirected):
+    """Insert the held events ``[lo, hi)`` (time-sorted) with ``t < before`` into the rings,
+    in order; returns the position of the first event left held."""
+    j = lo
+    while j < hi and hold_t[j] < before:
+        a = hold_src[j]
+        b = hold_dst[j]
+        _ring_put(a, b, hold_t[j], hold_e[j], nbr, nbr_t, nbr_e, head, count)
+        if undirected and a != b:  # a self-loop is one interaction, not two
+            _ring_put(b, a, hold_t[j], hold_e[j], nbr, nbr_t, nbr_e, head, count)
+        j += 1
+    return j
 
-    Outputs are (B, k) arrays filled left to right; ``out_mask`` marks real entries and
-    unused slots keep node 0, time 0, eid -1.
+
+@numba.njit(cache=True, nogil=True)
+def ring_sample(nodes, times, order, hold_src, hold_dst, hold_t, hold_e, lo, hi, nbr, nbr_t, nbr_e, head, count,
+                undirected, out_n, out_t, out_e, out_mask):
+    """Answer queries ``(nodes[b], times[b])`` in the time order ``order``: before each, the held
+    events strictly earlier than its time enter the rings; then the ring's entries with
+    ``t < time`` are its neighbours, most recent first.  Returns the new held start.
+
+    Outputs are (B, k) arrays filled left to right; ``out_mask`` marks real entries and unused
+    slots keep node 0, time 0, eid -1.  A query earlier than an answered one (DyRep's
+    message-time queries) only reads: entries at or after its time are skipped.
     """
     k = nbr.shape[1]
-    for b in range(nodes.shape[0]):
-        i = nodes[b]
+    j = lo
+    for a in range(order.shape[0]):
+        b = order[a]
         q = times[b]
+        if j < hi and hold_t[j] < q:
+            j = ring_flush(hold_src, hold_dst, hold_t, hold_e, j, hi, q, nbr, nbr_t, nbr_e, head, count, undirected)
+        i = nodes[b]
         filled = 0
         for r in range(count[i]):
             slot = (head[i] - 1 - r) % k
@@ -56,3 +73,25 @@ def ring_query(nodes, times, nbr, nbr_t, nbr_e, head, count, out_n, out_t, out_e
             out_t[b, r] = 0.0
             out_e[b, r] = -1
             out_mask[b, r] = False
+    return j
+
+
+@numba.njit(cache=True, nogil=True)
+def pending_counts(nodes, times, start, cnt, pend_t):
+    """For each query ``(nodes[b], times[b])``, how many of the node's pending events (a
+    time-sorted segment ``pend_t[start[i]:start[i] + cnt[i]]``) are strictly earlier."""
+    out = np.empty(nodes.shape[0], dtype=np.int64)
+    for b in range(nodes.shape[0]):
+        i = nodes[b]
+        lo = start[i]
+        hi = lo + cnt[i]
+        q = times[b]
+        # binary search: first position with t >= q
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if pend_t[mid] < q:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[b] = lo - start[i]
+    return out

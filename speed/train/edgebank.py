@@ -1,11 +1,11 @@
 """EdgeBank (Poursafaei et al., NeurIPS 2022): the memorisation floor of link prediction.
 
-A pair scores 1 if it has been seen before, else 0 -- with unlimited memory, or only if
-seen within the last ``window`` of time.  No parameters, no training: it only remembers.
+A pair scores 1 if it has been seen in an earlier batch, else 0 -- with unlimited memory, or
+only if seen within the last ``window`` of time.  No parameters, no training: it only remembers.
 A learned model that does not beat it on the same negatives has learned nothing the log's
 repetitions do not already give.
 
-:class:`EdgeBank` speaks the evaluator's model interface (``embed``, ``score``,
+:class:`EdgeBank` speaks the evaluator's model interface (``plan``, ``compute``, ``score``,
 ``observe``, ``reset_state``), so it is scored by the same :class:`~speed.train.evaluator.Evaluator`,
 on the same negatives, as the temporal GNNs: its "embedding" of a node is the node id and
 the query time.
@@ -62,10 +62,20 @@ class EdgeBank:
         pos = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
         return np.where(self.keys[pos] == k, pos, -1)
 
-    # -- the evaluator's model interface -------------------------------------------------
-    def embed(self, nodes: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
-        """``(node, time)`` rows, float64: what :meth:`score` needs to look a pair up."""
-        return torch.stack([nodes.to(torch.float64), times.to(torch.float64)], dim=1)
+    # -- the evaluator's model interface (see speed.train.plan and TemporalGNN.compute) ---------
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def plan(self, nodes, times, events=None, neighbors: bool = True):
+        """What a step needs: the queried ``(node, time)`` rows and the batch to remember."""
+        return _Plan(np.asarray(nodes, dtype=np.int64), np.asarray(times, dtype=np.float64), events)
+
+    def compute(self, plan):
+        """``(node, time)`` rows, float64, as embeddings: what :meth:`score` needs to look a
+        pair up; no states."""
+        z = torch.from_numpy(np.stack([plan.nodes.astype(np.float64), plan.times], axis=1))
+        return z, None, None
 
     def score(self, za: torch.Tensor, zb: torch.Tensor) -> torch.Tensor:
         """1.0 where the pair ``(za node, zb node)`` is remembered at ``za``'s time, else 0.0."""
@@ -77,12 +87,20 @@ class EdgeBank:
         hit = seen > -np.inf if self.mode == "unlimited" else seen >= t - self.window
         return torch.from_numpy(hit.astype(np.float32))
 
-    def observe(self, src, dst, t, eid=None, z=None) -> None:
+    def observe(self, plan, states=None, lasts=None, z=None) -> None:
         """Remember a batch of events (after it has been scored: no event sees itself)."""
-        s, d = (x.cpu().numpy().astype(np.int64) for x in (src, dst))
-        tt = t.cpu().numpy().astype(np.float64)
-        pair = self._pair(s, d)
-        np.maximum.at(self.last_seen, pair, tt)
+        if plan.events is None:
+            return
+        s, d, tt = (np.asarray(x) for x in plan.events[:3])
+        pair = self._pair(s.astype(np.int64), d.astype(np.int64))
+        np.maximum.at(self.last_seen, pair, tt.astype(np.float64))
+
+
+class _Plan:
+    __slots__ = ("nodes", "times", "events")
+
+    def __init__(self, nodes, times, events):
+        self.nodes, self.times, self.events = nodes, times, events
 
 
 def default_window(events: Events, split: Split) -> float:

@@ -1,15 +1,17 @@
 """The training engine: what the single-process trainer and every PAC rank run.
 
-* :class:`EventTensors` -- one chronological event stream as tensors on the device;
-* :class:`Batches` / :class:`CyclingBatches` -- chronological batches over it; the cycling
-  form runs a fixed number of steps, starting the stream again when it runs out (Alg. 2);
+* :class:`Batches` / :class:`CyclingBatches` -- chronological batches over an event stream
+  (:class:`~speed.train.loader.EventStream`); the cycling form runs a fixed number of steps,
+  starting the stream again when it runs out (Alg. 2);
 * :class:`Engine` -- one optimiser step (:meth:`Engine.step`) and one epoch
   (:meth:`Engine.run_epoch`, with Alg. 2's back-up at the end of each complete pass and
   restore at the end of the epoch);
 * :class:`EarlyStopping` and :class:`EpochLog`.
 
 The engine is given the model, the optimiser and the callable that runs the forward pass
-(the model itself, or its DDP wrapper under PAC): DDP wraps the model and nothing else.
+(the model itself, or its DDP wrapper under PAC): DDP wraps the model and nothing else.  Each
+step's host work is planned by a :class:`~speed.train.loader.PlanLoader`, in a background
+thread with ``pipeline=True``.
 """
 
 from __future__ import annotations
@@ -23,35 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from .._util import progress_bar
-from ..data.events import Events
+from .loader import EventStream, PlanLoader, Step
 from .negatives import NegativeSampler
-
-
-class EventTensors:
-    """``src, dst, t, eid`` of an event stream as tensors, indexed by batch.
-
-    Parameters
-    ----------
-    events : Events
-    device : torch.device
-    """
-
-    def __init__(self, events: Events, device: torch.device):
-        self.device = device
-        # torch.tensor copies: event arrays may be read-only views (arrow, memory maps)
-        self.src = torch.tensor(events.src)
-        self.dst = torch.tensor(events.dst)
-        self.t = torch.tensor(events.t_float())
-        self.eid = torch.tensor(events.eid)
-
-    def __len__(self) -> int:
-        return int(self.src.numel())
-
-    def batch(self, idx: np.ndarray) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(src, dst, t, eid)`` of the events at positions ``idx`` (int64, shape (B,))."""
-        i = torch.from_numpy(idx)
-        dev = self.device
-        return self.src[i].to(dev), self.dst[i].to(dev), self.t[i].to(dev), self.eid[i].to(dev)
 
 
 class Batches:
@@ -173,28 +148,34 @@ class Engine:
     model : TemporalGNN
     optimizer : torch.optim.Optimizer
     forward : callable, optional
-        Runs the forward pass, ``forward(src, dst, neg, t) -> (pos, neg, z)``: the model
-        (default) or its ``DistributedDataParallel`` wrapper.
+        Runs the forward pass, ``forward(plan, num_events) -> (pos, neg, z, states, lasts)``:
+        the model (default) or its ``DistributedDataParallel`` wrapper.
     progress : bool, optional
         A progress bar per epoch.
+    pipeline : bool
+        Plan the next batch in a background thread while this one computes.
+    staleness : int
+        With the pipeline, let a step read memory up to this many batches stale (0: exact).
     """
 
     def __init__(self, model, optimizer: torch.optim.Optimizer, forward: Optional[Callable] = None,
-                 progress: Optional[bool] = None):
+                 progress: Optional[bool] = None, pipeline: bool = False, staleness: int = 0):
         self.model = model
         self.optimizer = optimizer
         self.forward = forward or model
         self.progress = progress
+        self.pipeline = bool(pipeline)
+        self.staleness = int(staleness)
 
-    def step(self, src, dst, t, eid, neg, collect: Optional[list] = None) -> float:
-        """One optimiser step on a batch (in the memory order of :mod:`speed.train.models`)."""
+    def step(self, step: Step, collect: Optional[list] = None) -> float:
+        """One optimiser step on a planned batch (in the memory order of :mod:`speed.train.models`)."""
         model = self.model
-        n = src.shape[0]
+        n = len(step)
         self.optimizer.zero_grad()
-        pos_logit, neg_logit, z = self.forward(src, dst, neg, t)
+        pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, n)
         loss = link_loss(pos_logit, neg_logit)
         # stored states come from the weights that produced this batch's loss (PyG's order)
-        model.observe(src, dst, t, eid, z[:2 * n])
+        model.observe(step.plan, states, lasts, z)
         if collect is not None:
             collect.append(z[:n].detach().cpu())
         loss.backward()
@@ -202,32 +183,41 @@ class Engine:
         model.detach()
         return float(loss.detach())
 
-    def run_epoch(self, stream: EventTensors, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
-                  collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None) -> EpochStats:
+    def run_epoch(self, stream: EventStream, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
+                  collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None,
+                  sync_every: int = 0) -> EpochStats:
         """Reset the model's state, then train on ``batches`` of ``stream``.
 
         With :class:`CyclingBatches` the state is backed up at the end of each complete
         pass and reset for the next; at the end the last complete pass's state is restored
-        (Alg. 2).  ``on_step(step)`` runs after each step (PAC's periodic sync).
+        (Alg. 2).  ``on_step(step)`` runs after each step; with ``sync_every = K`` it may change
+        the node state after every K-th step (PAC's periodic sync), and the pipeline waits for it.
         """
         model = self.model
         model.train()
         model.reset_state()
-        dev = stream.device
         losses, backup, ended = [], None, True
         start = time.perf_counter()
         total = len(batches)
+
+        def barrier(index: int, pass_ended: bool) -> bool:
+            return (pass_ended and index + 1 < total) or bool(sync_every and (index + 1) % sync_every == 0)
+
+        def draw(n: int):
+            return None, negatives.draw(n, 1)[:, 0]
+
+        loader = PlanLoader(model, stream, batches, draw, pipeline=self.pipeline, staleness=self.staleness,
+                            barrier=barrier, on_pass_start=model.reset_structures)
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
-            for s, (idx, ended) in enumerate(batches):
-                src, dst, t, eid = stream.batch(idx)
-                neg = negatives.draw_tensor(idx.size, 1, dev)[:, 0]
-                losses.append(self.step(src, dst, t, eid, neg, collect))
+            for step in loader:
+                s, ended = step.index, step.ended
+                losses.append(self.step(step, collect))
                 if on_step is not None:
                     on_step(s + 1)
                 if ended and s + 1 < total:  # a complete pass with more steps to go
                     backup = model.backup()
-                    model.reset_state()
-                bar.update(idx.size)
+                    model.reset_memories()  # the loader resets sampler and store as it starts the pass
+                bar.update(len(step))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
         if not ended:  # stopped inside a pass: keep the last complete one
             model.restore(backup)

@@ -22,7 +22,8 @@ import torch
 from .._util import progress_bar
 from ..data.events import Events
 from ..data.split import Split
-from .engine import Batches, EventTensors
+from .engine import Batches
+from .loader import EventStream, PlanLoader
 from .evaluate import link_metrics, node_classification_auroc, ranking_metrics, true_edge_mask
 from .negatives import EVAL_STRATEGIES, FixedNegatives, NegativeSampler, RandomNegatives, edge_negatives, \
     eval_seed, negative_pool
@@ -41,46 +42,52 @@ class StreamResult:
 
 
 @torch.no_grad()
-def stream_scores(model, tensors: EventTensors, index: np.ndarray, batch_size: int,
+def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int,
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
-                  collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None) -> StreamResult:
-    """Stream the events ``index`` of ``tensors`` through ``model`` without gradients,
+                  collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
+                  pipeline: bool = False) -> StreamResult:
+    """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
     (its own source and a negative destination, or a whole negative edge) and, with
     ``mrr_candidates`` (int64, shape (len(index), K)), against K negative destinations.
 
-    Without ``negatives`` nothing is scored (the pass only rebuilds memory).
+    Negatives and candidates are queried in the step's own plan, at the event's time, so they
+    see exactly what the event's endpoints see.  Without ``negatives`` nothing is scored (the
+    pass only rebuilds memory).
     """
     model.eval()
-    dev = tensors.device
     pos, neg, mrr, zs = [], [], [], []
-    done = 0
+    extra = None
+    if mrr_candidates is not None:
+        k = mrr_candidates.shape[1]
+        first = int(index[0]) if index.size else 0
+        where = np.full(int(index.max()) + 1 - first if index.size else 0, -1, dtype=np.int64)
+        where[index - first] = np.arange(index.size)
+
+        def candidates(positions, t):  # each event's K candidates at its time
+            rows = mrr_candidates[where[positions - first]]
+            return rows.reshape(-1), np.repeat(t, k)
+
+        extra = candidates
+
+    loader = PlanLoader(model, stream, Batches(index, batch_size),
+                        negatives.next_edges if negatives is not None else None, pipeline=pipeline,
+                        extra_queries=extra)
     with progress_bar(index.size, desc, progress=progress) as bar:
-        for idx, _ in Batches(index, batch_size):
-            src, dst, t, eid = tensors.batch(idx)
-            n = idx.size
-            nodes, times = [src, dst], [t, t]
-            neg_src = None
-            if negatives is not None:
-                neg_src, neg_dst = negatives.next_edges(n)
-                nodes.append(torch.from_numpy(neg_dst).to(dev))
-                times.append(t)
-                if neg_src is not None:
-                    nodes.append(torch.from_numpy(neg_src).to(dev))
-                    times.append(t)
-            z = model.embed(torch.cat(nodes), torch.cat(times))
+        for step in loader:
+            n = len(step)
+            z, states, lasts = model.compute(step.plan)
             if negatives is not None:
                 pos.append(model.score(z[:n], z[n:2 * n]).cpu())
-                neg.append(model.score(z[:n] if neg_src is None else z[3 * n:4 * n], z[2 * n:3 * n]).cpu())
-            if mrr_candidates is not None:
-                cand = torch.from_numpy(mrr_candidates[done:done + n]).to(dev)
-                k = cand.shape[1]
-                zc = model.embed(cand.reshape(-1), t.repeat_interleave(k))
+                neg_z = z[:n] if step.neg_src is None else z[3 * n:4 * n]
+                neg.append(model.score(neg_z, z[2 * n:3 * n]).cpu())
+            if extra is not None:
+                base = 2 * n + (n if step.neg_dst is not None else 0) + (n if step.neg_src is not None else 0)
+                zc = z[base:base + n * k]
                 mrr.append(model.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k).cpu())
             if collect_z:
                 zs.append(z[:n].cpu())
-            model.observe(src, dst, t, eid, z[:2 * n])
-            done += n
+            model.observe(step.plan, states, lasts, z)
             bar.update(n)
     cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
     return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
@@ -103,8 +110,8 @@ class Evaluator:
     node_classification : bool
         Report dynamic node classification where the log has labels.
     progress : bool, optional
-    tensors : EventTensors, optional
-        ``events`` as tensors, when the caller already holds them.
+    stream : EventStream, optional
+        ``events`` as host arrays, when the caller already holds them.
     strategy : {"random", "historical", "inductive"}
         How the evaluation negatives are drawn (:data:`~speed.train.negatives.EVAL_STRATEGIES`).
     keep_test_start : bool
@@ -120,7 +127,7 @@ class Evaluator:
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
-                 progress: Optional[bool] = None, tensors: Optional[EventTensors] = None,
+                 progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False):
         self.keep_test_start = bool(keep_test_start)
         self.test_start: Optional[dict] = None
@@ -134,7 +141,7 @@ class Evaluator:
         self.with_node_classification = bool(node_classification) and events.label is not None
         self.train_index = np.flatnonzero(split.train_mask)
         self.pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
-        self.stream_tensors = tensors if tensors is not None else EventTensors(events, device)
+        self.event_stream = stream if stream is not None else EventStream(events)
 
     # ------------------------------------------------------------------ periods
     def period(self, name: str) -> np.ndarray:
@@ -215,7 +222,7 @@ class Evaluator:
     def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None,
                mrr_candidates: Optional[np.ndarray] = None, collect_z: bool = False, desc: str = "eval") -> StreamResult:
         """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
-        return stream_scores(model, self.stream_tensors, index, self.batch_size, negatives, mrr_candidates, collect_z,
+        return stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
                              desc, self.progress)
 
     def evaluate(self, model, period: str, collect_z: bool = False):

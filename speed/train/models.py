@@ -1,41 +1,45 @@
 """Memory-based temporal GNNs as compositions of :mod:`speed.train.modules`.
 
-One class, :class:`TemporalGNN`, runs every model; :func:`build_model` picks its parts:
+One class, :class:`TemporalGNN`, runs every model; :func:`build_model` picks its parts from
+the recipes of :mod:`speed.train.recipes`:
 
-========  ==========  ===============  ==================  ==========  ===========
-model     updater     message          embedding           aggregator  memories
-========  ==========  ===============  ==================  ==========  ===========
-jodie     RNN         identity         time projection     last        one
-dyrep     RNN         identity, other  identity            last        one
+========  ==========  ===============  ==================  ===========
+model     updater     message          embedding           memories
+========  ==========  ===============  ==================  ===========
+jodie     RNN         identity         time projection     one
+dyrep     RNN         identity, other  identity            one
                       side = its graph
                       attention emb.
-tgn       GRU         identity         graph attention     last        one
-tige      GRU         identity from    graph attention     last        two (TIGER)
+tgn       GRU         identity         graph attention     one
+tige      GRU         identity from    graph attention     two (TIGER)
                       the embedding
                       memory h(t-)
-========  ==========  ===============  ==================  ==========  ===========
+========  ==========  ===============  ==================  ===========
 
 Memory semantics (TGN's, as in PyG's ``TGNMemory``; every result depends on them):
 
-* Each node has *pending* events: those of the most recent batch it took part in, not yet
-  applied to its memory (:class:`~speed.train.store.MessageStore`).
-* :meth:`TemporalGNN.memory_of` returns a node's memory *with its pending events applied*:
-  one message per event, ``msg(s_i, s_j, Φ(t - last_update_i), e_ij)`` from the currently
-  stored states, aggregated per node (last or mean) and passed through the updater.  In
-  training this runs inside the step, so every node a batch touches -- endpoints, negatives
-  and sampled neighbours -- carries gradient into the message and updater weights.
+* Each node has *pending* events: those of its batches not yet applied to its stored memory
+  (:class:`~speed.train.store.MessageStore`).
+* A node's memory *as seen at time t* is its stored memory with its pending events strictly
+  earlier than ``t`` applied: one message per event, ``msg(s_i, s_j, Φ(t_e - last_update_i),
+  e_ij)`` from the currently stored states, aggregated (the latest event, or the mean) and
+  passed through the updater.  In training this runs inside the step, so every node a batch
+  touches -- endpoints, negatives and sampled neighbours -- carries gradient into the message
+  and updater weights.
+* Simultaneous events never see each other: a read at ``t`` applies nothing at ``t``, and the
+  neighbour sampler returns nothing at ``t`` (:mod:`speed.train.sampler`), whatever the
+  batching.
 
-Per batch:
+Per batch (the host work is planned apart, :mod:`speed.train.plan`):
 
-1. :meth:`TemporalGNN.embed` computes ``z_i(t)`` for the batch's nodes from ``memory_of``
-   and from neighbours inserted before this batch (strictly earlier times);
+1. :meth:`TemporalGNN.compute` embeds the batch's queries ``z_i(t)`` from the memory as seen
+   at ``t`` and from the neighbours strictly before ``t``;
 2. the decoder scores the batch;
-3. :meth:`TemporalGNN.observe` stores ``memory_of`` of the batch's endpoints (detached,
-   ``last_update`` = time of the applied message), replaces their pending events with this
-   batch's, and inserts the batch into the neighbour sampler;
+3. :meth:`TemporalGNN.observe` stores, for the batch's endpoints, their memory as seen at the
+   batch's last time (detached); the batch's events are then their pending events;
 4. the optimiser steps.
 
-So an event never sees itself or any later event, in memory or in sampling.
+So an event never sees itself, a simultaneous event, or any later event.
 """
 
 from __future__ import annotations
@@ -61,10 +65,11 @@ from .modules import (
     TimeEncoder,
     TimeProjectionEmbedding,
 )
+from .plan import BatchPlan, build_plan
+from .recipes import AGGREGATORS, MESSAGES, RECIPES
 from .sampler import RecentNeighborSampler
 from .store import MessageStore
-
-from .recipes import AGGREGATORS, MESSAGES, RECIPES
+from .values import EventValues
 
 
 @dataclass
@@ -79,14 +84,23 @@ class NodeState:
     pending : tuple of 4 tensors, each shape (M,)
         ``(node, other, t, eid)``: the rows' pending events (int64, int64, float64, int64),
         ``node`` and ``other`` in the same id space as the ids.
+    values : tuple of 3 tensors, optional
+        TIGE: ``(eid, src, values)`` of the pending events' endpoint embeddings
+        (:class:`~speed.train.values.EventValues`), ``src`` in the same id space.
     """
 
     memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]
     pending: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    values: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
 
     def to(self, device) -> "NodeState":
         return NodeState({k: (s.to(device), t.to(device)) for k, (s, t) in self.memories.items()},
-                         tuple(x.to(device) for x in self.pending))
+                         tuple(x.to(device) for x in self.pending),
+                         None if self.values is None else tuple(x.to(device) for x in self.values))
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 class TemporalGNN(nn.Module):
@@ -103,8 +117,20 @@ class TemporalGNN(nn.Module):
         DyRep: the other endpoint of a message is represented by this embedding (graph
         attention over its neighbours) instead of its raw memory.
     dual_memory : bool
-        TIGE: keep a second memory of each node's last embedding ``h(t-)`` and build
-        messages from it, while the GRU updates the first memory ``h(t+)``.
+        TIGE (TIGER's dual memory): keep a second memory ``h(t-)`` of each node's embedding at
+        its latest event; an event's message is built from its endpoints' ``h(t'-)`` as they
+        were when the event was taken in, kept with the pending event
+        (:class:`~speed.train.values.EventValues`), while the GRU updates ``h(t+)``.
+
+    Attributes
+    ----------
+    sampler : RecentNeighborSampler
+        The neighbour rings (host memory).
+    store : MessageStore
+        The pending events (host memory).
+    edge_features : float32 tensor, shape (E_total, msg_dim), optional
+        Edge features of the whole log by event id, in host memory (plans gather the rows a
+        step needs).
     """
 
     def __init__(self, num_nodes: int, memory_dim: int, time_dim: int, msg_dim: int, message: nn.Module,
@@ -116,6 +142,7 @@ class TemporalGNN(nn.Module):
         self.num_nodes = int(num_nodes)
         self.msg_dim = int(msg_dim)
         self.memory = NodeMemory(num_nodes, memory_dim)
+        self.event_values = EventValues(embedding.out_dim) if dual_memory else None
         self.left_memory = NodeMemory(num_nodes, embedding.out_dim) if dual_memory else None
         self.time_enc = TimeEncoder(time_dim)
         self.message = message
@@ -126,43 +153,58 @@ class TemporalGNN(nn.Module):
         self.decoder = decoder
         self.sampler = RecentNeighborSampler(num_nodes, neighbors)
         self.store = MessageStore(num_nodes)
-        self._last_states = None  # (sorted ids, states, last_update) of the latest embed, detached
         self._state_device: Optional[torch.device] = None  # see keep_node_state_on
-        self.edge_features: Optional[torch.Tensor] = None  # (E_total, msg_dim), looked up by eid
+        self.edge_features: Optional[torch.Tensor] = None
         self.spec: Optional[dict] = None  # build_model's arguments, when it built this model
+        self.dedup = True  # compute each distinct query and memory key once (see speed.train.plan)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights compute."""
+        return self.time_enc.lin.weight.device
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         if self._state_device is not None:  # node state pinned to host memory stays there
             self.keep_node_state_on(self._state_device)
-        self.store.to(self.memory.memory.device)  # the store is plain tensors, not buffers
+        if self.event_values is not None:  # plain tensors, not buffers: they follow the memory
+            ev, dev = self.event_values, self.memory.memory.device
+            ev.eid, ev.src, ev.values = ev.eid.to(dev), ev.src.to(dev), ev.values.to(dev)
         return out
 
     def keep_node_state_on(self, device) -> "TemporalGNN":
-        """Hold memories, pending messages and edge features on ``device`` (e.g. ``"cpu"``)
-        while the weights compute elsewhere: each batch moves only the rows it reads or
-        writes.  PAC's full-graph evaluation model does this, so evaluating on a GPU never
-        needs the device to hold every node."""
+        """Hold the memories on ``device`` (e.g. ``"cpu"``) while the weights compute elsewhere:
+        each step moves only the rows it reads or writes.  PAC's full-graph evaluation model does
+        this, so evaluating on a GPU never needs the device to hold every node.  (Pending events,
+        neighbour rings and edge features always live in host memory.)"""
         self._state_device = torch.device(device)
         for mem in self.memories().values():
             mem.memory = mem.memory.to(self._state_device)
             mem.last_update = mem.last_update.to(self._state_device)
-        self.store.to(self._state_device)
-        if self.edge_features is not None:
-            self.edge_features = self.edge_features.to(self._state_device)
+        if self.event_values is not None:
+            ev = self.event_values
+            ev.eid, ev.src, ev.values = (x.to(self._state_device) for x in (ev.eid, ev.src, ev.values))
         return self
 
     # ------------------------------------------------------------------------ state
-    def set_edge_features(self, msg: Optional[np.ndarray]) -> None:
+    def set_edge_features(self, msg) -> None:
         """Edge features of the whole log, indexed by event id (kept out of checkpoints)."""
-        self.edge_features = None if msg is None else torch.as_tensor(msg, dtype=torch.float32,
-                                                                       device=self.memory.memory.device)
+        self.edge_features = None if msg is None else torch.as_tensor(msg, dtype=torch.float32).cpu()
 
     def reset_state(self) -> None:
         """Start of a pass: zero memory, forget pending messages and neighbours."""
-        self._last_states = None
+        self.reset_memories()
+        self.reset_structures()
+
+    def reset_memories(self) -> None:
+        """Zero the memories (what the steps write; see :meth:`reset_structures`)."""
         for mem in self.memories().values():
             mem.reset_state()
+        if self.event_values is not None:
+            self.event_values.reset()
+
+    def reset_structures(self) -> None:
+        """Forget pending messages and neighbours (what the plans advance)."""
         self.sampler.reset()
         self.store.reset()
 
@@ -179,30 +221,40 @@ class TemporalGNN(nn.Module):
 
     def node_state(self, n_id: torch.Tensor) -> NodeState:
         """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
-        row, other, t, eid = self.store.gather(n_id)
+        ids = _np(n_id)
+        row, other, t, eid = self.store.gather(ids)
+        pending = tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
+        values = None if self.event_values is None else self.event_values.select(pending[3])
         return NodeState({k: tuple(x.detach().clone() for x in m.read(n_id)) for k, m in self.memories().items()},
-                         (n_id[row], other, t, eid))
+                         pending, values)
 
     def load_node_state(self, n_id: torch.Tensor, state: NodeState) -> None:
         """Overwrite the rows ``n_id`` with ``state`` (as returned by :meth:`node_state`);
         their pending events become exactly ``state.pending``."""
-        self._last_states = None
         for k, mem in self.memories().items():
             values, last = state.memories[k]
             mem.write(n_id, values.to(mem.memory.device), last.to(mem.last_update.device))
-        self.store.clear(n_id)
-        node, other, t, eid = (x.to(self.memory.memory.device) for x in state.pending)
-        if node.numel():
+        self.store.clear(_np(n_id))
+        node, other, t, eid = (_np(x) for x in state.pending)
+        if node.size:
             self.store.replace(node, other, t, eid)
+        if self.event_values is not None and state.values is not None:
+            self.event_values.merge(*state.values)
 
     @torch.no_grad()
-    def settle(self, n_id: torch.Tensor) -> None:
-        """Apply the pending events of the distinct nodes ``n_id`` to their stored memory
-        (so the stored rows are complete states, e.g. before they are synchronised)."""
-        self._last_states = None
-        state, last = self.memory_of(n_id)
-        self.memory.write(n_id, state, last)
-        self.store.clear(n_id)
+    def settle(self, n_id: torch.Tensor, before: float = np.inf) -> None:
+        """Apply the pending events of the distinct nodes ``n_id`` earlier than ``before`` (all by
+        default) to their stored memory, so the stored rows are complete states, e.g. before
+        they are synchronised.  Events at ``before`` or later stay pending."""
+        ids = _np(n_id).astype(np.int64)
+        if ids.size == 0:
+            return
+        t = np.full(ids.size, before, dtype=np.float64)
+        plan = build_plan(self, ids, t, dedup=self.dedup, neighbors=False).to(self.device)
+        states, lasts = self.key_states(plan)
+        keys = plan.uq_key.index_select(0, plan.q_inv)
+        self.memory.write(n_id, states.index_select(0, keys), lasts.index_select(0, keys))
+        self.store.clear(ids, before)
 
     def insert_neighbors(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
         """Record events in the neighbour sampler without touching memory (e.g. the training
@@ -230,87 +282,31 @@ class TemporalGNN(nn.Module):
 
     def backup(self) -> dict:
         """Memory, pending messages and neighbours, detached (see :meth:`restore`)."""
-        return {"memories": {k: m.backup() for k, m in self.memories().items()},
-                "store": self.store.state_dict(), "sampler": self.sampler.state_dict()}
+        out = {"memories": {k: m.backup() for k, m in self.memories().items()},
+               "store": self.store.state_dict(), "sampler": self.sampler.state_dict()}
+        if self.event_values is not None:  # the values of the pending events (the store is compacted)
+            self.event_values.prune(out["store"]["eid"])
+            out["values"] = self.event_values.state_dict()
+        return out
 
     def restore(self, state: dict) -> None:
-        self._last_states = None
         for k, mem in self.memories().items():
             mem.restore(state["memories"][k])
         self.store.load_state_dict(state["store"])
         self.sampler.load_state_dict(state["sampler"])
-
-    # -------------------------------------------------------------------- features
-    def _edge_feat(self, eid: torch.Tensor) -> torch.Tensor:
-        if self.edge_features is None or self.msg_dim == 0:
-            return torch.zeros(*eid.shape, 0, device=eid.device)
-        feat = self.edge_features[eid.clamp(min=0).to(self.edge_features.device)].to(eid.device)
-        return feat.masked_fill((eid < 0).unsqueeze(-1), 0.0)
-
-    def memory_of(self, n_id: torch.Tensor):
-        """Memory of distinct nodes ``n_id`` with their pending events applied.
-
-        Returns
-        -------
-        state : float32 tensor, shape (n, memory_dim)
-            Carries gradient where pending events were applied.
-        last_update : float64 tensor, shape (n,)
-        """
-        s, last = self.memory.read(n_id)
-        row, other, t, eid = self.store.gather(n_id)
-        if row.numel() == 0:
-            return s, last
-        node = n_id[row]
-        if self.left_memory is not None:  # TIGE: messages carry h(t'-), the last embeddings
-            s_self = self.left_memory.read(node)[0]
-            s_other = self.left_memory.read(other)[0]
-        elif self.message_embedding is not None:  # DyRep: the other side as its attention embedding
-            s_self = s[row]
-            s_other = self._embed(self.message_embedding, other, t, updated=False)
-        else:
-            s_self = s[row]
-            s_other = self.memory.read(other)[0]
-        raw = self.message(s_self, s_other, self.time_enc(t - last[row]), self._edge_feat(eid))
-        has = torch.zeros(n_id.numel(), dtype=torch.bool, device=n_id.device)
-        has[row] = True
-        sel = torch.nonzero(has).squeeze(1)
-        local = torch.cumsum(has.long(), 0)[row] - 1  # row -> position among nodes with events
-        agg, t_agg = self.aggregator(raw, local, t, sel.numel())
-        new = self.updater(agg, s.index_select(0, sel))
-        return s.index_copy(0, sel, new), last.index_copy(0, sel, t_agg)
-
-    def _embed(self, embedding: nn.Module, nodes: torch.Tensor, t: torch.Tensor, updated: bool = True):
-        """Embeddings of ``nodes`` at ``t`` by ``embedding``; memory states via
-        :meth:`memory_of` (``updated``) or as stored."""
-        state = self.memory_of if updated else self.memory.read
-        if not embedding.needs_neighbors:
-            uniq, inv = torch.unique(nodes, return_inverse=True)
-            s, last = state(uniq)
-            return embedding(s[inv], t - last[inv])
-        b = nodes.shape[0]
-        nb = self.sampler.sample(nodes.cpu().numpy(), t.cpu().numpy())
-        dev = nodes.device
-        nbr_nodes, nbr_t = nb.nodes.to(dev), nb.times.to(dev)
-        # one memory computation for the batch's nodes and all their neighbours
-        uniq, inv = torch.unique(torch.cat([nodes, nbr_nodes.reshape(-1)]), return_inverse=True)
-        s, last = state(uniq)
-        if updated:  # observe() stores these same states for the batch's endpoints
-            self._last_states = (uniq, s.detach(), last)
-        own = inv[:b]
-        return embedding(s[own], t - last[own], time_enc=self.time_enc, nbr_s=s, nbr_index=inv[b:].view_as(nbr_nodes),
-                         nbr_e=self._edge_feat(nb.eids.to(dev)), nbr_dt=(t.unsqueeze(1) - nbr_t),
-                         nbr_mask=nb.mask.to(dev))
+        if self.event_values is not None:
+            self.event_values.load_state_dict(state["values"])
 
     def resize(self, num_nodes: int) -> None:
         """Size memory, pending messages and neighbour rings to ``num_nodes`` fresh rows
         (a PAC rank's local nodes); parameters are untouched."""
-        dev = self.memory.memory.device
         self.num_nodes = int(num_nodes)
         for mem in self.memories().values():
             mem.resize(self.num_nodes)
         self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
-        self.store = MessageStore(self.num_nodes, dev)
-        self._last_states = None
+        self.store = MessageStore(self.num_nodes)
+        if self.event_values is not None:
+            self.event_values.reset()
 
     def grow(self, num_nodes: int) -> None:
         """Make room for nodes up to ``num_nodes``, keeping every existing row: new nodes
@@ -318,7 +314,6 @@ class TemporalGNN(nn.Module):
         meeting nodes it never saw)."""
         if int(num_nodes) <= self.num_nodes:
             return
-        self._last_states = None
         self.num_nodes = int(num_nodes)
         for mem in self.memories().values():
             mem.grow(self.num_nodes)
@@ -326,51 +321,113 @@ class TemporalGNN(nn.Module):
         self.store.grow(self.num_nodes)
 
     # ---------------------------------------------------------------------- stages
-    def forward(self, src: torch.Tensor, dst: torch.Tensor, neg: torch.Tensor, t: torch.Tensor):
-        """Score a batch and its negatives: ``(pos_logits, neg_logits, z)``, ``z`` being the
-        embeddings of ``cat([src, dst, neg])`` at ``t``.  Steps 1-2 above; what DDP wraps."""
-        n = src.shape[0]
-        z = self.embed(torch.cat([src, dst, neg]), torch.cat([t, t, t]))
-        return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:]), z
+    def plan(self, nodes, times, events=None, neighbors: bool = True) -> BatchPlan:
+        """The plan of a step on this model's sampler and store (see :func:`build_plan`), on the
+        model's device."""
+        return build_plan(self, _np(nodes), _np(times).astype(np.float64),
+                          None if events is None else tuple(_np(x) for x in events), dedup=self.dedup,
+                          neighbors=neighbors).to(self.device)
 
-    def embed(self, nodes: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Embeddings ``z_i(t)`` of ``nodes`` at times ``t`` (float64).  Step 1 above."""
-        return self._embed(self.embedding, nodes, t)
+    def key_states(self, plan: BatchPlan, rows=None):
+        """The memory of every key of ``plan``: stored states with the keys' pending events
+        applied (message -> aggregator -> updater).  ``rows`` are the stored ``(states,
+        last_update)`` of ``plan.rows`` when read ahead (staleness); read now by default.
+
+        Returns
+        -------
+        states : float32 tensor, shape (num_keys, memory_dim)
+        last_update : float64 tensor, shape (num_keys,)
+        """
+        s_rows, last_rows = rows if rows is not None else self.memory.read(plan.rows)
+        s_key = s_rows.index_select(0, plan.key_row)
+        last_key = last_rows.index_select(0, plan.key_row)
+        if self.event_values is not None:  # TIGE: messages carry h(t-) of the event's endpoints
+            s_self, s_other = self.event_values.lookup(plan.pe_eid, plan.pe_node)
+        else:
+            s_self = s_rows.index_select(0, plan.pe_row)
+            s_other = self._dyrep_other(plan, s_rows, last_rows) if self.message_embedding is not None \
+                else s_rows.index_select(0, plan.pe_other_row)
+        dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
+        raw = self.message(s_self, s_other, self.time_enc(dt), plan.pe_feat)
+        agg, t_agg = self.aggregator(raw.index_select(0, plan.agg_entry), plan.agg_local,
+                                     plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
+        new = self.updater(agg, s_key.index_select(0, plan.agg_sel))
+        return s_key.index_copy(0, plan.agg_sel, new), last_key.index_copy(0, plan.agg_sel, t_agg)
+
+    def _dyrep_other(self, plan: BatchPlan, s_rows, last_rows):
+        """DyRep: each pending event's other endpoint as a graph-attention embedding at the
+        event's time, from stored memories."""
+        d = plan.dyrep
+        if d is None:
+            return s_rows.new_zeros(0, self.memory.memory_dim)
+        own = s_rows.index_select(0, d.own_row)
+        z = self.message_embedding(own, d.t - last_rows.index_select(0, d.own_row), time_enc=self.time_enc,
+                                   nbr_s=s_rows, nbr_index=d.nb_row, nbr_e=d.nb_feat, nbr_dt=d.nb_dt,
+                                   nbr_mask=d.nb_mask)
+        return z.index_select(0, d.inv)
+
+    def compute(self, plan: BatchPlan, rows=None):
+        """Embeddings of the plan's queries: ``(z, states, last_update)``, ``z`` float32 of shape
+        (Q, embedding dim) in query order, and the key states :meth:`observe` stores from."""
+        states, lasts = self.key_states(plan, rows if rows is not None else plan.stale)
+        own = states.index_select(0, plan.uq_key)
+        own_dt = plan.uq_t - lasts.index_select(0, plan.uq_key)
+        if self.embedding.needs_neighbors:
+            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=states, nbr_index=plan.nb_key,
+                               nbr_e=plan.nb_feat, nbr_dt=plan.nb_dt, nbr_mask=plan.nb_mask)
+        else:
+            z = self.embedding(own, own_dt)
+        return z.index_select(0, plan.q_inv), states, lasts
+
+    def forward(self, plan: BatchPlan, num_events: int):
+        """Score a batch planned with queries ``[src, dst, neg]``: ``(pos_logits, neg_logits, z,
+        states, last_update)``.  Steps 1-2 above; what DDP wraps."""
+        n = int(num_events)
+        z, states, lasts = self.compute(plan)
+        return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:3 * n]), z, states, lasts
 
     def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
         return self.decoder(z_src, z_dst)
 
-    def _cached_states(self, uniq: torch.Tensor):
-        """``memory_of(uniq)``, taken from the latest :meth:`embed` when it covered them
-        (nothing has been stored since, so the values are the same)."""
-        cache, self._last_states = self._last_states, None
-        if cache is not None:
-            ids, states, last = cache
-            pos = torch.searchsorted(ids, uniq).clamp(max=ids.numel() - 1)
-            if bool((ids[pos] == uniq).all()):
-                return states[pos], last[pos]
-        return self.memory_of(uniq)
+    @torch.no_grad()
+    def observe(self, plan: BatchPlan, states: torch.Tensor, lasts: torch.Tensor,
+                z: Optional[torch.Tensor] = None) -> None:
+        """The batch has been scored: its endpoints store their memory as seen at the batch's
+        last time (step 3 above).  ``z`` are the embeddings of the plan's queries: TIGE keeps each
+        endpoint's latest one as ``h(t-)``, after keeping the values the batch's messages carry.
+        (The plan already made the batch's events pending and gave them to the sampler.)"""
+        if plan.ob_node.numel() == 0:
+            return
+        self.memory.write(plan.ob_node, states.index_select(0, plan.ob_key), lasts.index_select(0, plan.ob_key))
+        if self.event_values is not None and z is not None:
+            # TIGER: an event's message carries its endpoints' h(t'-) as known before the batch ...
+            self.event_values.add(plan.ev_eid, plan.ev_src, self.left_memory.read(plan.ev_src)[0],
+                                  self.left_memory.read(plan.ev_dst)[0])
+            # ... and each endpoint's h(t-) becomes its embedding at its latest event of the batch
+            t_new = plan.uq_t.index_select(0, plan.q_inv.index_select(0, plan.ob_latest))
+            self.left_memory.write(plan.ob_node, z.index_select(0, plan.ob_latest), t_new)
+            if len(self.event_values) > 4 * self.store.alive + 4096:  # drop the events no longer pending
+                self.event_values.prune(np.unique(self.store.eid))
+
+    # ------------------------------------------------------------ convenience
+    @torch.no_grad()
+    def embed(self, nodes, t) -> torch.Tensor:
+        """Embeddings ``z_i(t)`` of ``nodes`` at times ``t`` from the current state, changing no
+        state (a query, not an event)."""
+        return self.compute(self.plan(nodes, t))[0]
 
     @torch.no_grad()
-    def observe(self, src: torch.Tensor, dst: torch.Tensor, t: torch.Tensor, eid: torch.Tensor,
-                z: Optional[torch.Tensor] = None) -> None:
-        """The batch has been scored: apply its endpoints' pending events, make this batch
-        their pending events, record its neighbours.  Step 3 above.
-
-        ``z`` are the embeddings of ``cat([src, dst])`` at ``t``: TIGE keeps them as the
-        second memory ``h(t-)`` (later events of a node in the batch win).
-        """
-        nodes = torch.cat([src, dst])
-        uniq, inv = torch.unique(nodes, return_inverse=True)
-        state, last = self._cached_states(uniq)
-        self.memory.write(uniq, state, last)
-        self.store.replace(nodes, torch.cat([dst, src]), torch.cat([t, t]), torch.cat([eid, eid]))
-        self.sampler.insert(src.cpu().numpy(), dst.cpu().numpy(), t.cpu().numpy(), eid.cpu().numpy())
-        if self.left_memory is not None and z is not None:
-            tt = torch.cat([t, t])
-            latest = torch.full((uniq.shape[0],), -1, dtype=torch.long, device=nodes.device).scatter_reduce(
-                0, inv, torch.arange(nodes.shape[0], device=nodes.device), reduce="amax")
-            self.left_memory.write(uniq, z[latest].detach(), tt[latest])
+    def step_events(self, src, dst, t, eid, extra=None) -> torch.Tensor:
+        """Embed a batch of events (and ``extra`` queries, a list of ``(nodes, times)``: negatives,
+        ranking candidates), then take the batch in: the evaluation's and the predictor's step
+        without a loss.  Returns the embeddings of ``cat([src, dst, *extra nodes])``."""
+        t = _np(t).astype(np.float64)
+        groups = [(_np(src), t), (_np(dst), t)] + [(_np(n), _np(q).astype(np.float64)) for n, q in (extra or [])]
+        plan = self.plan(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]),
+                         events=(src, dst, t, eid))
+        z, states, lasts = self.compute(plan)
+        self.observe(plan, states, lasts, z)
+        return z
 
 
 def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 100, time_dim: int = 100,

@@ -64,6 +64,8 @@ class MLPMessage(nn.Module):
 class LastAggregator(nn.Module):
     """Per node, the message of its latest event (ties: the one that came last)."""
 
+    kind = "last"  # plans hand it only each node's latest event
+
     def forward(self, msg: torch.Tensor, index: torch.Tensor, t: torch.Tensor, num: int
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
         """msg (M, D), index (M,) into ``num`` nodes, t (M,) -> (num, D), (num,)."""
@@ -75,6 +77,8 @@ class LastAggregator(nn.Module):
 
 class MeanAggregator(nn.Module):
     """Per node, the mean of its messages; the time is the latest."""
+
+    kind = "mean"
 
     def forward(self, msg, index, t, num):
         out = torch.zeros(num, msg.shape[1], dtype=msg.dtype, device=msg.device).index_add(0, index, msg)

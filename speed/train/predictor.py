@@ -35,7 +35,7 @@ from .models import TemporalGNN, build_model
 from .node_index import NodeIndex
 
 AT = ("end", "test")
-PAYLOAD_FORMAT = 1
+PAYLOAD_FORMAT = 2  # 2: pending events kept past simultaneous batches, held sampler events
 _CHUNK = 4096  # nodes or pairs per forward pass when embedding and scoring (no state changes)
 
 
@@ -55,6 +55,9 @@ def predictor_payload(model: TemporalGNN, events: Events, batch_size: int, test_
         ``{"t": float, "state": model.backup()}`` taken when the test period began.
     """
     end = {"store": model.store.state_dict(), "sampler": model.sampler.state_dict()}
+    if model.event_values is not None:  # the values the pending events' messages carry
+        model.event_values.prune(end["store"]["eid"])
+        end["values"] = model.event_values.state_dict()
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])
@@ -83,14 +86,23 @@ def _compact_features(msg: np.ndarray, snaps) -> np.ndarray:
     The snapshots' event ids are renumbered into the returned table (-1 stays -1); their
     ``sampler`` and ``store`` entries are replaced by renumbered copies, never edited.
     """
-    used = [s["sampler"]["nbr_e"].ravel() for s in snaps] + [s["store"]["eid"].cpu().numpy() for s in snaps]
+    used = [s["sampler"]["nbr_e"].ravel() for s in snaps] + [s["sampler"]["hold"]["e"] for s in snaps] + \
+        [np.asarray(s["store"]["eid"]) for s in snaps] + \
+        [np.asarray(s["values"]["eid"]) for s in snaps if "values" in s]
     keep = np.unique(np.concatenate(used))
     keep = keep[keep >= 0]
+
+    def renumber(e):
+        e = np.asarray(e)
+        return np.where(e >= 0, np.searchsorted(keep, e), -1).astype(np.int64)
+
     for s in snaps:
-        e = s["sampler"]["nbr_e"]
-        s["sampler"] = {**s["sampler"], "nbr_e": np.where(e >= 0, np.searchsorted(keep, e), -1)}
-        eid = np.searchsorted(keep, s["store"]["eid"].cpu().numpy()).astype(np.int64)
-        s["store"] = {**s["store"], "eid": torch.from_numpy(eid)}
+        sampler = s["sampler"]
+        s["sampler"] = {**sampler, "nbr_e": renumber(sampler["nbr_e"]),
+                        "hold": {**sampler["hold"], "e": renumber(sampler["hold"]["e"])}}
+        s["store"] = {**s["store"], "eid": renumber(s["store"]["eid"])}
+        if "values" in s:  # TIGE's kept embeddings, by event id
+            s["values"] = {**s["values"], "eid": torch.from_numpy(renumber(s["values"]["eid"]))}
     return np.ascontiguousarray(msg[keep], dtype=np.float32)
 
 
@@ -231,38 +243,68 @@ class Predictor:
         x = torch.cat(out) if out else torch.empty(0)
         return (x if logits else torch.sigmoid(x)).numpy()
 
-    def score_stream(self, src, dst, t, neg_src, neg_dst, msg=None, progress: Optional[bool] = None):
-        """Score events as the evaluation does, then take them into the memory: each batch
-        (the run's batch size) is scored against its negatives from the current memory,
-        then :meth:`update` continues with it.
+    def score_stream(self, src, dst, t, neg_src=None, neg_dst=None, msg=None, candidates=None,
+                     progress: Optional[bool] = None):
+        """Score events as the evaluation does while taking them into the memory: each batch (the
+        run's batch size) is one step, in which the events are scored against their negatives
+        and candidates -- seeing the earlier events of the batch as neighbours, as the
+        evaluation's events do -- and then stored.
 
         Parameters
         ----------
         src, dst, t : array-like, shape (n,)
             The events, in time order (original ids).
-        neg_src, neg_dst : array-like, shape (n,)
+        neg_src, neg_dst : array-like, shape (n,), optional
             One negative edge per event (e.g. the event's own source and a negative
             destination).
         msg : array-like, shape (n, msg_dim), optional
+        candidates : array-like, shape (n, K), optional
+            Negative destinations per event to rank the event against (original ids).
 
         Returns
         -------
-        pos, neg : float32 ndarray, shape (n,)
-            Logits of the events and of their negatives.
+        pos : float32 ndarray, shape (n,)
+            Logits of the events.
+        neg : float32 ndarray, shape (n,), or None
+            Logits of their negatives.
+        cand : float32 ndarray, shape (n, K), or None
+            Logits of ``(src, candidate)`` pairs.
         """
-        from .._util import progress_bar
+        if (neg_src is None) != (neg_dst is None):
+            raise InputError("score_stream: give both neg_src and neg_dst, or neither")
+        neg_rows = None
+        if neg_src is not None:
+            neg_rows = (self._rows(np.asarray(neg_src), "src").cpu().numpy(),
+                        self._rows(np.asarray(neg_dst), "dst").cpu().numpy())
+        cand_rows = None
+        if candidates is not None:
+            candidates = np.asarray(candidates)
+            cand_rows = self._rows(candidates.reshape(-1), "dst").cpu().numpy().reshape(candidates.shape)
+        pos, neg, cand = [], [], []
 
-        n, b = len(src), self.batch_size
-        pos, neg = [], []
-        with progress_bar(n, "score", progress=progress) as bar:
-            for i in range(0, n, b):
-                j = min(n, i + b)
-                pos.append(self.score(src[i:j], dst[i:j], t[i:j], logits=True))
-                neg.append(self.score(neg_src[i:j], neg_dst[i:j], t[i:j], logits=True))
-                self.update((src[i:j], dst[i:j], t[i:j]) + (() if msg is None else (msg[i:j],)))
-                bar.update(j - i)
-        cat = (lambda xs: np.concatenate(xs) if xs else np.empty(0, dtype=np.float32))
-        return cat(pos), cat(neg)
+        def extra(i: int, j: int, t_batch: np.ndarray):
+            groups = []
+            if neg_rows is not None:
+                groups += [(neg_rows[1][i:j], t_batch), (neg_rows[0][i:j], t_batch)]
+            if cand_rows is not None:
+                groups.append((cand_rows[i:j].reshape(-1), np.repeat(t_batch, cand_rows.shape[1])))
+            return groups
+
+        def scored(i: int, j: int, z: torch.Tensor):
+            m = j - i
+            pos.append(self.model.score(z[:m], z[m:2 * m]).cpu().numpy())
+            at = 2 * m
+            if neg_rows is not None:
+                neg.append(self.model.score(z[3 * m:4 * m], z[2 * m:3 * m]).cpu().numpy())
+                at = 4 * m
+            if cand_rows is not None:
+                k = cand_rows.shape[1]
+                cand.append(self.model.score(z[:m].repeat_interleave(k, dim=0), z[at:at + m * k])
+                            .reshape(m, k).cpu().numpy())
+
+        self._take((src, dst, t) + (() if msg is None else (msg,)), progress, extra, scored, desc="score")
+        cat = (lambda xs: np.concatenate(xs) if xs else None)
+        return cat(pos) if pos else np.empty(0, dtype=np.float32), cat(neg), cat(cand)
 
     @torch.no_grad()
     def update(self, events, progress: Optional[bool] = None) -> "Predictor":
@@ -276,6 +318,12 @@ class Predictor:
             with :func:`speed.read_events` (unsorted files are refused with their line).
             Runs with edge features need ``msg`` (float, shape (n, msg_dim)).
         """
+        return self._take(events, progress)
+
+    @torch.no_grad()
+    def _take(self, events, progress, extra=None, scored=None, desc: str = "update") -> "Predictor":
+        """Check ``events`` and step the model through them a batch at a time; ``extra(i, j, t)``
+        adds queries to a batch's step and ``scored(i, j, z)`` reads its embeddings."""
         from .._util import progress_bar
         from ..data.readers import event_line, read_events
 
@@ -301,21 +349,20 @@ class Predictor:
             raise InputError(f"update: src, dst and t must have one length, got {len(src)}, {len(dst)}, {len(t)}")
         self._check_update(src, dst, t, where, event_line)
         msg = self._check_msg(msg, n, where)
-        s, d = self._rows(src, "src"), self._rows(dst, "dst")
-        eid = torch.arange(self.next_eid, self.next_eid + n, dtype=torch.long)
+        s, d = self._rows(src, "src").cpu().numpy(), self._rows(dst, "dst").cpu().numpy()
+        eid = np.arange(self.next_eid, self.next_eid + n, dtype=np.int64)
         if msg is not None:
             feats = self.model.edge_features
-            self.model.edge_features = torch.cat([feats, torch.from_numpy(msg).to(feats.device)]) \
-                if feats is not None else torch.from_numpy(msg).to(self.device)
-        dev = self.device
-        tt, eid = torch.from_numpy(np.ascontiguousarray(t)).to(dev), eid.to(dev)
-        model = self.model
-        with progress_bar(n, "update", progress=progress) as bar:
+            self.model.edge_features = torch.cat([feats, torch.from_numpy(msg)]) if feats is not None \
+                else torch.from_numpy(msg)
+        tt = np.ascontiguousarray(t, dtype=np.float64)
+        with progress_bar(n, desc, progress=progress) as bar:
             for i in range(0, n, self.batch_size):
                 j = min(n, i + self.batch_size)
-                bs, bd, bt = s[i:j], d[i:j], tt[i:j]
-                z = model.embed(torch.cat([bs, bd]), torch.cat([bt, bt]))
-                model.observe(bs, bd, bt, eid[i:j], z)
+                z = self.model.step_events(s[i:j], d[i:j], tt[i:j], eid[i:j],
+                                           extra=extra(i, j, tt[i:j]) if extra is not None else None)
+                if scored is not None:
+                    scored(i, j, z)
                 bar.update(j - i)
         self.next_eid += n
         if n:
@@ -397,6 +444,8 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
     if at == "end":
         model.store.load_state_dict(payload["end"]["store"])
         model.sampler.load_state_dict(payload["end"]["sampler"])
+        if model.event_values is not None:
+            model.event_values.load_state_dict(payload["end"]["values"])
         t_last = payload["t_end"]
     else:
         if payload["test_start"] is None:

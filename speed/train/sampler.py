@@ -1,4 +1,9 @@
-"""Temporal neighbour sampling: the k most recent neighbours strictly before a time."""
+"""Temporal neighbour sampling: the k most recent neighbours strictly before a time.
+
+The rule is TGN's and DyGLib's neighbour finder: a query ``(node, t)`` sees the node's ``k``
+most recent interactions with a time strictly earlier than ``t`` -- earlier events of its own
+batch included, events at ``t`` itself never (they are simultaneous, not past).
+"""
 
 from __future__ import annotations
 
@@ -30,13 +35,17 @@ class Neighbors:
     mask: torch.Tensor
 
 
-class RecentNeighborSampler:
-    """The ``k`` most recent neighbours of each node, updated as events stream in.
+_HOLD_FIELDS = (("src", np.int64), ("dst", np.int64), ("t", np.float64), ("e", np.int64))
 
-    Events are inserted after the batch that contains them has been processed, so a
-    query never sees its own batch; the strict ``t < time`` filter also removes
-    neighbours that share the query's timestamp.  A ring that holds events at the query
-    time may therefore return fewer than ``k`` neighbours.
+
+class RecentNeighborSampler:
+    """The ``k`` most recent neighbours of each node, as events stream in.
+
+    Events are :meth:`push`-ed in time order into a *held* buffer.  A query at time ``t`` first
+    moves the held events strictly earlier than ``t`` into the per-node rings (numba), then
+    reads the ring: so the rings never hold an event at or after a query's time, and the ``k``
+    neighbours returned are exactly the ``k`` most recent strictly earlier ones, however many
+    events share a timestamp.
 
     Parameters
     ----------
@@ -62,6 +71,8 @@ class RecentNeighborSampler:
         self.nbr_e = np.full((self.num_nodes, self.k), -1, dtype=np.int64)
         self.head = np.zeros(self.num_nodes, dtype=np.int64)
         self.count = np.zeros(self.num_nodes, dtype=np.int64)
+        self.hold = {name: np.empty(0, dtype=dt) for name, dt in _HOLD_FIELDS}
+        self.hold_lo = 0
 
     def grow(self, num_nodes: int) -> None:
         """Append empty rings up to ``num_nodes`` nodes."""
@@ -75,11 +86,49 @@ class RecentNeighborSampler:
             self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
             self.num_nodes = int(num_nodes)
 
+    @property
+    def held(self) -> int:
+        """Events pushed but not yet in the rings."""
+        return int(self.hold["t"].shape[0] - self.hold_lo)
+
+    def push(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        """Add events (time-sorted, none earlier than those already pushed)."""
+        lo = self.hold_lo
+        new = {"src": src, "dst": dst, "t": t, "e": eid}
+        self.hold = {name: np.concatenate([self.hold[name][lo:], np.asarray(new[name], dtype=dt)])
+                     for name, dt in _HOLD_FIELDS}
+        self.hold_lo = 0
+
     def insert(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
-        """Record events (in time order)."""
-        _kernels.ring_insert(np.ascontiguousarray(src, dtype=np.int64), np.ascontiguousarray(dst, dtype=np.int64),
-                             np.ascontiguousarray(t, dtype=np.float64), np.ascontiguousarray(eid, dtype=np.int64),
-                             self.nbr, self.nbr_t, self.nbr_e, self.head, self.count, self.undirected)
+        """Push events and move every held event before the last of them into the rings (those
+        at the last time stay held: a later query at that time must not see them)."""
+        self.push(src, dst, t, eid)
+        if len(t):
+            self.flush(float(np.asarray(t)[-1]))
+
+    def flush(self, before: float) -> None:
+        """Move the held events strictly earlier than ``before`` into the rings."""
+        h = self.hold
+        self.hold_lo = int(_kernels.ring_flush(h["src"], h["dst"], h["t"], h["e"], self.hold_lo, h["t"].shape[0],
+                                               float(before), self.nbr, self.nbr_t, self.nbr_e, self.head, self.count,
+                                               self.undirected))
+
+    def sample_arrays(self, nodes: np.ndarray, times: np.ndarray):
+        """The neighbours of ``nodes[b]`` strictly before ``times[b]``, as numpy arrays
+        ``(nodes, times, eids, mask)`` of shape (B, k) (see :meth:`sample`)."""
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        times = np.ascontiguousarray(times, dtype=np.float64)
+        b = nodes.shape[0]
+        out_n = np.empty((b, self.k), dtype=np.int64)
+        out_t = np.empty((b, self.k), dtype=np.float64)
+        out_e = np.empty((b, self.k), dtype=np.int64)
+        out_m = np.empty((b, self.k), dtype=np.bool_)
+        order = np.argsort(times, kind="stable")
+        h = self.hold
+        self.hold_lo = int(_kernels.ring_sample(nodes, times, order, h["src"], h["dst"], h["t"], h["e"], self.hold_lo,
+                                                h["t"].shape[0], self.nbr, self.nbr_t, self.nbr_e, self.head,
+                                                self.count, self.undirected, out_n, out_t, out_e, out_m))
+        return out_n, out_t, out_e, out_m
 
     def sample(self, nodes: np.ndarray, times: np.ndarray) -> Neighbors:
         """Most recent neighbours of ``nodes[b]`` with time ``< times[b]``.
@@ -89,21 +138,18 @@ class RecentNeighborSampler:
         nodes : int64 ndarray, shape (B,)
         times : float64 ndarray, shape (B,)
         """
-        b = nodes.shape[0]
-        out_n = np.empty((b, self.k), dtype=np.int64)
-        out_t = np.empty((b, self.k), dtype=np.float64)
-        out_e = np.empty((b, self.k), dtype=np.int64)
-        out_m = np.empty((b, self.k), dtype=np.bool_)
-        _kernels.ring_query(np.ascontiguousarray(nodes, dtype=np.int64), np.ascontiguousarray(times, dtype=np.float64),
-                            self.nbr, self.nbr_t, self.nbr_e, self.head, self.count, out_n, out_t, out_e, out_m)
-        return Neighbors(torch.from_numpy(out_n), torch.from_numpy(out_t), torch.from_numpy(out_e),
-                         torch.from_numpy(out_m))
+        return Neighbors(*(torch.from_numpy(x) for x in self.sample_arrays(nodes, times)))
 
     def state_dict(self) -> dict:
+        lo = self.hold_lo
         return {"nbr": self.nbr.copy(), "nbr_t": self.nbr_t.copy(), "nbr_e": self.nbr_e.copy(),
-                "head": self.head.copy(), "count": self.count.copy()}
+                "head": self.head.copy(), "count": self.count.copy(),
+                "hold": {name: a[lo:].copy() for name, a in self.hold.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
             setattr(self, name, state[name].copy())
+        self.hold = {name: np.asarray(state.get("hold", {}).get(name, np.empty(0)), dtype=dt).copy()
+                     for name, dt in _HOLD_FIELDS}
+        self.hold_lo = 0
         self.num_nodes = int(self.nbr.shape[0])

@@ -1,112 +1,151 @@
-"""Pending messages: for each node, its events in the most recent batch it took part in."""
+"""Pending messages: for each node, the events not yet applied to its stored memory.
+
+The rule for events that share a timestamp: a memory read at time ``t`` applies only the
+pending events strictly earlier than ``t``.  So a node's events at the time of its latest batch
+stay pending past that batch (see :meth:`MessageStore.merge`): a later batch may still query
+that time, and simultaneous events must not see each other, whatever the batching.
+"""
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+
+from . import _kernels
+
+_FIELDS = (("other", np.int64), ("t", np.float64), ("eid", np.int64))
 
 
 class MessageStore:
-    """Events not yet applied to each node's memory, kept until the node's next batch.
+    """Events not yet applied to each node's memory, kept in host memory.
 
-    Every batch replaces the pending events of the nodes it touches (as PyG's ``TGNMemory``
-    does).  Entries live in flat buffers, each node's contiguous, with ``start``/``count``
-    per node; superseded entries are dropped by an occasional compaction.
+    A node's pending events are one segment of flat arrays (``start``/``count`` per node), in
+    time order (ties in event order), so "the latest event" is the segment's last and "the
+    events before ``t``" are a prefix of it.  Superseded segments are dropped by an occasional
+    compaction.
 
     Parameters
     ----------
     num_nodes : int
-    device : torch.device
     """
 
-    def __init__(self, num_nodes: int, device=None):
+    def __init__(self, num_nodes: int):
         self.num_nodes = int(num_nodes)
-        self.device = device
         self.reset()
 
     def reset(self) -> None:
-        dev = self.device
-        self.other = torch.empty(0, dtype=torch.long, device=dev)
-        self.t = torch.empty(0, dtype=torch.float64, device=dev)
-        self.eid = torch.empty(0, dtype=torch.long, device=dev)
-        self.start = torch.zeros(self.num_nodes, dtype=torch.long, device=dev)
-        self.count = torch.zeros(self.num_nodes, dtype=torch.long, device=dev)
-        self.alive = 0
+        self.other = np.empty(0, dtype=np.int64)
+        self.t = np.empty(0, dtype=np.float64)
+        self.eid = np.empty(0, dtype=np.int64)
+        self.start = np.zeros(self.num_nodes, dtype=np.int64)
+        self.count = np.zeros(self.num_nodes, dtype=np.int64)
 
-    def to(self, device) -> "MessageStore":
-        self.device = device
-        for name in ("other", "t", "eid", "start", "count"):
-            setattr(self, name, getattr(self, name).to(device))
-        return self
+    @property
+    def alive(self) -> int:
+        return int(self.count.sum())
 
     def grow(self, num_nodes: int) -> None:
         """Room for ``num_nodes`` nodes; the new ones have no pending events."""
         extra = int(num_nodes) - self.num_nodes
         if extra > 0:
-            self.start = torch.cat([self.start, self.start.new_zeros(extra)])
-            self.count = torch.cat([self.count, self.count.new_zeros(extra)])
+            self.start = np.concatenate([self.start, np.zeros(extra, dtype=np.int64)])
+            self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
             self.num_nodes = int(num_nodes)
 
-    def replace(self, node: torch.Tensor, other: torch.Tensor, t: torch.Tensor, eid: torch.Tensor) -> None:
-        """The pending events of every node in ``node`` become exactly these (chronological)."""
-        dev = self.count.device  # the store may live in host memory while the batch is on a GPU
-        node, other, t, eid = node.to(dev), other.to(dev), t.to(dev), eid.to(dev)
-        order = torch.sort(node, stable=True).indices  # groups by node, keeps time order inside
-        node, other, t, eid = node[order], other[order], t[order], eid[order]
-        uniq, counts = torch.unique_consecutive(node, return_counts=True)
-        base = self.other.numel()
-        self.alive += int(counts.sum()) - int(self.count[uniq].sum())
-        self.start[uniq] = base + torch.cumsum(counts, 0) - counts
-        self.count[uniq] = counts
-        self.other = torch.cat([self.other, other])
-        self.t = torch.cat([self.t, t.to(torch.float64)])
-        self.eid = torch.cat([self.eid, eid])
-        if self.other.numel() > max(4 * self.alive, 1 << 15):
-            self._compact()
-
-    def clear(self, n_id: torch.Tensor) -> None:
-        """Forget the pending events of ``n_id`` (distinct ids), e.g. once applied."""
-        n_id = n_id.to(self.count.device)
-        self.alive -= int(self.count[n_id].sum())
-        self.count[n_id] = 0
-
-    def gather(self, n_id: torch.Tensor):
-        """Pending events of ``n_id``.
+    # ------------------------------------------------------------------ reading
+    def gather(self, n_id: np.ndarray):
+        """Pending events of the nodes ``n_id``, node by node, each node's in time order.
 
         Returns
         -------
-        row : int64 tensor, shape (M,)
+        row : int64 ndarray, shape (M,)
             Position in ``n_id`` of each event's node (ascending).
-        other, t, eid : tensors, shape (M,)
-            On the device of ``n_id``.
+        other : int64 ndarray, shape (M,)
+        t : float64 ndarray, shape (M,)
+        eid : int64 ndarray, shape (M,)
         """
-        out = n_id.device
-        if out != self.count.device:
-            return tuple(x.to(out) for x in self._gather(n_id.to(self.count.device)))
-        return self._gather(n_id)
-
-    def _gather(self, n_id: torch.Tensor):
+        n_id = np.asarray(n_id, dtype=np.int64)
         count = self.count[n_id]
         total = int(count.sum())
         if total == 0:
-            empty = torch.empty(0, dtype=torch.long, device=n_id.device)
-            return empty, empty, torch.empty(0, dtype=torch.float64, device=n_id.device), empty
-        row = torch.repeat_interleave(torch.arange(n_id.numel(), device=n_id.device), count)
-        first = torch.cumsum(count, 0) - count
-        idx = torch.repeat_interleave(self.start[n_id] - first, count) + torch.arange(total, device=n_id.device)
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0, dtype=np.float64), empty
+        row = np.repeat(np.arange(n_id.size, dtype=np.int64), count)
+        first = np.cumsum(count) - count
+        idx = np.repeat(self.start[n_id] - first, count) + np.arange(total, dtype=np.int64)
         return row, self.other[idx], self.t[idx], self.eid[idx]
 
+    def counts_before(self, n_id: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """For each ``(n_id[b], t[b])``: the number of the node's pending events strictly
+        earlier than ``t[b]`` (those a read at ``t[b]`` applies)."""
+        return _kernels.pending_counts(np.ascontiguousarray(n_id, dtype=np.int64),
+                                       np.ascontiguousarray(t, dtype=np.float64), self.start, self.count, self.t)
+
+    # ------------------------------------------------------------------ writing
+    def merge(self, node: np.ndarray, other: np.ndarray, t: np.ndarray, eid: np.ndarray, before: float) -> None:
+        """A batch has been applied: for each node in ``node``, its pending events earlier than
+        ``before`` were folded into its stored memory and leave; those at ``before`` or later
+        stay, and the batch's events (one row per node and event) join them."""
+        node = np.asarray(node, dtype=np.int64)
+        if node.size == 0:
+            return
+        uniq = np.unique(node)
+        row, o_other, o_t, o_eid = self.gather(uniq)
+        keep = o_t >= before
+        all_node = np.concatenate([uniq[row[keep]], node])
+        all_other = np.concatenate([o_other[keep], np.asarray(other, dtype=np.int64)])
+        all_t = np.concatenate([o_t[keep], np.asarray(t, dtype=np.float64)])
+        all_eid = np.concatenate([o_eid[keep], np.asarray(eid, dtype=np.int64)])
+        self._write(uniq, all_node, all_other, all_t, all_eid)
+
+    def replace(self, node: np.ndarray, other: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        """The pending events of every node in ``node`` become exactly these."""
+        node = np.asarray(node, dtype=np.int64)
+        if node.size:
+            self._write(np.unique(node), node, np.asarray(other, dtype=np.int64), np.asarray(t, dtype=np.float64),
+                        np.asarray(eid, dtype=np.int64))
+
+    def _write(self, uniq, node, other, t, eid) -> None:
+        order = np.lexsort((eid, t, node))  # by node, then time, then event order
+        node, other, t, eid = node[order], other[order], t[order], eid[order]
+        counts = np.bincount(np.searchsorted(uniq, node), minlength=uniq.size)
+        base = self.t.shape[0]
+        self.start[uniq] = base + np.cumsum(counts) - counts
+        self.count[uniq] = counts
+        self.other = np.concatenate([self.other, other])
+        self.t = np.concatenate([self.t, t])
+        self.eid = np.concatenate([self.eid, eid])
+        if self.t.shape[0] > max(4 * self.alive, 1 << 15):
+            self._compact()
+
+    def clear(self, n_id: np.ndarray, before: float = np.inf) -> None:
+        """Forget the pending events of the distinct nodes ``n_id`` earlier than ``before`` (all
+        by default), e.g. once they are applied."""
+        n_id = np.asarray(n_id, dtype=np.int64)
+        if np.isinf(before):
+            self.count[n_id] = 0
+            return
+        row, other, t, eid = self.gather(n_id)
+        keep = t >= before
+        self.count[n_id] = 0
+        if keep.any():
+            self._write(np.unique(n_id[row[keep]]), n_id[row[keep]], other[keep], t[keep], eid[keep])
+
     def _compact(self) -> None:
-        nodes = torch.nonzero(self.count > 0).squeeze(1)
-        row, other, t, eid = self._gather(nodes)
+        nodes = np.flatnonzero(self.count > 0)
+        row, other, t, eid = self.gather(nodes)
         counts = self.count[nodes]
-        self.start[nodes] = torch.cumsum(counts, 0) - counts
+        self.start[nodes] = np.cumsum(counts) - counts
         self.other, self.t, self.eid = other, t, eid
 
+    # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {k: getattr(self, k).clone() for k in ("other", "t", "eid", "start", "count")} | {"alive": self.alive}
+        self._compact()
+        return {"other": self.other.copy(), "t": self.t.copy(), "eid": self.eid.copy(),
+                "start": self.start.copy(), "count": self.count.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        for k in ("other", "t", "eid", "start", "count"):
-            setattr(self, k, state[k].clone().to(self.device))
-        self.alive = state["alive"]
-        self.num_nodes = int(self.count.numel())
+        for name in ("other", "t", "eid", "start", "count"):
+            value = state[name]
+            value = value.cpu().numpy() if hasattr(value, "cpu") else value
+            setattr(self, name, np.asarray(value).astype(np.float64 if name == "t" else np.int64, copy=True))
+        self.num_nodes = int(self.count.shape[0])

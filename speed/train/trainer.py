@@ -26,7 +26,8 @@ from ..data.split import Split
 from ..errors import InputError
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .engine import Batches, EarlyStopping, Engine, EpochLog, EventTensors
+from .engine import Batches, EarlyStopping, Engine, EpochLog
+from .loader import EventStream
 from .evaluator import Evaluator
 from .models import TemporalGNN, build_model
 from .negatives import RandomNegatives, negative_pool, train_seed
@@ -313,10 +314,10 @@ class Trainer(EpochLoop):
         # foreach: one kernel per step for all parameters instead of a Python loop over them
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
         self.engine = Engine(self.model, self.optimizer, progress=config.progress)
-        self.stream = EventTensors(events, self.device)
+        self.stream = EventStream(events)
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,
-                                   tensors=self.stream, strategy=config.eval_negatives,
+                                   stream=self.stream, strategy=config.eval_negatives,
                                    keep_test_start=self.out is not None)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self._init_loop()

@@ -27,7 +27,8 @@ import torch.distributed as dist
 from ...partition.shards import Shards
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
-from ..engine import Batches, CyclingBatches, Engine, EpochLog, EventTensors
+from ..engine import Batches, CyclingBatches, Engine, EpochLog
+from ..loader import EventStream
 from ..evaluator import Evaluator
 from ..models import TemporalGNN
 from ..negatives import RandomNegatives, negative_pool, train_seed
@@ -98,7 +99,7 @@ class PacRank(EpochLoop):
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
         self.model.resize(rg.nodes.size)
-        stream = EventTensors(ev, self.device)
+        stream = EventStream(ev)
         index = np.arange(len(ev))
         steps = torch.tensor([Batches(index, cfg.batch_size).num_batches], dtype=torch.long, device=self.device)
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)  # every rank takes the same number of steps
@@ -108,11 +109,13 @@ class PacRank(EpochLoop):
 
         def sync_every(step: int) -> None:  # the same steps on every rank, so collectives line up
             if cfg.sync_every and step % cfg.sync_every == 0 and step < batches.steps:
-                periodic[0] += sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
+                # pending events at the latest time stay: a later batch may still query that time
+                periodic[0] += sync_shared(self.model, rg.num_shared, cfg.sync, self.world,
+                                           before=self._latest_time(ev, batches, step))
                 periodic[1] += 1
 
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
-                                      on_step=sync_every if cfg.sync_every else None)
+                                      on_step=sync_every if cfg.sync_every else None, sync_every=cfg.sync_every)
         sync_s = periodic[0] + sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.node_state_bytes(),
@@ -125,6 +128,13 @@ class PacRank(EpochLoop):
                         train_events_per_s=sum(r["events"] * r["passes"] for r in ranks) / max(slowest, 1e-9),
                         loss=float(np.mean([r["loss"] for r in ranks])), ranks=ranks,
                         seconds={"train": slowest, "sync": max(r["sync_seconds"] for r in ranks)})
+
+    @staticmethod
+    def _latest_time(ev, batches: CyclingBatches, step: int) -> float:
+        """The time of the last event trained by ``step`` steps (cycling over the stream)."""
+        n = batches.num_batches
+        idx = batches._batch((step - 1) % n)
+        return float(ev.t[idx[-1]])
 
     # ---------------------------------------------------------------- evaluation
     @property

@@ -52,7 +52,8 @@ def local_payload(model: TemporalGNN, nodes: np.ndarray) -> NodeState:
     st = model.node_state(local).to("cpu")
     g = torch.from_numpy(nodes)
     node, other, t, eid = st.pending
-    return NodeState(st.memories, (g[node], g[other], t, eid))
+    values = None if st.values is None else (st.values[0], g[st.values[1]], st.values[2])
+    return NodeState(st.memories, (g[node], g[other], t, eid), values)
 
 
 def gather_state(model: TemporalGNN, nodes: np.ndarray, num_shared: int, world: int, rank: int,
@@ -63,9 +64,11 @@ def gather_state(model: TemporalGNN, nodes: np.ndarray, num_shared: int, world: 
     for name, (s, lu) in st.memories.items():
         mems[name] = (gather_rows(s, world, rank, group), gather_rows(lu, world, rank, group))
     pending = [gather_rows(x, world, rank, group) for x in st.pending]
+    values = None if st.values is None else [gather_rows(x, world, rank, group) for x in st.values]
     if rank != 0:
         return None
-    return [NodeState({k: (v[0][r], v[1][r]) for k, v in mems.items()}, tuple(p[r] for p in pending))
+    return [NodeState({k: (v[0][r], v[1][r]) for k, v in mems.items()}, tuple(p[r] for p in pending),
+                      None if values is None else tuple(v[r] for v in values))
             for r in range(world)]
 
 
@@ -117,4 +120,14 @@ def assemble(payloads: Sequence[NodeState], own: Sequence[np.ndarray], shared: n
             keep |= is_shared & (winner[pos] == r)
         parts.append((node[keep], other[keep], t[keep], eid[keep]))
     pending = tuple(torch.cat([q[i] for q in parts]) for i in range(4))
-    return NodeState(memories, pending)
+    values = None
+    if payloads[0].values is not None:  # TIGE: the kept embeddings of every pending event that stays
+        eid, src, vals = (torch.cat([p.values[i] for p in payloads]) for i in range(3))
+        keep = torch.isin(eid, pending[3])
+        eid, src, vals = eid[keep], src[keep], vals[keep]
+        order = torch.argsort(eid, stable=True)
+        eid, src, vals = eid[order], src[order], vals[order]
+        first = torch.ones_like(eid, dtype=torch.bool)
+        first[1:] = eid[1:] != eid[:-1]
+        values = (eid[first], src[first], vals[first])
+    return NodeState(memories, pending, values)

@@ -27,18 +27,20 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str):
     return states[winner, cols], last[winner, cols]
 
 
-def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, group=None) -> float:
+def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, group=None,
+                before: float = float("inf")) -> float:
     """Synchronise the first ``num_shared`` local rows (the shared nodes) across ranks.
 
-    Their pending events are applied first, so each rank offers a complete state; other
-    nodes keep theirs.  Tensor collectives on the shared rows only.  Returns the seconds spent.
+    Their pending events earlier than ``before`` (all, by default) are applied first, so each
+    rank offers a complete state; other nodes keep theirs.  Tensor collectives on the shared
+    rows only.  Returns the seconds spent.
     """
     start = time.perf_counter()
     if mode == "none" or num_shared == 0 or world == 1:
         return time.perf_counter() - start
     shared = torch.arange(num_shared, device=model.memory.memory.device)
     with torch.no_grad():
-        model.settle(shared)
+        model.settle(shared, before)
         state = model.node_state(shared)
         merged = {}
         for name, (s, lu) in state.memories.items():

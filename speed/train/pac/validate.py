@@ -26,7 +26,7 @@ from ...data.events import Events
 from ...data.split import Split
 from ...partition import _kernels
 from ...partition.shards import Shards
-from ..engine import EventTensors
+from ..loader import EventStream
 from ..evaluate import link_metrics
 from ..evaluator import stream_scores
 from ..negatives import RandomNegatives, eval_seed
@@ -67,7 +67,7 @@ def local_validation(model, shards: Shards, graph: RankGraph, split: Split, pool
     local_pool = local_pool[local_pool >= 0]
     pos = neg = torch.empty(0)
     if len(events) and local_pool.size:
-        res = stream_scores(model, EventTensors(events, device), np.arange(len(events)), batch_size,
+        res = stream_scores(model, EventStream(events), np.arange(len(events)), batch_size,
                             RandomNegatives(local_pool, [eval_seed(seed, "val"), rank]), desc="local val")
         pos, neg = torch.from_numpy(res.pos), torch.from_numpy(res.neg)
     else:

@@ -1,0 +1,199 @@
+"""Plans of a stream's batches, built on the host while the model computes (after MSPipe).
+
+A step's host work -- negatives, distinct queries, neighbour sampling, the pending events and
+edge features it applies, the copies to the device -- depends on the event stream and not on
+the weights (:mod:`speed.train.plan`).  :class:`PlanLoader` builds the plan of batch ``i + 1``
+in a background thread while batch ``i`` computes.  The sampler and pending store advance as
+plans are built, so the thread owns them while a pass runs; the model only reads its memory.
+
+* ``staleness = 0`` (default): the memory rows are read when the step computes, so results are
+  exactly those of building each plan just before its step (tested).
+* ``staleness = K > 0``: the thread also reads the memory rows of the plans it builds, up to
+  ``K`` batches ahead, so a step may see memory up to ``K`` batches stale (MSPipe's bounded
+  staleness).  This changes results; it hides the memory reads too.
+
+Some steps need the sampler and store as they are after the step, not one batch further:
+the end of a pass (the engine backs the state up and resets it) and PAC's in-epoch syncs (they
+apply and clear pending events).  The thread stops after building such a step's plan and
+waits until the consumer has finished the step.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..data.events import Events
+
+
+class EventStream:
+    """``src, dst, t, eid`` of an event stream as host arrays, indexed by batch.
+
+    Parameters
+    ----------
+    events : Events
+    """
+
+    def __init__(self, events: Events):
+        # copies: event arrays may be read-only views (arrow, memory maps)
+        self.src = np.array(events.src, dtype=np.int64)
+        self.dst = np.array(events.dst, dtype=np.int64)
+        self.t = np.array(events.t_float(), dtype=np.float64)
+        self.eid = np.array(events.eid, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    def batch(self, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, t, eid)`` of the events at positions ``idx`` (int64, shape (B,))."""
+        return self.src[idx], self.dst[idx], self.t[idx], self.eid[idx]
+
+
+class Step:
+    """One planned step: its position, batch, negatives and plan.
+
+    Attributes
+    ----------
+    index : int
+        Step number in the pass sequence (0-based).
+    positions : int64 ndarray, shape (B,)
+        The events' positions in the stream.
+    ended : bool
+        The last batch of a pass over the stream.
+    events : tuple of 4 ndarrays
+        ``(src, dst, t, eid)``.
+    neg_src, neg_dst : int64 ndarray or None
+        The negatives (``neg_src`` None: the events' own sources).
+    plan : BatchPlan
+        On the device; queries ``[src, dst, neg_dst(, neg_src)]`` at the events' times.
+    """
+
+    __slots__ = ("index", "positions", "ended", "events", "neg_src", "neg_dst", "plan")
+
+    def __init__(self, index, positions, ended, events, neg_src, neg_dst, plan):
+        self.index, self.positions, self.ended = index, positions, ended
+        self.events, self.neg_src, self.neg_dst, self.plan = events, neg_src, neg_dst, plan
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def tensors(self, device) -> Tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(x).to(device) for x in self.events)
+
+
+_DONE = object()
+
+
+class PlanLoader:
+    """Iterate the steps of ``batches`` over ``stream`` with their plans.
+
+    Parameters
+    ----------
+    model : TemporalGNN
+        Whose sampler and store the plans advance (and whose memory they read, with staleness).
+    stream : EventStream
+    batches : iterable of (positions, pass_ended)
+        :class:`~speed.train.engine.Batches` or :class:`~speed.train.engine.CyclingBatches`.
+    negatives : callable, optional
+        ``negatives(n) -> (neg_src or None, neg_dst)``, int64 (n,): drawn in step order.
+    pipeline : bool
+        Build the next plan in a background thread while the current step computes.
+    staleness : int
+        With the pipeline, read memory rows when planning, up to this many batches ahead.
+    barrier : callable, optional
+        ``barrier(step_index, pass_ended) -> bool``: after such a step the thread waits until
+        the consumer is done with it (the state must then be exactly the step's).
+    on_pass_start : callable, optional
+        Called (in the planning thread, with the thread waiting on nothing) before planning the
+        first batch of every pass but the first: resets the sampler and the store.
+    extra_queries : callable, optional
+        ``extra_queries(positions, t) -> (nodes, times)``: more queries in each step's plan
+        after the negatives (e.g. ranking candidates), seeing what the step's events see.
+    """
+
+    def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
+                 pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
+                 on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None):
+        self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
+        self.pipeline = bool(pipeline)
+        self.staleness = int(staleness)
+        if self.staleness and not self.pipeline:
+            raise ValueError("staleness needs the pipeline")
+        self.barrier = barrier or (lambda index, ended: False)
+        self.on_pass_start = on_pass_start
+        self.extra_queries = extra_queries
+        self.device = model.device
+
+    def _make(self, index: int, positions: np.ndarray, ended: bool) -> Step:
+        src, dst, t, eid = self.stream.batch(positions)
+        n = positions.size
+        neg_src, neg_dst = self.negatives(n) if self.negatives is not None else (None, None)
+        groups = [src, dst] + ([neg_dst] if neg_dst is not None else []) + ([neg_src] if neg_src is not None else [])
+        nodes, times = np.concatenate(groups), np.tile(t, len(groups))
+        if self.extra_queries is not None:
+            more_nodes, more_times = self.extra_queries(positions, t)
+            nodes, times = np.concatenate([nodes, more_nodes]), np.concatenate([times, more_times])
+        plan = self.model.plan(nodes, times, events=(src, dst, t, eid))
+        if self.staleness:
+            plan.stale = self.model.memory.read(plan.rows)
+        return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, plan)
+
+    def __iter__(self) -> Iterator[Step]:
+        if not self.pipeline:
+            previous_ended = False
+            for index, (positions, ended) in enumerate(self.batches):
+                if previous_ended and self.on_pass_start is not None:
+                    self.on_pass_start()
+                yield self._make(index, positions, ended)
+                previous_ended = ended
+            return
+        yield from self._pipelined()
+
+    def _pipelined(self) -> Iterator[Step]:
+        ready: "queue.Queue" = queue.Queue(maxsize=max(1, self.staleness))
+        resume = threading.Event()
+        stop = threading.Event()
+
+        def work():
+            try:
+                previous_ended = False
+                for index, (positions, ended) in enumerate(self.batches):
+                    if stop.is_set():
+                        return
+                    if previous_ended and self.on_pass_start is not None:
+                        self.on_pass_start()
+                    step = self._make(index, positions, ended)
+                    ready.put(step)
+                    if self.barrier(index, ended):
+                        resume.wait()
+                        resume.clear()
+                    previous_ended = ended
+                ready.put(_DONE)
+            except BaseException as exc:  # handed to the consumer, raised there
+                ready.put(exc)
+
+        thread = threading.Thread(target=work, name="speed-plan-loader", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if self.barrier(item.index, item.ended):
+                    resume.set()
+        finally:
+            stop.set()
+            resume.set()
+            while thread.is_alive():  # let a blocked put finish, then the thread ends
+                try:
+                    ready.get_nowait()
+                except queue.Empty:
+                    pass
+                thread.join(timeout=0.05)

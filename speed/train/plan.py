@@ -1,0 +1,309 @@
+"""Batch plans: the host work of a step, done before the step and apart from the model's weights.
+
+A model computes embeddings for *queries*, ``(node, time)`` pairs (a batch's sources,
+destinations and negatives at the events' times).  Everything that does not depend on the
+weights or on the stored memory is planned here, on the host, in numpy and numba:
+
+* the distinct queries (two queries of one node at one time see the same memory and the same
+  neighbours, so their embeddings are equal and are computed once);
+* their recent neighbours (:class:`~speed.train.sampler.RecentNeighborSampler`);
+* the memory *keys*: a node's memory as seen at time ``t`` is its stored memory with its
+  pending events before ``t`` applied (:mod:`speed.train.store`), so it is determined by the
+  node and how many of its pending events are earlier -- one key per distinct pair;
+* the pending events those keys apply, each once, with their edge features;
+* for the batch's own events, the keys their endpoints store (the memory at the batch's last
+  time) and the update of the sampler and the pending store.
+
+:func:`build_plan` makes a :class:`BatchPlan`; :meth:`TemporalGNN.compute` reads the memory
+rows it names and runs the modules.  A plan can be built ahead of its step, in another thread
+(:mod:`speed.train.loader`), which is how host work overlaps the model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+
+@dataclass
+class DyRepPlan:
+    """DyRep's messages carry the other endpoint as a graph-attention embedding at the message's
+    time, from stored memories: one query per distinct ``(other, t)`` of the pending events.
+
+    Attributes
+    ----------
+    inv : int64 (P,)
+        Each pending event's query.
+    own_row : int64 (D,)
+        The queried node's row in ``BatchPlan.rows``.
+    t : float64 (D,)
+    nb_row : int64 (D, k)
+        Each neighbour's row in ``BatchPlan.rows`` (0 in empty slots).
+    nb_mask : bool (D, k)
+    nb_dt : float64 (D, k)
+    nb_feat : float32 (D, k, msg_dim)
+    """
+
+    inv: torch.Tensor
+    own_row: torch.Tensor
+    t: torch.Tensor
+    nb_row: torch.Tensor
+    nb_mask: torch.Tensor
+    nb_dt: torch.Tensor
+    nb_feat: torch.Tensor
+
+    def to(self, device, non_blocking: bool = False) -> "DyRepPlan":
+        return DyRepPlan(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+
+
+@dataclass
+class BatchPlan:
+    """What one step computes, minus the memory rows (all tensors; see the module docstring).
+
+    Attributes
+    ----------
+    q_inv : int64 (Q,)
+        Each query's distinct query.
+    uq_t : float64 (m,)
+        Time of each distinct query.
+    uq_key : int64 (m,)
+        The memory key of each distinct query's own node.
+    nb_key : int64 (m, k)
+        The memory key of each neighbour (0 in empty slots); empty without neighbours.
+    nb_mask : bool (m, k)
+    nb_dt : float64 (m, k)
+        Query time minus the neighbour event's time.
+    nb_feat : float32 (m, k, msg_dim)
+    rows : int64 (R,)
+        Node ids whose stored memory the step reads.
+    key_row : int64 (r,)
+        Each key's node, as a position in ``rows``.
+    pe_row : int64 (P,), pe_other_row : int64 (P,)
+        The pending events' node and other endpoint, as positions in ``rows``.
+    pe_node : int64 (P,), pe_other : int64 (P,)
+        The same as node ids (TIGE reads its second memory by id).
+    pe_t : float64 (P,)
+    pe_eid : int64 (P,)
+    pe_feat : float32 (P, msg_dim)
+    agg_entry : int64 (L,), agg_local : int64 (L,), agg_sel : int64 (K,)
+        Which pending events each key applies: ``agg_sel`` are the keys that apply any (the
+        others keep their stored state), and member ``l`` is pending event ``agg_entry[l]`` of key
+        ``agg_sel[agg_local[l]]``: for the ``last`` aggregator each key's latest one, for
+        ``mean`` all of them.
+    ob_node : int64 (n,)
+        The batch's distinct endpoints (observed after the step).
+    ob_key : int64 (n,)
+        Their memory at the batch's last time: what they store.
+    ob_latest : int64 (n,)
+        The query row of each endpoint's latest event in the batch.
+    ev_eid : int64 (B,), ev_src : int64 (B,), ev_dst : int64 (B,)
+        The batch's events (TIGE keeps the values their messages carry).
+    dyrep : DyRepPlan, optional
+    """
+
+    q_inv: torch.Tensor
+    uq_t: torch.Tensor
+    uq_key: torch.Tensor
+    nb_key: torch.Tensor
+    nb_mask: torch.Tensor
+    nb_dt: torch.Tensor
+    nb_feat: torch.Tensor
+    rows: torch.Tensor
+    key_row: torch.Tensor
+    pe_row: torch.Tensor
+    pe_other_row: torch.Tensor
+    pe_node: torch.Tensor
+    pe_other: torch.Tensor
+    pe_t: torch.Tensor
+    pe_eid: torch.Tensor
+    pe_feat: torch.Tensor
+    agg_entry: torch.Tensor
+    agg_local: torch.Tensor
+    agg_sel: torch.Tensor
+    ob_node: torch.Tensor
+    ob_key: torch.Tensor
+    ob_latest: torch.Tensor
+    ev_eid: torch.Tensor
+    ev_src: torch.Tensor
+    ev_dst: torch.Tensor
+    dyrep: Optional[DyRepPlan] = None
+    stale: Optional[Tuple] = None  # memory rows read ahead (staleness > 0), see speed.train.loader
+
+    @property
+    def num_keys(self) -> int:
+        return int(self.key_row.shape[0])
+
+    def to(self, device, non_blocking: bool = False) -> "BatchPlan":
+        if torch.device(device).type == "cpu":  # plans are built on the host
+            return self
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to(device, non_blocking=non_blocking) if v is not None and f.name != "stale" else v
+        return BatchPlan(**out)
+
+
+def _distinct(node: np.ndarray, t: np.ndarray, dedup: bool):
+    """Distinct ``(node, t)`` pairs and the inverse (or every pair its own without ``dedup``)."""
+    if not dedup or node.size == 0:
+        return np.arange(node.size, dtype=np.int64), node, t
+    _, t_rank = np.unique(t, return_inverse=True)
+    key = node * np.int64(t_rank.max() + 1) + t_rank
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return inv.astype(np.int64), node[first], t[first]
+
+
+def _features(features: Optional[torch.Tensor], eid: np.ndarray, msg_dim: int) -> torch.Tensor:
+    """Edge features of events ``eid`` (any shape; zeros where -1), float32 (..., msg_dim)."""
+    if features is None or msg_dim == 0:
+        return torch.zeros(*eid.shape, 0)
+    flat = torch.from_numpy(np.ascontiguousarray(eid.reshape(-1)))
+    out = features.index_select(0, flat.clamp(min=0)).masked_fill((flat < 0).unsqueeze(-1), 0.0)
+    return out.reshape(*eid.shape, msg_dim)
+
+
+def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: bool = True,
+               neighbors: bool = True) -> BatchPlan:
+    """Plan the step that embeds ``(nodes[i], times[i])`` and, with ``events``, observes them.
+
+    Parameters
+    ----------
+    model : TemporalGNN
+        Its sampler and pending store are read and, with ``events``, advanced; its weights and
+        memory are not touched.
+    nodes : int64 ndarray, shape (Q,)
+    times : float64 ndarray, shape (Q,)
+    events : tuple of 4 int64/float64 ndarrays ``(src, dst, t, eid)``, optional
+        The batch (time-sorted).  Its events are pushed into the sampler before the queries are
+        answered (an earlier event of the batch is a neighbour of a later one, as in TGN's and
+        DyGLib's finders; a simultaneous one is not), and after planning they become the
+        pending events of their endpoints.  Queries must then include the batch's sources and
+        destinations, in that order, first (``nodes[:2B] = cat(src, dst)``).
+    dedup : bool
+        Compute each distinct query and memory key once (default).  Without it every query and
+        every memory read is computed on its own; the results are the same (tested).
+    neighbors : bool
+        Sample neighbours (default, when the embedding uses them); without, the plan serves
+        the memory keys only (e.g. to settle nodes' pending events).
+
+    Returns
+    -------
+    BatchPlan
+        On the host; :meth:`BatchPlan.to` moves it.
+    """
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    times = np.ascontiguousarray(times, dtype=np.float64)
+    sampler, store = model.sampler, model.store
+    if events is not None:
+        src, dst, t_ev, eid = (np.asarray(x) for x in events)
+        sampler.push(src, dst, t_ev, eid)
+    q_inv, uq_node, uq_t = _distinct(nodes, times, dedup)
+    m, k = uq_node.size, sampler.k
+
+    # neighbours of the distinct queries
+    if neighbors and model.embedding.needs_neighbors:
+        nb_node, nb_t, nb_eid, nb_mask = sampler.sample_arrays(uq_node, uq_t)
+    else:
+        nb_node = np.zeros((m, 0), dtype=np.int64)
+        nb_t = np.zeros((m, 0))
+        nb_eid = np.full((m, 0), -1, dtype=np.int64)
+        nb_mask = np.zeros((m, 0), dtype=bool)
+
+    # observed endpoints and the time their stored memory is taken at
+    if events is not None:
+        b = src.shape[0]
+        ends = np.concatenate([src, dst])
+        # each endpoint's latest event (by event order, either side): its row among the 2B queries
+        order = np.lexsort((np.tile(np.arange(b), 2), ends))
+        last_of_node = np.flatnonzero(np.r_[ends[order][1:] != ends[order][:-1], True])
+        ob_node, ob_latest = ends[order][last_of_node], order[last_of_node].astype(np.int64)
+        t_last = float(t_ev[-1]) if b else -np.inf
+        ob_t = np.full(ob_node.size, t_last)
+    else:
+        ob_node = ob_latest = np.empty(0, dtype=np.int64)
+        ob_t = np.empty(0)
+    empty = np.empty(0, dtype=np.int64)
+
+    # memory reads: each distinct query's node, each neighbour slot, each observed endpoint
+    slot = np.flatnonzero(nb_mask.reshape(-1))
+    read_node = np.concatenate([uq_node, nb_node.reshape(-1)[slot], ob_node])
+    read_t = np.concatenate([uq_t, np.repeat(uq_t, k)[slot] if k and slot.size else np.empty(0), ob_t])
+    read_c = store.counts_before(read_node, read_t)
+    if dedup:
+        key_id = read_node * np.int64(read_c.max() + 1 if read_c.size else 1) + read_c
+        _, key_first, read_key = np.unique(key_id, return_index=True, return_inverse=True)
+        key_node, key_c = read_node[key_first], read_c[key_first]
+    else:
+        read_key = np.arange(read_node.size, dtype=np.int64)
+        key_node, key_c = read_node, read_c
+    read_key = read_key.astype(np.int64)
+    uq_key = read_key[:m]
+    nb_key = np.zeros(m * k, dtype=np.int64)
+    nb_key[slot] = read_key[m:m + slot.size]
+    ob_key = read_key[m + slot.size:]
+
+    # the pending events the keys apply, each once
+    mean = getattr(model.aggregator, "kind", "last") == "mean"
+    has = np.flatnonzero(key_c > 0)
+    key_nodes_u, key_nodes_inv = np.unique(key_node[has], return_inverse=True)
+    p_row, p_other, p_t, p_eid = store.gather(key_nodes_u)
+    seg_start = np.searchsorted(p_row, np.arange(key_nodes_u.size))
+    if mean:  # every pending event before the key's time
+        lens = key_c[has]
+        agg_local = np.repeat(np.arange(has.size, dtype=np.int64), lens)
+        within = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+        entry = np.repeat(seg_start[key_nodes_inv], lens) + within
+    else:  # the latest pending event before the key's time
+        agg_local = np.arange(has.size, dtype=np.int64)
+        entry = seg_start[key_nodes_inv] + key_c[has] - 1
+    used, agg_entry = np.unique(entry, return_inverse=True)
+    pe_node = key_nodes_u[p_row[used]]
+    pe_other, pe_t, pe_eid = p_other[used], p_t[used], p_eid[used]
+
+    # DyRep: the other endpoint of each pending event as an attention embedding at its time
+    dy_nodes = np.empty(0, dtype=np.int64)
+    dy = None
+    if model.message_embedding is not None and pe_node.size:
+        d_inv, d_node, d_t = _distinct(pe_other, pe_t, dedup)
+        dn_node, dn_t, dn_eid, dn_mask = sampler.sample_arrays(d_node, d_t)
+        dy_nodes = np.concatenate([d_node, dn_node[dn_mask]])
+        dy = (d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask)
+
+    # the memory rows read: keys' nodes, messages' other endpoints, DyRep's nodes
+    rows, rows_inv = np.unique(np.concatenate([key_node, pe_node, pe_other, dy_nodes]), return_inverse=True)
+    r, p = key_node.size, pe_node.size
+    key_row = rows_inv[:r]
+    pe_row = rows_inv[r:r + p]
+    pe_other_row = rows_inv[r + p:r + 2 * p]
+
+    feats, msg_dim = model.edge_features, model.msg_dim
+    plan = BatchPlan(
+        q_inv=torch.from_numpy(q_inv), uq_t=torch.from_numpy(uq_t), uq_key=torch.from_numpy(uq_key),
+        nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
+        nb_dt=torch.from_numpy(uq_t[:, None] - nb_t), nb_feat=_features(feats, nb_eid, msg_dim),
+        rows=torch.from_numpy(rows), key_row=torch.from_numpy(key_row), pe_row=torch.from_numpy(pe_row),
+        pe_other_row=torch.from_numpy(pe_other_row), pe_node=torch.from_numpy(pe_node),
+        pe_other=torch.from_numpy(pe_other), pe_t=torch.from_numpy(pe_t), pe_eid=torch.from_numpy(pe_eid),
+        pe_feat=_features(feats, pe_eid, msg_dim),
+        agg_entry=torch.from_numpy(agg_entry.astype(np.int64)), agg_local=torch.from_numpy(agg_local),
+        agg_sel=torch.from_numpy(has.astype(np.int64)),
+        ob_node=torch.from_numpy(ob_node), ob_key=torch.from_numpy(ob_key), ob_latest=torch.from_numpy(ob_latest),
+        ev_eid=torch.from_numpy(np.ascontiguousarray(eid, dtype=np.int64) if events is not None else empty),
+        ev_src=torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64) if events is not None else empty),
+        ev_dst=torch.from_numpy(np.ascontiguousarray(dst, dtype=np.int64) if events is not None else empty))
+    if dy is not None:
+        d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask = dy
+        base = r + 2 * p
+        own = rows_inv[base:base + d_node.size]
+        nb_row = np.zeros(dn_node.shape, dtype=np.int64)
+        nb_row[dn_mask] = rows_inv[base + d_node.size:]
+        plan.dyrep = DyRepPlan(inv=torch.from_numpy(d_inv), own_row=torch.from_numpy(own), t=torch.from_numpy(d_t),
+                               nb_row=torch.from_numpy(nb_row), nb_mask=torch.from_numpy(dn_mask),
+                               nb_dt=torch.from_numpy(d_t[:, None] - dn_t), nb_feat=_features(feats, dn_eid, msg_dim))
+    if events is not None:  # the batch's events become pending; earlier ones were folded in
+        store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t_ev, t_ev]),
+                    np.concatenate([eid, eid]), before=ob_t[0] if ob_t.size else np.inf)
+    return plan
