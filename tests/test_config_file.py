@@ -23,7 +23,7 @@ SMALL = "memory_dim = 8\ntime-dim = 8\nembedding_dim = 8\nneighbors = 3\n"
 
 def test_file_settings_apply_and_flags_override(tmp_path, log, capsys):
     cfg = tmp_path / "run.toml"
-    cfg.write_text(SMALL + 'model = "jodie"\nepochs = 2\nbatch_size = 150\nval = 0.2\neval_negatives = "historical"\n')
+    cfg.write_text(SMALL + 'model = "jodie"\nepochs = 2\nbatch_size = 150\nval = 0.2\neval_negatives = "historical"\nprotocol = "dyglib"\n')
     out = tmp_path / "run"
     assert main(["train", str(log), "--out", str(out), "--config", str(cfg), "--epochs", "1", "--no-progress"]) == 0
     m = json.loads((out / "metrics.json").read_text())["config"]

@@ -61,6 +61,7 @@ def _partition_out_of_core(args, out: Path, progress) -> None:
 
     partition_file(args.input, out, args.max_memory, num_parts=args.parts, topk=args.topk / 100.0, beta=args.beta,
                    lam=args.lam, eps=args.eps, seed=args.seed, method=args.method, val=args.val, test=args.test,
+                   new_node_fraction=args.new_node_fraction,
                    split_times=args.split_times, overwrite=args.overwrite, progress=progress,
                    reader=_reader_kwargs(args))
 
@@ -75,7 +76,8 @@ def _partition_in_memory(args, out: Path, progress) -> None:
     t0 = time.perf_counter()
     # TGL's ext_roll or a --split-col
     times = args.split_times if args.split_times is not None else events.meta.get("split_times")
-    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times)
+    split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times,
+                                new_node_fraction=args.new_node_fraction)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
                        eps=args.eps, seed=args.seed, method=args.method, progress=progress)

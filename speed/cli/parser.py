@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..data.split import DEFAULT_TEST, DEFAULT_VAL
+from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
 
 EXIT_INPUT = 2
 UNSET = object()  # the default of every training option when finding the flags given explicitly
@@ -125,6 +125,9 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
                    help=f"seed of the split's inductive node mask (default {PD['seed']})")
     p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")
     p.add_argument("--test", type=float, default=DEFAULT_TEST, help=f"test fraction (default {DEFAULT_TEST})")
+    p.add_argument("--new-node-fraction", type=float, default=DEFAULT_NEW_NODE_FRACTION, metavar="F",
+                   help=f"hold out int(F x nodes) of the nodes seen in val/test for the inductive metric (TGN's rule; "
+                        f"default {DEFAULT_NEW_NODE_FRACTION}; 0 for a transductive run, e.g. TGB's protocol)")
     _add_split_times(p)
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
     p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")

@@ -56,13 +56,19 @@ def format_train_summary(m: dict, out: Path) -> str:
         lines.append("")
         head = f"best epoch {m['best_epoch']} ({m['model']})"
         files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
-    tt, ti = m["test"]["transductive"], m["test"]["inductive"]
-    inductive = f"AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} (inductive)" if ti.get("count") else "no inductive events"
-    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} (transductive); {inductive}; "
-                 f"{m['config']['eval_negatives']} negatives")
+    tt, ti = m["test"]["transductive"], m["test"].get("inductive")
+    how = {"per_batch": "mean over batches", "pooled": "pooled"}.get(tt.get("aggregate"), "pooled")
+    other = {"per_batch": "pooled", "pooled": "per batch"}.get(tt.get("aggregate"))
+    also = f"; {other} {tt[other.replace(' ', '_')]['ap']:.4f}" if other and other.replace(' ', '_') in tt else ""
+    lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} ({how}{also}); "
+                 f"{m.get('protocol', 'tgn')} protocol, {m['config']['eval_negatives']} negatives")
+    if ti is not None:
+        lines.append(f"new nodes: test AP {ti['ap']:.4f}, AUC {ti['auc']:.4f} over {ti['count']:,} events touching "
+                     f"a node unseen in training" if ti.get("count") else "new nodes: no test event touches a node "
+                     "unseen in training")
     if "mrr" in tt:
         against = "the log's stored negatives (TGB)" if m["data"].get("ranking_candidates") == "stored" else \
-            f"{m['config']['mrr_negatives']} negatives per event, filtered"
+            f"{tt.get('candidates', m['config']['mrr_negatives'])} candidates per event, none a true edge"
         lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({against})")
     if "node_classification" in m:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")

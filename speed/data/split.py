@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Tuple
 from functools import cached_property
+from typing import Tuple
 
 import numpy as np
 
 from ..errors import InputError
 from .events import Events
 
-# The default chronological split (fractions of events) and inductive hold-out (fraction of
-# val/test nodes); the partition and train commands and TrainConfig all read these.
+# The default chronological split (fractions of events) and inductive hold-out (a fraction of
+# all nodes, drawn from the val/test nodes: TGN's rule); partition, train and TrainConfig read these.
 DEFAULT_VAL = 0.15
 DEFAULT_TEST = 0.15
 DEFAULT_NEW_NODE_FRACTION = 0.1
@@ -60,8 +61,8 @@ class Split(SplitPoints):
     val_time, test_time : float
         Train holds ``t <= val_time``, val ``val_time < t <= test_time``, test ``t > test_time``.
     new_nodes : bool ndarray, shape (num_nodes,)
-        Nodes held out of training for the inductive protocol: a seeded fraction of
-        the nodes seen in val/test.
+        Nodes held out of training for the inductive protocol: ``int(fraction * |nodes|)``
+        nodes drawn from those seen in val/test (TGN's rule).
     train_mask : bool ndarray, shape (num_train,)
         Training events that touch no held-out node (the events a model may train on).
     val_inductive, test_inductive : bool ndarray, shape (num_val,), (num_test,)
@@ -170,13 +171,18 @@ def split_points(t: np.ndarray, val: float, test: float, times=None):
     return val_time, test_time, num_train, num_val, t.shape[0] - num_train - num_val
 
 
-def held_out_nodes(in_later: np.ndarray, new_node_fraction: float, seed: int) -> np.ndarray:
-    """The inductive hold-out: a seeded ``new_node_fraction`` of the nodes seen after training.
+def held_out_nodes(in_later: np.ndarray, new_node_fraction: float, seed: int, num_present: int) -> np.ndarray:
+    """The inductive hold-out, TGN's rule: ``int(new_node_fraction * num_present)`` nodes drawn
+    (seeded) from the nodes seen after training (all of them when there are fewer).
 
     Parameters
     ----------
     in_later : bool ndarray, shape (num_nodes,)
         Nodes that occur in the validation or test events.
+    new_node_fraction : float
+    seed : int
+    num_present : int
+        Nodes that occur anywhere in the log (TGN's ``n_total_unique_nodes``).
 
     Returns
     -------
@@ -184,7 +190,7 @@ def held_out_nodes(in_later: np.ndarray, new_node_fraction: float, seed: int) ->
     """
     rng = np.random.default_rng(seed)
     later_nodes = np.flatnonzero(in_later)
-    k = int(round(new_node_fraction * later_nodes.size))
+    k = min(int(math.floor(new_node_fraction * num_present + 1e-9)), later_nodes.size)
     held = rng.choice(later_nodes, size=k, replace=False) if k else np.empty(0, dtype=np.int64)
     new_nodes = np.zeros(in_later.shape[0], dtype=bool)
     new_nodes[held] = True
@@ -209,9 +215,9 @@ def chronological_split(
         Fractions of the time quantiles for validation and test (default 15% each,
         so train is the first 70%).
     new_node_fraction : float
-        Fraction of the nodes seen in val/test that are masked out of training (TGN's
-        protocol; default 0.1).  A log whose benchmark is transductive
-        (``events.meta["transductive"]``, e.g. TGB's) holds none out.
+        Hold out ``int(new_node_fraction * |nodes|)`` of the nodes seen in val/test: their events
+        are masked out of training (TGN's protocol; default 0.1).  A log whose benchmark is
+        transductive (``events.meta["transductive"]``, e.g. TGB's) holds none out.
     seed : int
         Seeds the choice of held-out nodes.
     times : (float, float), optional
@@ -230,7 +236,7 @@ def chronological_split(
     in_later = np.zeros(events.num_nodes, dtype=bool)
     in_later[events.src[later]] = True
     in_later[events.dst[later]] = True
-    new_nodes = held_out_nodes(in_later, new_node_fraction, seed)
+    new_nodes = held_out_nodes(in_later, new_node_fraction, seed, int(events.node_mask().sum()))
 
     return Split(
         num_train=num_train,

@@ -394,7 +394,7 @@ class _Pipeline:
                 if hi > num_train:
                     in_later[src[m:]] = True
                     in_later[dst[m:]] = True
-            sp.new_nodes = held_out_nodes(in_later, new_node_fraction, seed)
+            sp.new_nodes = held_out_nodes(in_later, new_node_fraction, seed, n)  # every mapped id occurs
             sp.seed, sp.new_node_fraction = seed, new_node_fraction
             del in_later
             hubs = select_hubs(cent, present, topk)

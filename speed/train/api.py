@@ -48,6 +48,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         from .edgebank import run_edgebank
 
         events, split = _load(data, split, config)
+        config = config.for_data(events.meta.get("format"))
         split.require_trainable(events.meta.get("source"))
         return run_edgebank(events, split, config, out, mode="unlimited" if config.model == "edgebank" else "window")
     if parallel:
@@ -59,11 +60,14 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         from .pac.groups import check_world
 
         shards.require_trainable()
+        config = config.for_data(shards.manifest.get("input", {}).get("format"))
+        check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
         return run_parallel(shards, config, out)
     from .trainer import Trainer
 
     events, split = _load(data, split, config)
+    config = config.for_data(events.meta.get("format"))
     split.require_trainable(events.meta.get("source"))
     return Trainer(events, split, config, out=out).fit()
 
@@ -83,10 +87,23 @@ def _load(data, split: Optional[Split], config: TrainConfig):
         else:
             data = read_events(p, progress=config.progress)
     if isinstance(data, Shards):
-        return data.events(), (split or data.split())
+        split = split or data.split()
+        check_hold_out(config, split.new_node_fraction, data.path)
+        return data.events(), split
     if not isinstance(data, Events):
         raise InputError(f"cannot train on a {type(data).__name__}: give Events, Shards or a path")
     return data, split or chronological_split(data, val=config.val, test=config.test,
-                                              new_node_fraction=config.new_node_fraction, seed=config.seed,
+                                              new_node_fraction=config.hold_out, seed=config.seed,
                                               times=config.split_times if config.split_times is not None
                                               else data.meta.get("split_times"))  # e.g. TGL's ext_roll
+
+
+def check_hold_out(config: TrainConfig, stored: float, path) -> None:
+    """Shards keep the split they were partitioned with: a run must not ask for another hold-out."""
+    if config.new_node_fraction is not None and abs(stored - config.new_node_fraction) > 1e-12:
+        raise InputError(f"the shards hold out new_node_fraction={stored:g} of the nodes, not "
+                         f"{config.new_node_fraction:g}: re-partition with --new-node-fraction "
+                         f"{config.new_node_fraction:g}", path)
+    if config.protocol == "tgb" and stored > 0:
+        raise InputError(f"TGB's protocol is transductive, but the shards hold out new_node_fraction={stored:g} of "
+                         f"the nodes: re-partition with --new-node-fraction 0", path)

@@ -12,16 +12,19 @@ To add a hyperparameter: add a field here with its help text, read it where it i
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Optional
 
-from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
+from ..data.split import DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
 from .recipes import AGGREGATORS, MESSAGES, MODELS  # noqa: E402  (the model table; no torch)
+from .protocols import PROTOCOL_NAMES, PROTOCOLS  # noqa: E402  (the protocol table; no torch)
+
+DEFAULT_PROTOCOL = "tgn"
 # Baselines evaluated like the models but never trained (speed.train.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
 
@@ -74,15 +77,23 @@ class TrainConfig:
     patience: int = _opt(5, "epochs without validation AP gain before stopping")
     mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
                                  "(TGB's ranking: filtered, ties count half)", metavar="K")
+    protocol: Optional[str] = _opt(None, "evaluation protocol: TGN's (10%% of nodes held out, per-batch AP, a "
+                                         "new-node pass), DyGLib's (the same, with historical and inductive "
+                                         "negatives), or TGB's (transductive, ranked against hist_rnd candidates, "
+                                         "selected on val MRR); default tgn, or tgb for a TGB dataset",
+                                   choices=PROTOCOL_NAMES)
     eval_negatives: str = _opt("random", "evaluation negatives (Poursafaei et al. 2022): random destinations, or "
-                                         "historical / inductive edges (training negatives stay random)",
-                               choices=EVAL_STRATEGIES)
+                                         "historical / inductive edges (DyGLib's protocol; training negatives stay "
+                                         "random)", choices=EVAL_STRATEGIES)
     deterministic: bool = _opt(False, "deterministic torch algorithms")
     num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
                                       flag="--threads", metavar="N")
     val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False)
     test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False)
-    new_node_fraction: float = _opt(DEFAULT_NEW_NODE_FRACTION, "held-out node fraction (inductive)", cli=False)
+    new_node_fraction: Optional[float] = _opt(None, "hold out int(F x nodes) of the nodes seen in val/test for the "
+                                                    "inductive metric (default: the protocol's, 0.1 for tgn and "
+                                                    "dyglib, 0 for tgb); 0 trains transductively, on every training "
+                                                    "event, as PyG's example and TGB do", metavar="F")
     split_times: Optional[tuple] = _opt(None, "split an event log at (val_time, test_time) instead of the "
                                               "fractions (the CLI's --split-times)", cli=False)
     node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False)
@@ -136,10 +147,18 @@ class TrainConfig:
                 self.split_times = check_times(self.split_times)
             except InputError as exc:
                 raise ConfigError("split_times", str(exc).replace("split times ", "")) from None
-        for name in ("val", "test", "new_node_fraction"):
+        for name in ("val", "test") + (("new_node_fraction",) if self.new_node_fraction is not None else ()):
             x = getattr(self, name)
             if not (_number(x) and 0 <= x < 1):
                 raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ConfigError("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        spec = PROTOCOLS[self.protocol or DEFAULT_PROTOCOL]
+        if self.eval_negatives in EVAL_STRATEGIES and self.eval_negatives not in spec.strategies:
+            raise ConfigError("eval_negatives", f"{self.eval_negatives!r} is DyGLib's: the {spec.name} protocol has "
+                                                f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
+        if spec.name == "tgb" and self.new_node_fraction:
+            raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
         for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
                               ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
                               ("message", MESSAGES), ("aggregator", AGGREGATORS)):
@@ -154,6 +173,24 @@ class TrainConfig:
             if not torch.cuda.is_available():
                 raise ConfigError("device", f"{self.device!r} requested but CUDA is not available")
         return self
+
+    def for_data(self, fmt: Optional[str]) -> "TrainConfig":
+        """This config with the protocol decided for a log of input format ``fmt``: the one
+        given, else TGB's for a TGB dataset and TGN's otherwise."""
+        if self.protocol is not None:
+            return self
+        return replace(self, protocol="tgb" if fmt == "tgb" else DEFAULT_PROTOCOL).validate()
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol this run uses (TGN's unless decided otherwise, see :meth:`for_data`)."""
+        return self.protocol or DEFAULT_PROTOCOL
+
+    @property
+    def hold_out(self) -> float:
+        """The new-node fraction this run uses: the one given, else the protocol's."""
+        return PROTOCOLS[self.protocol_name].new_node_fraction if self.new_node_fraction is None \
+            else self.new_node_fraction
 
     @property
     def parallel(self) -> bool:

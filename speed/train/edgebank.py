@@ -53,6 +53,12 @@ class EdgeBank:
     def reset_state(self) -> None:
         self.last_seen = np.full(self.keys.size, -np.inf)
 
+    def backup(self) -> np.ndarray:
+        return self.last_seen.copy()
+
+    def restore(self, state: np.ndarray) -> None:
+        self.last_seen = state.copy()
+
     def eval(self) -> "EdgeBank":
         return self
 
@@ -67,7 +73,7 @@ class EdgeBank:
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def plan(self, nodes, times, events=None, neighbors: bool = True):
+    def plan(self, nodes, times, events=None, **_):
         """What a step needs: the queried ``(node, time)`` rows and the batch to remember."""
         return _Plan(np.asarray(nodes, dtype=np.int64), np.asarray(times, dtype=np.float64), events)
 
@@ -125,12 +131,14 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
         window = default_window(events, split)
     bank = EdgeBank(events, mode, window)
     ev = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives,
-                   node_classification=False, progress=config.progress, strategy=config.eval_negatives)
+                   node_classification=False, progress=config.progress, strategy=config.eval_negatives,
+                   protocol=config.protocol_name)
     ev.stream(bank, ev.train_index, desc="edgebank train")
     val, _ = ev.evaluate(bank, "val")
     test, _ = ev.evaluate(bank, "test")
     metrics = {
         "model": config.model,
+        "protocol": config.protocol_name,
         "config": config.to_dict(),
         "edgebank": {"mode": mode, "window": window},
         "data": {"num_events": len(events), "num_nodes": events.num_nodes,

@@ -33,6 +33,37 @@ def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     return {"ap": float(average_precision_score(y, s)), "auc": float(roc_auc_score(y, s)), "count": int(pos.size)}
 
 
+def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggregate: str = "per_batch") -> Dict:
+    """AP and AUC pooled over a period and averaged over its evaluation batches.
+
+    TGN and DyGLib score each batch of ``batch_size`` events against its negatives and report
+    the mean over batches; a pooled figure ranks the whole period at once.  Both are reported;
+    ``ap`` and ``auc`` are the ``aggregate`` one.
+
+    Parameters
+    ----------
+    pos, neg : float ndarray, shape (n,)
+        Scores of the events and of their negatives, in event order.
+    batch_size : int
+    aggregate : {"per_batch", "pooled"}
+
+    Returns
+    -------
+    dict
+        ``{"ap", "auc", "aggregate", "pooled": {"ap", "auc"}, "per_batch": {"ap", "auc"},
+        "count", "batches"}``; NaN figures when there are no events.
+    """
+    pos = np.asarray(pos, dtype=np.float64)
+    neg = np.asarray(neg, dtype=np.float64)
+    pooled = link_metrics(pos, neg)
+    per = [link_metrics(pos[a:a + batch_size], neg[a:a + batch_size]) for a in range(0, pos.size, batch_size)]
+    per_batch = {k: float(np.mean([m[k] for m in per])) if per else float("nan") for k in ("ap", "auc")}
+    pooled = {k: pooled[k] for k in ("ap", "auc")}
+    head = per_batch if aggregate == "per_batch" else pooled
+    return {"ap": head["ap"], "auc": head["auc"], "aggregate": aggregate, "pooled": pooled, "per_batch": per_batch,
+            "count": int(pos.size), "batches": len(per)}
+
+
 def ranking_metrics(pos: np.ndarray, negs: np.ndarray, valid: Optional[np.ndarray] = None,
                     ks=(1, 3, 10)) -> Dict[str, float]:
     """One-vs-many ranks of each positive among its own K negatives, as TGB ranks them.

@@ -1,14 +1,15 @@
 """Full-graph evaluation of a model: continue its state through the val and test events.
 
-:class:`Evaluator` owns the evaluation protocol (DESIGN §5): the periods of the split, the
-seeded negatives of each period (:func:`~speed.train.negatives.eval_seed`), the scores
-(transductive and inductive AP/AUC, optional MRR), the count of negatives that are real
-edges, dynamic node classification, and :meth:`Evaluator.replay`.
+:class:`Evaluator` owns the evaluation protocol (:mod:`speed.train.protocols`): the periods of
+the split, the neighbour graph evaluation sees, the seeded negatives of each period
+(:func:`~speed.train.negatives.eval_seed`), the new-node pass, the scores (AP/AUC per batch and
+pooled, MRR), the count of negatives that are real edges, dynamic node classification, and
+:meth:`Evaluator.replay`.
 
-TGN's protocol is to *continue* the stream: after an epoch's training pass the model's
-memory goes on through the validation events, and through the test events after those.
-The single-process trainer evaluates its own model this way; a PAC rank 0 first loads the
-memory gathered from the ranks into a full-graph model.
+The protocols *continue* the stream: after an epoch's training pass the model's memory goes
+on through the validation events, and through the test events after those.  The
+single-process trainer evaluates its own model this way; a PAC rank 0 first loads the memory
+gathered from the ranks into a full-graph model.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from ..data.events import Events
 from ..data.split import Split
 from .engine import Batches
 from .loader import EventStream, PlanLoader
-from .evaluate import link_metrics, node_classification_auroc, ranking_metrics, true_edge_mask
-from .negatives import EVAL_STRATEGIES, FixedNegatives, NegativeSampler, RandomNegatives, edge_negatives, \
-    eval_seed, negative_pool
+from .evaluate import batch_link_metrics, node_classification_auroc, ranking_metrics
+from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
+    random_candidates, random_destinations
+from .protocols import PROTOCOLS
 
 PERIODS = ("val", "test")
 
@@ -45,7 +47,7 @@ class StreamResult:
 def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int,
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
                   collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
-                  pipeline: bool = False) -> StreamResult:
+                  pipeline: bool = False, graph: Optional[np.ndarray] = None) -> StreamResult:
     """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
     (its own source and a negative destination, or a whole negative edge) and, with
@@ -53,7 +55,9 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
 
     Negatives and candidates are queried in the step's own plan, at the event's time, so they
     see exactly what the event's endpoints see.  Without ``negatives`` nothing is scored (the
-    pass only rebuilds memory).
+    pass only rebuilds memory).  ``graph`` (positions, a superset of ``index``) are the events the
+    neighbour sampler sees, when they are more than the scored ones (TGN's and DyGLib's new-node
+    pass: the model takes in the new-node events only, its neighbour finder holds all).
     """
     model.eval()
     pos, neg, mrr, zs = [], [], [], []
@@ -72,7 +76,9 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
 
     loader = PlanLoader(model, stream, Batches(index, batch_size),
                         negatives.next_edges if negatives is not None else None, pipeline=pipeline,
-                        extra_queries=extra)
+                        extra_queries=extra, push=graph is None)
+    if graph is not None and hasattr(model, "sampler"):  # the neighbour graph holds more events than the scored ones
+        model.sampler.push(*(x[graph] for x in (stream.src, stream.dst, stream.t, stream.eid)))
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
@@ -94,7 +100,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
 
 
 class Evaluator:
-    """Evaluate models on the full event log.
+    """Evaluate models on the full event log, by a protocol.
 
     Parameters
     ----------
@@ -102,10 +108,11 @@ class Evaluator:
         The whole log, global node ids.
     split : Split
     batch_size : int
+        Events per evaluation batch (the protocols evaluate in the training batch size).
     seed : int
         Base seed of the evaluation negatives.
     mrr_negatives : int
-        Negative destinations per test event for the ranking metrics (0: none).
+        Ranking candidates per event (0: the protocol's default; TGB ranks against 100).
     device : torch.device
     node_classification : bool
         Report dynamic node classification where the log has labels.
@@ -113,10 +120,12 @@ class Evaluator:
     stream : EventStream, optional
         ``events`` as host arrays, when the caller already holds them.
     strategy : {"random", "historical", "inductive"}
-        How the evaluation negatives are drawn (:data:`~speed.train.negatives.EVAL_STRATEGIES`).
+        How the evaluation negatives are drawn; the protocol must define it.
     keep_test_start : bool
         Keep the model's state as the test period begins (:attr:`test_start`), for the
         checkpoint that :func:`speed.load_run` reads.
+    protocol : {"tgn", "dyglib", "tgb"}
+        See :mod:`speed.train.protocols`.
 
     Attributes
     ----------
@@ -128,20 +137,27 @@ class Evaluator:
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
-                 strategy: str = "random", keep_test_start: bool = False):
+                 strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn"):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
+        self.protocol = PROTOCOLS[protocol]
+        if strategy not in self.protocol.strategies:
+            raise ValueError(f"the {protocol} protocol has no {strategy!r} negatives (it has "
+                             f"{', '.join(self.protocol.strategies)})")
         self.keep_test_start = bool(keep_test_start)
         self.test_start: Optional[dict] = None
-        if strategy not in EVAL_STRATEGIES:
-            raise ValueError(f"unknown evaluation negatives {strategy!r} (choose from {', '.join(EVAL_STRATEGIES)})")
         self.strategy = strategy
         self._negatives: Dict[str, tuple] = {}
+        self._candidates: Dict[str, tuple] = {}
         self.events, self.split = events, split
-        self.batch_size, self.seed, self.mrr_negatives = int(batch_size), int(seed), int(mrr_negatives)
+        self.batch_size, self.seed = int(batch_size), int(seed)
+        self.mrr_negatives = int(mrr_negatives) or self.protocol.default_candidates
         self.device, self.progress = device, progress
         self.with_node_classification = bool(node_classification) and events.label is not None
         self.train_index = np.flatnonzero(split.train_mask)
-        self.pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self.event_stream = stream if stream is not None else EventStream(events)
+        # TGN's and DyGLib's samplers draw from the distinct sources and destinations of the whole log
+        self.src_pool, self.dst_pool = np.unique(events.src), np.unique(events.dst)
 
     # ------------------------------------------------------------------ periods
     def period(self, name: str) -> np.ndarray:
@@ -155,30 +171,58 @@ class Evaluator:
             return np.arange(sp.num_train + sp.num_val, sp.num_train + sp.num_val + sp.num_test)
         raise ValueError(f"unknown period {name!r}")
 
-    def negative_edges(self, period: str):
-        """The negatives of ``period``'s events: ``(src or None, dst)``, int64 (n,) each.
+    def inductive(self, period: str) -> np.ndarray:
+        """bool, one per event of ``period``: touches a node unseen in the (masked) training events."""
+        return self.split.val_inductive if period == "val" else self.split.test_inductive
 
-        ``random``: each event's own source and a destination drawn from the training
-        pool; ``historical`` / ``inductive``: whole edges (:func:`edge_negatives`).  Seeded
-        by the evaluation seed, so every model and run on the same data gets the same ones.
+    @property
+    def new_node_pass(self) -> bool:
+        """The inductive metric is a pass of its own (TGN, DyGLib), when nodes are held out."""
+        return self.protocol.new_node_pass and self.split.new_node_fraction > 0
+
+    def _last_observed(self, period: str) -> float:
+        """DyGLib's ``last_observed_time``: the end of training for validation, of validation for the test."""
+        sp, t = self.split, self.events.t_float()
+        end = sp.num_train if period == "val" else sp.num_train + sp.num_val
+        return float(t[end - 1]) if end else -np.inf
+
+    # ---------------------------------------------------------------- negatives
+    def negative_edges(self, period: str, new_nodes: bool = False):
+        """The negatives of ``period``'s events (or of its new-node events): ``(src or None, dst)``,
+        int64 (n,) each.
+
+        ``random``: each event's own source and a destination drawn from the distinct
+        destinations of the sampler's data; ``historical`` / ``inductive``: whole edges
+        (:func:`~speed.train.negatives.edge_negatives`).  The sampler's data is the whole log,
+        or, for the new-node pass, the period's new-node events (DyGLib; TGN validates new nodes
+        with its whole-log sampler).  Seeded by the evaluation seed, so every model and run on
+        the same data gets the same ones.
         """
-        if period not in self._negatives:
+        key = (period, new_nodes)
+        if key not in self._negatives:
             idx = self.period(period)
-            seed = eval_seed(self.seed, period)
-            if self.strategy == "random":
-                self._negatives[period] = (None, RandomNegatives(self.pool, seed).draw(idx.size, 1)[:, 0])
+            if new_nodes:
+                idx = idx[self.inductive(period)]
+            ev = self.events
+            n = idx.size
+            seed = [eval_seed(self.seed, period), int(new_nodes)]
+            use_log = not new_nodes or (period == "val" and self.protocol.new_node_val_pool == "log")
+            ref = (ev.src, ev.dst, ev.t_float()) if use_log else (ev.src[idx], ev.dst[idx], ev.t_float()[idx])
+            src_pool = self.src_pool if use_log else np.unique(ev.src[idx])
+            dst_pool = self.dst_pool if use_log else np.unique(ev.dst[idx])
+            if n == 0:
+                self._negatives[key] = (None, np.empty(0, dtype=np.int64))
+            elif self.strategy == "random":
+                self._negatives[key] = (None, random_destinations(dst_pool, n, seed))
             else:
-                ev, n = self.events, idx.size
-                lo = int(idx[0]) if n else 0
-                pools = (np.unique(ev.src), np.unique(ev.dst))
-                self._negatives[period] = edge_negatives(ev.src, ev.dst, lo, lo + n, self.split.num_train,
-                                                         self.strategy, [seed, EVAL_STRATEGIES.index(self.strategy)],
-                                                         *pools) if n else (None, np.empty(0, dtype=np.int64))
-        return self._negatives[period]
+                self._negatives[key] = edge_negatives(ev.src[idx], ev.dst[idx], ev.t_float()[idx], self.batch_size,
+                                                      self.strategy, seed, src_pool, dst_pool, ref,
+                                                      self._last_observed(period))
+        return self._negatives[key]
 
-    def negatives(self, period: str) -> FixedNegatives:
+    def negatives(self, period: str, new_nodes: bool = False) -> FixedNegatives:
         """The negatives of ``period`` as a stream handed out in event order."""
-        src, dst = self.negative_edges(period)
+        src, dst = self.negative_edges(period, new_nodes)
         return FixedNegatives(dst, src)
 
     @property
@@ -186,78 +230,109 @@ class Evaluator:
         """The log brought its own ranking negatives (e.g. TGB's, :func:`speed.read_tgb`)."""
         return self.events.meta.get("eval_candidates") is not None
 
-    def ranking_candidates(self, period: str):
-        """``mrr_negatives`` destinations per event of ``period`` from the training pool (seeded
-        apart from the one-to-one negatives), and which of them are filtered out: true edges
-        of the same source at the same time.  ``(cand, valid)``, shapes (n, K).
+    def ranks(self, period: str) -> bool:
+        """Whether ``period``'s events are ranked: the test with ranking candidates, and
+        validation too under a protocol that selects on MRR (TGB)."""
+        if not (self.mrr_negatives or self.stored_candidates):
+            return False
+        return period == "test" or self.protocol.select_on == "mrr"
 
-        A log with stored candidates (``events.meta["eval_candidates"]``, e.g. TGB's) is
-        ranked against those instead: ``valid`` then marks the real ones of each padded row.
-        """
+    def ranking_candidates(self, period: str):
+        """``mrr_negatives`` distinct destinations per event of ``period``, none a true
+        destination of the event's source at its time: uniformly random, or TGB's ``hist_rnd``
+        (its history: the training events).  ``(cand, valid)``, shapes (n, K); ``valid`` marks
+        the real candidates (all here; a log with stored candidates, e.g. TGB's, pads them)."""
         if self.stored_candidates:  # already filtered by whoever made them (TGB does), used as they are
             return self.events.meta["eval_candidates"][period]
-        idx, k, ev = self.period(period), self.mrr_negatives, self.events
-        cand = RandomNegatives(self.pool, [eval_seed(self.seed, period), k]).draw(idx.size, k)
-        valid = ~true_edge_mask(ev.src[idx], ev.dst[idx], ev.t[idx], cand, ev.num_nodes)
-        return cand, valid
+        if period not in self._candidates:
+            idx, k, ev = self.period(period), self.mrr_negatives, self.events
+            seed = [eval_seed(self.seed, period), k]
+            src, dst, t = ev.src[idx], ev.dst[idx], ev.t_float()[idx]
+            if self.protocol.ranking == "hist_rnd":
+                tr = slice(0, self.split.num_train)
+                cand = hist_rnd_candidates(src, dst, t, self.dst_pool, k, seed, (ev.src[tr], ev.dst[tr]))
+            else:
+                cand = random_candidates(src, dst, t, self.dst_pool, k, seed)
+            self._candidates[period] = (cand, np.ones(cand.shape, dtype=bool))
+        return self._candidates[period]
 
     def save_negatives(self, path) -> None:
         """Write the evaluation negatives to ``path`` (``.npz``) for other tools to reuse:
         ``{period}_src`` (-1: the event's own source), ``{period}_dst``, the event positions
-        ``{period}_eid``, and with ranking metrics ``test_candidates`` / ``test_valid``."""
-        out = {"strategy": np.array(self.strategy), "seed": np.array(self.seed)}
+        ``{period}_eid``; for the new-node pass the same with ``{period}_new_``; with ranking
+        ``{period}_candidates`` / ``{period}_valid``."""
+        out = {"strategy": np.array(self.strategy), "seed": np.array(self.seed),
+               "protocol": np.array(self.protocol.name)}
         for p in PERIODS:
-            src, dst = self.negative_edges(p)
-            out[f"{p}_eid"] = self.events.eid[self.period(p)]
-            out[f"{p}_src"] = np.full(dst.size, -1, dtype=np.int64) if src is None else src
-            out[f"{p}_dst"] = dst
-        if self.mrr_negatives or self.stored_candidates:
-            out["test_candidates"], out["test_valid"] = self.ranking_candidates("test")
+            idx = self.period(p)
+            for tag, new in (("", False), ("new_", True)):
+                if new and not self.new_node_pass:
+                    continue
+                src, dst = self.negative_edges(p, new)
+                out[f"{p}_{tag}eid"] = self.events.eid[idx[self.inductive(p)] if new else idx]
+                out[f"{p}_{tag}src"] = np.full(dst.size, -1, dtype=np.int64) if src is None else src
+                out[f"{p}_{tag}dst"] = dst
+            if self.ranks(p):
+                out[f"{p}_candidates"], out[f"{p}_valid"] = self.ranking_candidates(p)
         np.savez(path, **out)
-
-    def inductive(self, period: str) -> np.ndarray:
-        return self.split.val_inductive if period == "val" else self.split.test_inductive
 
     # -------------------------------------------------------------------- passes
     def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None,
-               mrr_candidates: Optional[np.ndarray] = None, collect_z: bool = False, desc: str = "eval") -> StreamResult:
+               mrr_candidates: Optional[np.ndarray] = None, collect_z: bool = False, desc: str = "eval",
+               graph: Optional[np.ndarray] = None) -> StreamResult:
         """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
         return stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
-                             desc, self.progress)
+                             desc, self.progress, graph=graph)
+
+    def prepare(self, model) -> None:
+        """Give the model the neighbour graph evaluation sees at the end of training: every
+        training-period event, the held-out nodes' included (TGN and DyGLib evaluate with a
+        neighbour finder over the whole log; the memory stays what training made it)."""
+        if not hasattr(model, "sampler"):  # a baseline without neighbours (EdgeBank)
+            return
+        e, n = self.events, self.split.num_train
+        model.sampler.reset()
+        model.insert_neighbors(e.src[:n], e.dst[:n], e.t_float()[:n], e.eid[:n])
 
     def evaluate(self, model, period: str, collect_z: bool = False):
-        """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives.
+        """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives;
+        under TGN's and DyGLib's protocols, then score the period's new-node events in a pass of
+        their own from the state at the period's start (the model ends in the state after the
+        whole period).
 
         Returns
         -------
         scores : dict
-            ``{"transductive": {...}, "inductive": {...}}`` (AP, AUC, count; MRR on test
-            when ``mrr_negatives``).
+            ``{"transductive": {...}, "inductive": {...}}`` (see :func:`batch_link_metrics`;
+            MRR and Hits@k where ranked).  No ``inductive`` entry without held-out nodes.
         result : StreamResult
+            Of the pass over the whole period.
         """
-        ranked = period == "test" and (self.mrr_negatives or self.stored_candidates)
+        ranked = self.ranks(period)
         cand, valid = self.ranking_candidates(period) if ranked else (None, None)
         if period == "test" and self.keep_test_start:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
             self.test_start = {"t": t, "state": model.backup()}
-        res = self.stream(model, self.period(period), self.negatives(period), mrr_candidates=cand,
-                          collect_z=collect_z, desc=period)
-        return self.scores(res, self.inductive(period), valid), res
-
-    def scores(self, res: StreamResult, inductive: np.ndarray, valid: Optional[np.ndarray] = None) -> Dict:
-        out = {"transductive": link_metrics(res.pos, res.neg),
-               "inductive": link_metrics(res.pos[inductive], res.neg[inductive])}
+        start = model.backup() if self.new_node_pass else None
+        idx = self.period(period)
+        res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
+        scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
-            ranks = ranking_metrics(res.pos, res.mrr_neg, valid)
-            out["transductive"].update({k: v for k, v in ranks.items() if k != "count"})
-        return out
+            scores["transductive"].update({k: v for k, v in ranking_metrics(res.pos, res.mrr_neg, valid).items()
+                                           if k != "count"}, candidates=int(res.mrr_neg.shape[1]))
+        if self.new_node_pass:
+            end = model.backup()
+            model.restore(start)
+            new = idx[self.inductive(period)]
+            nn = self.stream(model, new, self.negatives(period, new_nodes=True), desc=f"{period} new nodes",
+                             graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
+            scores["inductive"] = self._scores(nn.pos, nn.neg)
+            model.restore(end)
+        return scores, res
 
-    def prepare(self, model) -> None:
-        """Make a model whose memory was loaded (not streamed) ready to continue: its
-        neighbour sampler gets the training events."""
-        e, tr = self.events, self.train_index
-        model.insert_neighbors(e.src[tr], e.dst[tr], e.t_float()[tr], e.eid[tr])
+    def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:
+        return batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate)
 
     def replay(self, model) -> Dict:
         """Rebuild ``model``'s state from scratch on the training events with its current
@@ -265,6 +340,7 @@ class Evaluator:
         model.reset_state()
         collect = self.with_node_classification
         tr = self.stream(model, self.train_index, collect_z=collect, desc="replay train")
+        self.prepare(model)
         val, val_res = self.evaluate(model, "val", collect_z=collect)
         test, test_res = self.evaluate(model, "test", collect_z=collect)
         out = {"val": val, "test": test}

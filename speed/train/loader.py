@@ -113,11 +113,15 @@ class PlanLoader:
     extra_queries : callable, optional
         ``extra_queries(positions, t) -> (nodes, times)``: more queries in each step's plan
         after the negatives (e.g. ranking candidates), seeing what the step's events see.
+    push : bool
+        Give each batch's events to the neighbour sampler (default); off when the caller gave
+        the sampler its graph already.
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
                  pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
-                 on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None):
+                 on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None,
+                 push: bool = True):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
@@ -126,6 +130,7 @@ class PlanLoader:
         self.barrier = barrier or (lambda index, ended: False)
         self.on_pass_start = on_pass_start
         self.extra_queries = extra_queries
+        self.push = bool(push)
         self.device = model.device
 
     def _make(self, index: int, positions: np.ndarray, ended: bool) -> Step:
@@ -137,7 +142,7 @@ class PlanLoader:
         if self.extra_queries is not None:
             more_nodes, more_times = self.extra_queries(positions, t)
             nodes, times = np.concatenate([nodes, more_nodes]), np.concatenate([times, more_times])
-        plan = self.model.plan(nodes, times, events=(src, dst, t, eid))
+        plan = self.model.plan(nodes, times, events=(src, dst, t, eid), push=self.push)
         if self.staleness:
             plan.stale = self.model.memory.read(plan.rows)
         return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, plan)

@@ -321,12 +321,12 @@ class TemporalGNN(nn.Module):
         self.store.grow(self.num_nodes)
 
     # ---------------------------------------------------------------------- stages
-    def plan(self, nodes, times, events=None, neighbors: bool = True) -> BatchPlan:
+    def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True) -> BatchPlan:
         """The plan of a step on this model's sampler and store (see :func:`build_plan`), on the
         model's device."""
         return build_plan(self, _np(nodes), _np(times).astype(np.float64),
                           None if events is None else tuple(_np(x) for x in events), dedup=self.dedup,
-                          neighbors=neighbors).to(self.device)
+                          neighbors=neighbors, push=push).to(self.device)
 
     def key_states(self, plan: BatchPlan, rows=None):
         """The memory of every key of ``plan``: stored states with the keys' pending events

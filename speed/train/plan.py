@@ -166,7 +166,7 @@ def _features(features: Optional[torch.Tensor], eid: np.ndarray, msg_dim: int) -
 
 
 def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: bool = True,
-               neighbors: bool = True) -> BatchPlan:
+               neighbors: bool = True, push: bool = True) -> BatchPlan:
     """Plan the step that embeds ``(nodes[i], times[i])`` and, with ``events``, observes them.
 
     Parameters
@@ -188,6 +188,8 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     neighbors : bool
         Sample neighbours (default, when the embedding uses them); without, the plan serves
         the memory keys only (e.g. to settle nodes' pending events).
+    push : bool
+        Give ``events`` to the sampler (default); off when its graph holds them already.
 
     Returns
     -------
@@ -199,7 +201,8 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     sampler, store = model.sampler, model.store
     if events is not None:
         src, dst, t_ev, eid = (np.asarray(x) for x in events)
-        sampler.push(src, dst, t_ev, eid)
+        if push:
+            sampler.push(src, dst, t_ev, eid)
     q_inv, uq_node, uq_t = _distinct(nodes, times, dedup)
     m, k = uq_node.size, sampler.k
 

@@ -32,10 +32,12 @@ def plot_curves(metrics: Dict, path: Path) -> None:
     ax[0].set_ylabel("training loss (BCE)")
     validated = [e for e in metrics["epochs"] if e.get("val")]  # with val_every > 1 some epochs have none
     vep = [e["epoch"] for e in validated]
-    ax[1].plot(vep, [e["val"]["transductive"]["ap"] for e in validated], "o-", label="transductive")
-    ax[1].plot(vep, [e["val"]["inductive"]["ap"] for e in validated], "s--", label="inductive")
+    ax[1].plot(vep, [e["val"]["transductive"]["ap"] for e in validated], "o-", label="all events")
+    if any("inductive" in e["val"] for e in validated):  # a protocol with held-out nodes
+        ax[1].plot([e["epoch"] for e in validated if "inductive" in e["val"]],
+                   [e["val"]["inductive"]["ap"] for e in validated if "inductive" in e["val"]], "s--", label="new nodes")
     ax[1].set_xlabel("epoch")
-    ax[1].set_ylabel("validation AP")
+    ax[1].set_ylabel(f"validation AP ({metrics.get('protocol', 'tgn')} protocol)")
     ax[1].legend()
     for a in ax:
         a.grid(alpha=0.3)

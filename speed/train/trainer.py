@@ -115,6 +115,12 @@ class EpochLoop:
         return {}
 
     # ------------------------------------------------------------ evaluation
+    def selection_score(self, val: Dict) -> float:
+        """The validation figure that picks the best epoch: the protocol's (AP, or TGB's MRR);
+        AP where the validation ranked nothing (PAC's per-rank approximation)."""
+        scores = val["transductive"]
+        return float(scores.get(self.evaluator.protocol.select_on, scores["ap"]))
+
     def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
         """This epoch's validation scores on the main process (None elsewhere); runs on every
         process.  Here: bring the evaluation model to the end of training
@@ -141,8 +147,12 @@ class EpochLoop:
         return {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
 
     def validate(self, log: Optional[EpochLog] = None) -> Dict:
-        """Continue the evaluation model through the validation period."""
-        scores, res = self.evaluator.evaluate(self.eval_model(), "val", collect_z=self._z_train is not None)
+        """Continue the evaluation model through the validation period (on the protocol's
+        neighbour graph, see :meth:`Evaluator.prepare`)."""
+        model = self.eval_model()
+        if model is self.model:  # a model that just trained holds the training stream's neighbours
+            self.evaluator.prepare(model)
+        scores, res = self.evaluator.evaluate(model, "val", collect_z=self._z_train is not None)
         self._val_z = res.z_src
         return scores
 
@@ -179,7 +189,7 @@ class EpochLoop:
                 improved = False
                 if self.is_main:
                     log.val = val
-                    improved = self.stopping.update(epoch, val["transductive"]["ap"])
+                    improved = self.stopping.update(epoch, self.selection_score(val))
                 if self.agree(improved):
                     self.on_best(log)
             stop = self.agree(self.stopping.should_stop)
@@ -193,6 +203,7 @@ class EpochLoop:
         final = self.final_results()
         metrics = {
             "model": cfg.model,
+            "protocol": cfg.protocol_name,
             "nproc": self.world,
             "config": cfg.to_dict(),
             "data": {"num_events": len(self.events), "num_nodes": self.events.num_nodes,
@@ -318,7 +329,7 @@ class Trainer(EpochLoop):
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,
                                    stream=self.stream, strategy=config.eval_negatives,
-                                   keep_test_start=self.out is not None)
+                                   keep_test_start=self.out is not None, protocol=config.protocol_name)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self._init_loop()
 

@@ -143,7 +143,8 @@ class PacRank(EpochLoop):
             cfg = self.config
             self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
                                         self.device, node_classification=False, progress=cfg.progress,
-                                        strategy=cfg.eval_negatives, keep_test_start=self.out is not None)
+                                        strategy=cfg.eval_negatives, keep_test_start=self.out is not None,
+                                        protocol=cfg.protocol_name)
         return self._evaluator
 
     def eval_model(self) -> TemporalGNN:

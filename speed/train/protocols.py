@@ -1,0 +1,76 @@
+"""Evaluation protocols: how a run is split, what evaluation sees and how it is scored.
+
+Published link-prediction figures come from three protocols, and a figure is comparable only
+with another from the same protocol.  Each row below follows its reference code (read with the
+links in each field's comment; the conformance tests in ``tests/test_conformance.py`` check
+them against plain-Python restatements):
+
+* ``tgn`` -- TGN's ``utils/data_processing.py``, ``train_self_supervised.py`` and
+  ``evaluation/evaluation.py`` (twitter-research/tgn);
+* ``dyglib`` -- DyGLib's ``utils/DataLoader.py``, ``utils/utils.py:NegativeEdgeSampler`` and
+  ``evaluate_models_utils.py`` (yule-BUAA/DyGLib);
+* ``tgb`` -- TGB's ``linkproppred/negative_generator.py`` and ``linkproppred/evaluate.py``
+  (shenyangHuang/TGB).
+
+No torch here: the command line lists the protocols without importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One evaluation protocol.
+
+    Attributes
+    ----------
+    name : str
+    new_node_fraction : float
+        Default hold-out: ``int(fraction * |nodes|)`` nodes drawn from those seen in val/test
+        are removed from training (TGN's rule); 0 is transductive.
+    new_node_pass : bool
+        The inductive metric is a separate pass over the events that touch a node unseen in
+        training, from the state at the period's start (TGN's and DyGLib's), rather than a
+        subset of the period's scores.
+    new_node_val_pool : {"log", "new"}
+        Where that pass's random negative destinations come from in validation: the whole
+        log's (TGN reuses its validation sampler there) or the new-node events' (DyGLib, and TGN
+        for the test).
+    aggregate : {"per_batch", "pooled"}
+        The headline AP/AUC: the mean over evaluation batches (TGN, DyGLib) or one figure over
+        the period.  Both are reported.
+    strategies : tuple of str
+        The evaluation negative strategies the protocol defines (``--eval-negatives``).
+    ranking : {"random", "hist_rnd"}
+        How ranking candidates are drawn for MRR: distinct random destinations, or TGB's
+        ``hist_rnd`` (up to half from the source's training destinations).
+    select_on : {"ap", "mrr"}
+        The validation figure that picks the best epoch.
+    default_candidates : int
+        Ranking candidates per event when ``mrr_negatives`` is 0 (0: no ranking).
+    """
+
+    name: str
+    new_node_fraction: float
+    new_node_pass: bool
+    new_node_val_pool: str
+    aggregate: str
+    strategies: Tuple[str, ...]
+    ranking: str
+    select_on: str
+    default_candidates: int
+
+
+PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
+    Protocol("tgn", new_node_fraction=0.1, new_node_pass=True, new_node_val_pool="log", aggregate="per_batch",
+             strategies=("random",), ranking="random", select_on="ap", default_candidates=0),
+    Protocol("dyglib", new_node_fraction=0.1, new_node_pass=True, new_node_val_pool="new", aggregate="per_batch",
+             strategies=("random", "historical", "inductive"), ranking="random", select_on="ap",
+             default_candidates=0),
+    Protocol("tgb", new_node_fraction=0.0, new_node_pass=False, new_node_val_pool="new", aggregate="pooled",
+             strategies=("random",), ranking="hist_rnd", select_on="mrr", default_candidates=100),
+)}
+PROTOCOL_NAMES = tuple(PROTOCOLS)

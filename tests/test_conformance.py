@@ -1,0 +1,324 @@
+"""Conformance of the evaluation protocols with their reference code, on hand-built logs.
+
+Each check compares speed's output with a plain-Python restatement of a published definition:
+
+* DyGLib (yule-BUAA/DyGLib), ``utils/utils.py:NegativeEdgeSampler`` -- ``random_sample``,
+  ``historical_sample``, ``inductive_sample`` and ``random_sample_with_collision_check``;
+  ``evaluate_link_prediction.py`` -- the samplers' data and ``last_observed_time`` per period;
+  ``evaluate_models_utils.py:evaluate_model_link_prediction`` -- per-batch metrics.
+* TGN (twitter-research/tgn), ``utils/data_processing.py:get_data`` -- the split, the new-node
+  hold-out and the new-node events; ``evaluation/evaluation.py:eval_edge_prediction`` -- AP and
+  AUC averaged over batches; ``train_self_supervised.py`` -- the evaluation neighbour finder
+  over the full data, and the new-node pass from the memory at the period's start.
+* TGB (shenyangHuang/TGB), ``tgb/linkproppred/negative_generator.py:NegativeEdgeGenerator`` --
+  ``rnd`` and ``hist_rnd`` candidates; ``tgb/linkproppred/evaluate.py:Evaluator`` -- ranks with
+  ties counting half.
+
+The logs are small and hostile: yearly timestamps (many events share one), repeated pairs,
+held-out nodes.
+"""
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+import speed
+from speed.train.evaluate import batch_link_metrics, ranking_metrics
+from speed.train.evaluator import Evaluator
+from speed.train.negatives import edge_negatives, hist_rnd_candidates, random_candidates
+
+
+def yearly_log(seed=0, nodes=60, years=10, per_year=480):
+    """A unipartite log with yearly timestamps: every event of a year shares its time."""
+    rng = np.random.default_rng(seed)
+    n = years * per_year
+    w = 1.0 / np.arange(1, nodes + 1)
+    src = rng.choice(nodes, size=n, p=w / w.sum())
+    dst = rng.choice(nodes, size=n, p=w / w.sum())
+    t = np.repeat(np.arange(years), per_year).astype(np.float64)
+    return speed.Events.from_arrays(src, dst, t, num_nodes=nodes)
+
+
+# ---------------------------------------------------------------- DyGLib's negatives
+def dyglib_batch_sets(ref, start, end, strategy, last_observed):
+    """DyGLib's sets for a batch with times [start, end]: the historical (or inductive) edges
+    that are not the batch's (by time range), as in ``historical_sample`` / ``inductive_sample``."""
+    r_src, r_dst, r_t = ref
+    earliest = min(r_t)
+    historical = {(s, d) for s, d, t in zip(r_src, r_dst, r_t) if earliest <= t <= start}
+    current = {(s, d) for s, d, t in zip(r_src, r_dst, r_t) if start <= t <= end}
+    if strategy == "historical":
+        return historical - current, current
+    observed = {(s, d) for s, d, t in zip(r_src, r_dst, r_t) if earliest <= t <= last_observed}
+    return historical - observed - current, current
+
+
+def check_dyglib(src, dst, t, neg_src, neg_dst, batch_size, strategy, ref, last_observed, src_pool, dst_pool):
+    """Every batch's negatives against ``dyglib_batch_sets``; returns, per batch, how many
+    negatives are true edges of the batch's time range and how many random fills it had."""
+    possible = {(int(a), int(b)) for a in src_pool for b in dst_pool}
+    ref = tuple(np.asarray(x).tolist() for x in ref)
+    report = []
+    for a in range(0, len(src), batch_size):
+        b = min(len(src), a + batch_size)
+        size = b - a
+        allowed, current = dyglib_batch_sets(ref, t[a], t[b - 1], strategy, last_observed)
+        got = list(zip(neg_src[a:b].tolist(), neg_dst[a:b].tolist()))
+        fill = max(0, size - len(allowed))
+        if fill == 0:  # all from the allowed edges, drawn without replacement
+            assert set(got) <= allowed and len(set(got)) == size
+        else:  # every allowed edge, and `fill` random pairs that are not pairs of the batch
+            rest = Counter(got)
+            for e in allowed:
+                assert rest[e] >= 1
+                rest[e] -= 1
+            rest = list(rest.elements())
+            batch = set(zip(src[a:b].tolist(), dst[a:b].tolist()))
+            outside = possible - batch or possible  # (a batch holding every possible pair: any pair)
+            assert len(rest) == fill and all(e in outside for e in rest)
+            if len(outside) >= fill:  # drawn without replacement when there are enough
+                assert len(set(rest)) == len(rest)
+        report.append((sum(e in current for e in got), fill))
+    return report
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 30), st.integers(60, 600), st.integers(1, 60), st.sampled_from([17, 50, 200]),
+       st.sampled_from(["historical", "inductive"]), st.integers(0, 10**6))
+def test_historical_and_inductive_negatives_follow_dyglib(n, e, times, batch_size, strategy, seed):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    t = np.sort(rng.integers(0, times, e)).astype(np.float64)  # few distinct times: many ties
+    lo = int(0.7 * e)
+    last_observed = t[int(0.55 * e)]
+    pools = np.unique(src), np.unique(dst)
+    ns, nd = edge_negatives(src[lo:], dst[lo:], t[lo:], batch_size, strategy, seed, *pools, (src, dst, t),
+                            last_observed)
+    again = edge_negatives(src[lo:], dst[lo:], t[lo:], batch_size, strategy, seed, *pools, (src, dst, t),
+                           last_observed)
+    assert np.array_equal(ns, again[0]) and np.array_equal(nd, again[1])  # seeded
+    check_dyglib(src[lo:], dst[lo:], t[lo:], ns, nd, batch_size, strategy, (src, dst, t), last_observed, *pools)
+
+
+@pytest.mark.parametrize("batch_size", [200, 600])
+def test_yearly_log_negatives_are_never_true_edges_of_their_batch_time(batch_size):
+    """Historical test negatives, apart from random fills, are never a pair that occurs in the
+    batch's own year: DyGLib decides "before" by time, so batch boundaries inside a year do not
+    matter."""
+    ev = yearly_log()
+    split = speed.chronological_split(ev)
+    evaluator = Evaluator(ev, split, batch_size, seed=0, strategy="historical", protocol="dyglib")
+    idx = evaluator.period("test")
+    ns, nd = evaluator.negative_edges("test")
+    report = check_dyglib(ev.src[idx], ev.dst[idx], ev.t[idx], ns, nd, batch_size, "historical",
+                          (ev.src, ev.dst, ev.t), evaluator._last_observed("test"), evaluator.src_pool,
+                          evaluator.dst_pool)
+    assert all(true <= fill for true, fill in report)  # only random fills may be true edges of the year
+    assert sum(true for true, fill in report if fill == 0) == 0
+
+
+def test_inductive_test_negatives_are_not_first_seen_in_validation():
+    """DyGLib's test sampler observes everything up to the end of validation
+    (``evaluate_link_prediction.py``: ``last_observed_time=val_data.node_interact_times[-1]``)."""
+    ev = yearly_log(seed=1)
+    split = speed.chronological_split(ev)
+    evaluator = Evaluator(ev, split, 200, seed=0, strategy="inductive", protocol="dyglib")
+    idx = evaluator.period("test")
+    ns, nd = evaluator.negative_edges("test")
+    end_val = split.num_train + split.num_val
+    seen_by_val = set(zip(ev.src[:end_val].tolist(), ev.dst[:end_val].tolist()))
+    report = check_dyglib(ev.src[idx], ev.dst[idx], ev.t[idx], ns, nd, 200, "inductive", (ev.src, ev.dst, ev.t),
+                          float(ev.t[end_val - 1]), evaluator.src_pool, evaluator.dst_pool)
+    for (a, (_, fill)) in zip(range(0, idx.size, 200), report):
+        got = list(zip(ns[a:a + 200].tolist(), nd[a:a + 200].tolist()))
+        assert sum(e in seen_by_val for e in got) <= fill  # only random fills may have been seen
+
+
+def test_random_negatives_are_the_events_sources_and_the_logs_destinations():
+    """TGN's ``RandEdgeSampler(full_data.sources, full_data.destinations)`` and DyGLib's random
+    strategy draw destinations from the distinct destinations of the whole log."""
+    ev = yearly_log(seed=2)
+    split = speed.chronological_split(ev)
+    for protocol in ("tgn", "dyglib"):
+        evaluator = Evaluator(ev, split, 200, seed=0, protocol=protocol)
+        src, dst = evaluator.negative_edges("test")
+        assert src is None  # each event keeps its own source
+        assert set(dst.tolist()) <= set(ev.dst.tolist())
+        assert np.array_equal(evaluator.dst_pool, np.unique(ev.dst))
+    # a destination that only occurs in the test period is a candidate too
+    late = speed.Events.from_arrays(np.r_[ev.src, [0] * 50], np.r_[ev.dst, [77] * 50], np.r_[ev.t, [10.0] * 50])
+    pool = Evaluator(late, speed.chronological_split(late), 200, seed=0).dst_pool
+    assert 77 in pool
+
+
+# ---------------------------------------------------------------- ranking candidates
+def test_mrr_candidates_are_distinct_and_never_true_edges():
+    """TGB's ``rnd``: distinct destinations, none a true destination of the source at the time."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    src, dst = rng.integers(0, 50, n), rng.integers(0, 1000, n)
+    t = np.sort(rng.integers(0, 40, n)).astype(np.float64)
+    pool = np.arange(1000)
+    cand = random_candidates(src, dst, t, pool, 100, seed=3)
+    assert cand.shape == (n, 100)
+    assert all(len(set(row)) == 100 for row in cand.tolist())  # no repeated candidate in a row
+    true = {}
+    for s, d, tt in zip(src.tolist(), dst.tolist(), t.tolist()):
+        true.setdefault((s, tt), set()).add(d)
+    assert all(not (set(row) & true[(s, tt)]) for row, s, tt in zip(cand.tolist(), src.tolist(), t.tolist()))
+
+
+def test_tgb_hist_rnd_candidates():
+    """TGB's ``hist_rnd``: up to ``int(K * 0.5)`` distinct destinations the source met in training
+    (not a true destination at the event's time), then random ones outside those and the true ones."""
+    rng = np.random.default_rng(1)
+    h_src, h_dst = rng.integers(0, 30, 3000), rng.integers(0, 200, 3000)
+    src, dst = rng.integers(0, 35, 400), rng.integers(0, 200, 400)  # sources 30-34 never met anyone
+    t = np.sort(rng.integers(0, 20, 400)).astype(np.float64)
+    k = 20
+    cand = hist_rnd_candidates(src, dst, t, np.arange(200), k, seed=0, history=(h_src, h_dst))
+    seen = {}
+    for s, d in zip(h_src.tolist(), h_dst.tolist()):
+        seen.setdefault(s, set()).add(d)
+    true = {}
+    for s, d, tt in zip(src.tolist(), dst.tolist(), t.tolist()):
+        true.setdefault((s, tt), set()).add(d)
+    for row, s, tt in zip(cand.tolist(), src.tolist(), t.tolist()):
+        hist = seen.get(s, set()) - true[(s, tt)]
+        num_hist = min(int(k * 0.5), len(hist))
+        assert set(row[:num_hist]) <= hist and len(set(row)) == k
+        assert not (set(row[num_hist:]) & (true[(s, tt)] | seen.get(s, set())))
+
+
+def test_ranks_count_ties_half_as_tgb():
+    """TGB's ``eval_rnk_metrics``: rank = 0.5 (optimistic + pessimistic) + 1."""
+    pos = np.array([0.5, 0.5, 0.9])
+    negs = np.array([[0.5, 0.5, 0.1], [0.6, 0.1, 0.1], [0.1, 0.2, 0.3]])
+    opt = (negs > pos[:, None]).sum(1)
+    pes = (negs >= pos[:, None]).sum(1)
+    rank = 0.5 * (opt + pes) + 1
+    m = ranking_metrics(pos, negs)
+    assert m["mrr"] == pytest.approx(np.mean(1 / rank)) and m["hits@1"] == pytest.approx(np.mean(rank <= 1))
+
+
+# ---------------------------------------------------------------- TGN's split and metrics
+def tgn_hold_out(ev, val_time, held):
+    """``get_data``: the masked training events, the new-node set, and the new-node events."""
+    node_set = set(ev.src.tolist()) | set(ev.dst.tolist())
+    train = [(s not in held and d not in held and t <= val_time)
+             for s, d, t in zip(ev.src.tolist(), ev.dst.tolist(), ev.t_float().tolist())]
+    train_nodes = {x for keep, s, d in zip(train, ev.src.tolist(), ev.dst.tolist()) if keep for x in (s, d)}
+    new_node_set = node_set - train_nodes
+    new_events = [s in new_node_set or d in new_node_set for s, d in zip(ev.src.tolist(), ev.dst.tolist())]
+    return np.array(train), np.array(new_events)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.25])
+def test_hold_out_is_tgns(fraction):
+    ev = yearly_log(seed=3, nodes=200, per_year=300)
+    sp = speed.chronological_split(ev, new_node_fraction=fraction, seed=5)
+    held = set(np.flatnonzero(sp.new_nodes).tolist())
+    n_total = len(set(ev.src.tolist()) | set(ev.dst.tolist()))
+    later = set(ev.src[sp.num_train:].tolist()) | set(ev.dst[sp.num_train:].tolist())
+    assert len(held) == int(fraction * n_total) and held <= later  # int(0.1 * n_total_unique_nodes), from val/test
+    train, new_events = tgn_hold_out(ev, sp.val_time, held)
+    assert np.array_equal(sp.train_mask, train[:sp.num_train]) and not train[sp.num_train:].any()
+    val = slice(sp.num_train, sp.num_train + sp.num_val)
+    assert np.array_equal(sp.val_inductive, new_events[val])
+    assert np.array_equal(sp.test_inductive, new_events[sp.num_train + sp.num_val:])
+    # the quantile split
+    val_time, test_time = np.quantile(ev.t_float(), [0.70, 0.85])
+    assert (sp.val_time, sp.test_time) == (val_time, test_time)
+
+
+def test_per_batch_and_pooled_metrics():
+    """``eval_edge_prediction``: AP and AUC of each batch (positives against negatives), averaged."""
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(1, 1, 450), rng.normal(0, 1, 450)
+    m = batch_link_metrics(pos, neg, 200)
+    ap, auc = [], []
+    for a in range(0, 450, 200):
+        y = np.r_[np.ones(len(pos[a:a + 200])), np.zeros(len(neg[a:a + 200]))]
+        s = np.r_[pos[a:a + 200], neg[a:a + 200]]
+        ap.append(average_precision_score(y, s))
+        auc.append(roc_auc_score(y, s))
+    assert m["ap"] == pytest.approx(np.mean(ap)) and m["auc"] == pytest.approx(np.mean(auc))
+    y = np.r_[np.ones(450), np.zeros(450)]
+    assert m["pooled"]["ap"] == pytest.approx(average_precision_score(y, np.r_[pos, neg]))
+    assert batch_link_metrics(pos, neg, 200, "pooled")["ap"] == m["pooled"]["ap"]
+
+
+# ---------------------------------------------------------------- the new-node pass and the graph
+def edgebank_reference(ev, split, period, batch_size, neg_src, neg_dst, new_only):
+    """EdgeBank, by hand: the masked training events, then (for the test) the validation events,
+    are remembered; the period's events -- or only its new-node events, from the state at the
+    period's start -- are scored a batch at a time and then remembered."""
+    seen = set(zip(ev.src[:split.num_train][split.train_mask].tolist(), ev.dst[:split.num_train][split.train_mask].tolist()))
+    if period == "test":
+        seen |= set(zip(ev.src[split.num_train:split.num_train + split.num_val].tolist(),
+                        ev.dst[split.num_train:split.num_train + split.num_val].tolist()))
+    lo = split.num_train if period == "val" else split.num_train + split.num_val
+    hi = lo + (split.num_val if period == "val" else split.num_test)
+    idx = np.arange(lo, hi)
+    if new_only:
+        idx = idx[split.val_inductive if period == "val" else split.test_inductive]
+    pos, neg = [], []
+    for a in range(0, idx.size, batch_size):
+        b = idx[a:a + batch_size]
+        for k, i in enumerate(b, start=a):
+            ns = ev.src[i] if neg_src[k] < 0 else neg_src[k]
+            pos.append(float((ev.src[i], ev.dst[i]) in seen))
+            neg.append(float((ns, neg_dst[k]) in seen))
+        seen |= set(zip(ev.src[b].tolist(), ev.dst[b].tolist()))
+    return np.array(pos), np.array(neg)
+
+
+@pytest.mark.parametrize("protocol", ["tgn", "dyglib"])
+def test_new_node_pass_is_a_pass_of_its_own(tmp_path, protocol):
+    ev = yearly_log(seed=4, nodes=120, per_year=200)
+    m = speed.train(ev, model="edgebank", protocol=protocol, batch_size=100, out=tmp_path, progress=False)
+    split = speed.chronological_split(ev)
+    z = np.load(tmp_path / "negatives.npz")
+    for period in ("val", "test"):
+        new = split.val_inductive if period == "val" else split.test_inductive
+        assert new.any()
+        # the new-node pass's negatives: DyGLib's sampler over the new-node events; TGN validates
+        # new nodes with its whole-log sampler and tests them with the new-node one
+        idx = np.flatnonzero(new) + (split.num_train if period == "val" else split.num_train + split.num_val)
+        pool = set(ev.dst.tolist()) if (protocol == "tgn" and period == "val") else set(ev.dst[idx].tolist())
+        assert set(z[f"{period}_new_dst"].tolist()) <= pool
+        pos, neg = edgebank_reference(ev, split, period, 100, z[f"{period}_new_src"], z[f"{period}_new_dst"], True)
+        want = batch_link_metrics(pos, neg, 100)
+        got = m["val" if period == "val" else "test"]["inductive"]
+        assert got["count"] == int(new.sum())
+        assert got["ap"] == pytest.approx(want["ap"], abs=1e-12) and got["pooled"] == pytest.approx(want["pooled"])
+        pos, neg = edgebank_reference(ev, split, period, 100, z[f"{period}_src"], z[f"{period}_dst"], False)
+        assert m[period]["transductive"]["ap"] == pytest.approx(batch_link_metrics(pos, neg, 100)["ap"], abs=1e-12)
+
+
+def test_evaluation_sees_the_held_out_nodes_training_events():
+    """TGN evaluates with ``full_ngh_finder``: a held-out node's training-period events are its
+    neighbours in evaluation, though training never saw them."""
+    ev = yearly_log(seed=6, nodes=80, per_year=150)
+    split = speed.chronological_split(ev, new_node_fraction=0.2, seed=1)
+    evaluator = Evaluator(ev, split, 100, seed=0)
+    model = speed.build_model("tgn", ev.num_nodes, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=50)
+    evaluator.prepare(model)
+    held = np.flatnonzero(split.new_nodes)
+    trained = (ev.src[:split.num_train, None] == held) | (ev.dst[:split.num_train, None] == held)
+    node = held[trained.sum(0).argmax()]  # the held-out node with most training-period events
+    nb = model.sampler.sample(np.array([node]), np.array([split.val_time + 0.5]))
+    want = [i for i in range(split.num_train) if node in (ev.src[i], ev.dst[i])][-50:][::-1]
+    assert nb.eids[0][nb.mask[0]].tolist() == want and len(want) > 0
+
+
+def test_no_inductive_metric_without_held_out_nodes(tmp_path):
+    ev = yearly_log(seed=7, nodes=50, per_year=100)
+    m = speed.train(ev, model="edgebank", new_node_fraction=0.0, out=tmp_path, progress=False)
+    assert "inductive" not in m["test"] and m["config"]["new_node_fraction"] == 0.0
+    assert math.isfinite(m["test"]["transductive"]["ap"])
