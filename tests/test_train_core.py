@@ -338,3 +338,69 @@ def test_node_classifier_learns_a_separable_label_and_not_noise():
     z[:, 0] += 3.0 * y  # the label now shows in one coordinate
     signal = node_classification_auroc(z, y, *masks, seed=0)
     assert signal["auroc"] > 0.95 and abs(noise["auroc"] - 0.5) < 0.1, (signal, noise)
+
+
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_stale_memory_reads_miss_at_most_k_steps(staleness):
+    # the consumer marks the memory with the number of steps it has finished and is slow, so the
+    # planning thread runs ahead as far as it is allowed: each step's read must see between
+    # (its index - K) and (its index) finished steps
+    import time
+
+    from speed.train.engine import Batches
+    from speed.train.loader import EventStream, PlanLoader
+
+    ev = speed.generate_events(num_nodes=20, num_events=400, seed=0)
+    model = hand_model(20)
+    loader = PlanLoader(model, EventStream(ev), Batches(np.arange(len(ev)), 20), pipeline=True,
+                        staleness=staleness)
+    seen = []
+    for step in loader:
+        seen.append(int(step.plan.stale[0][0, 0]))
+        time.sleep(0.01)
+        with torch.no_grad():
+            model.memory.memory.fill_(step.index + 1)
+    assert len(seen) == 20
+    assert all(j - staleness <= s <= j for j, s in enumerate(seen))
+    assert max(j - s for j, s in enumerate(seen)) == staleness  # it does run ahead that far
+
+
+@pytest.mark.parametrize("msg_dim", [0, 3])
+@pytest.mark.parametrize("u", [5, 200])
+def test_graph_attention_equals_the_per_slot_formula(msg_dim, u):
+    # the module applies the edge weight through linearity, and meets few distinct neighbours
+    # (u=5) all at once, many (u=40) slot by slot; here every slot's key and value are formed
+    # as the docstring states them, with a Python loop over queries and heads
+    from speed.train.modules import GraphAttentionEmbedding, TimeEncoder
+
+    torch.manual_seed(0)
+    d, t_dim, out, b, k = 6, 4, 8, 7, 3
+    att = GraphAttentionEmbedding(d, t_dim, msg_dim, out, heads=2, dropout=0.0).eval()
+    enc = TimeEncoder(t_dim)
+    s, nbr_s = torch.randn(b, d), torch.randn(u, d)
+    index = torch.randint(0, u, (b, k))
+    mask = torch.rand(b, k) < 0.7
+    mask[0] = False  # a query without neighbours
+    dt = torch.where(mask, torch.rand(b, k, dtype=torch.float64) * 10, torch.zeros((), dtype=torch.float64))
+    e = torch.randn(b, k, msg_dim) * mask.unsqueeze(-1)
+    got = att(s, None, time_enc=enc, nbr_s=nbr_s, nbr_index=index, nbr_e=e, nbr_dt=dt, nbr_mask=mask)
+    c = out // 2
+    want = torch.zeros(b, out)
+    with torch.no_grad():
+        for i in range(b):
+            q = att.query(s[i])
+            z = att.root(s[i]).clone()
+            real = [j for j in range(k) if mask[i, j]]
+            for hd in range(2):
+                sl = slice(hd * c, (hd + 1) * c)
+                keys, values = [], []
+                for j in real:
+                    kv = att.node_kv(nbr_s[index[i, j]])
+                    edge = att.edge(torch.cat([e[i, j], enc(dt[i, j:j + 1])[0]]))
+                    keys.append(kv[:out][sl] + edge[sl])
+                    values.append(kv[out:][sl] + edge[sl])
+                if real:
+                    a = torch.softmax(torch.stack([q[sl] @ key for key in keys]) / c ** 0.5, 0)
+                    z[sl] += sum(a[n] * values[n] for n in range(len(real)))
+            want[i] = z
+    assert torch.allclose(got, want, atol=1e-5)

@@ -30,15 +30,17 @@ SMALL = dict(memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5, batch_si
 
 @pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
 def test_each_model_learns_on_a_tiny_graph(name):
-    ev = periodic_log()
+    # one item per user: a random negative is rarely the true item, so the loss falls well
+    # clear of the noise (with 6 items shared by 12 users, 1 negative in 6 was a true pair and
+    # the curve depended on the BLAS build)
+    ev = periodic_log(num_items=12)
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
-    tr = Trainer(ev, split, TrainConfig(model=name, lr=3e-3, epochs=8, seed=0, **SMALL))
+    tr = Trainer(ev, split, TrainConfig(model=name, lr=5e-3, epochs=8, seed=0, **SMALL))
     losses = [tr.train_epoch(e).loss for e in range(1, 9)]
-    # chance level is 2 ln 2 = 1.386; a negative is the true item 1 time in 6, so epoch
-    # losses are noisy and AP is capped: compare the best late epoch with the first
-    assert min(losses[-3:]) < losses[0] - 0.1, losses
+    # chance level is 2 ln 2 = 1.386; compare the best late epoch with the first
+    assert min(losses[-3:]) < losses[0] - 0.3, losses
     val = tr.validate()
-    assert val["transductive"]["ap"] > 0.6
+    assert val["transductive"]["ap"] > 0.75
 
 
 def test_same_seed_same_metrics(tmp_path):
@@ -197,3 +199,18 @@ def test_message_and_aggregator_options_build_those_modules(tmp_path):
     assert isinstance(model.message, MLPMessage) and isinstance(model.aggregator, MeanAggregator)
     with pytest.raises(speed.InputError, match="aggregator must be one of last, mean"):
         speed.train(ev, model="tgn", aggregator="max", **SMALL)
+
+
+@pytest.mark.parametrize("model", ["tgn", "tige"])
+def test_the_pipeline_changes_nothing_and_staleness_does(model):
+    ev = periodic_log()
+    kw = dict(model=model, epochs=2, lr=1e-3, seed=0, deterministic=True, **SMALL)
+
+    def outcome(m):
+        return [e["loss"] for e in m["epochs"]], m["test"]["transductive"]["ap"]
+
+    plain = outcome(speed.train(ev, **kw))
+    assert outcome(speed.train(ev, pipeline=True, **kw)) == plain
+    assert outcome(speed.train(ev, pipeline=True, staleness=2, **kw)) != plain
+    with pytest.raises(speed.InputError, match="staleness needs the pipeline"):
+        speed.train(ev, staleness=1, **kw)

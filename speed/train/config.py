@@ -31,6 +31,7 @@ BASELINES = ("edgebank", "edgebank-window")
 SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
+GROUPINGS = ("balanced", "random")
 VALIDATION_MODES = ("local", "full")
 
 
@@ -85,6 +86,10 @@ class TrainConfig:
     eval_negatives: str = _opt("random", "evaluation negatives (Poursafaei et al. 2022): random destinations, or "
                                          "historical / inductive edges (DyGLib's protocol; training negatives stay "
                                          "random)", choices=EVAL_STRATEGIES)
+    pipeline: bool = _opt(False, "plan the next batch (sampling, negatives, pending events, features, copies to "
+                                 "the device) in a background thread while this one computes (after MSPipe)")
+    staleness: int = _opt(0, "with --pipeline, let a step read node memory up to K batches stale, so memory reads "
+                             "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K")
     deterministic: bool = _opt(False, "deterministic torch algorithms")
     num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
                                       flag="--threads", metavar="N")
@@ -116,6 +121,9 @@ class TrainConfig:
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
                           metavar="E")
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
+    grouping: str = _opt("balanced", "how parts are grouped onto ranks: groups near equal in training events "
+                                     "(drawn among the balanced groupings each epoch), or equal numbers of parts "
+                                     "at random (the paper's Alg. 2)", choices=GROUPINGS, group="pac")
     eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
                      choices=EVAL_MODES, group="pac")
     lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
@@ -132,7 +140,9 @@ class TrainConfig:
         for name in ("num_threads", "nproc"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        for name in ("mrr_negatives", "sync_every"):
+        if self.staleness and not self.pipeline:
+            raise ConfigError("staleness", "needs the pipeline (pipeline=True, --pipeline)")
+        for name in ("mrr_negatives", "sync_every", "staleness"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(name, f"must be an integer >= 0, got {v!r}")
@@ -159,7 +169,7 @@ class TrainConfig:
                                                 f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
         if spec.name == "tgb" and self.new_node_fraction:
             raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES), ("grouping", GROUPINGS),
                               ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
                               ("message", MESSAGES), ("aggregator", AGGREGATORS)):
             if getattr(self, name) not in options:

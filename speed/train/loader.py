@@ -8,9 +8,10 @@ plans are built, so the thread owns them while a pass runs; the model only reads
 
 * ``staleness = 0`` (default): the memory rows are read when the step computes, so results are
   exactly those of building each plan just before its step (tested).
-* ``staleness = K > 0``: the thread also reads the memory rows of the plans it builds, up to
-  ``K`` batches ahead, so a step may see memory up to ``K`` batches stale (MSPipe's bounded
-  staleness).  This changes results; it hides the memory reads too.
+* ``staleness = K > 0``: the thread also reads the memory rows of the plans it builds.  It
+  reads step ``j``'s rows once step ``j - K - 1`` has finished, so a step misses the memory
+  updates of at most its ``K`` predecessors (MSPipe's bounded staleness; tested).  This changes
+  results; it hides the memory reads too.
 
 Some steps need the sampler and store as they are after the step, not one batch further:
 the end of a pass (the engine backs the state up and resets it) and PAC's in-epoch syncs (they
@@ -88,6 +89,15 @@ class Step:
 _DONE = object()
 
 
+def _read_rows(memory, rows: torch.Tensor):
+    """``memory.read(rows)`` from the planning thread: host memory is gathered with numpy, so
+    the thread starts no torch thread pool of its own beside the step's."""
+    if memory.memory.device.type != "cpu":
+        return memory.read(rows)
+    r = rows.numpy()
+    return torch.from_numpy(memory.memory.numpy()[r]), torch.from_numpy(memory.last_update.numpy()[r])
+
+
 class PlanLoader:
     """Iterate the steps of ``batches`` over ``stream`` with their plans.
 
@@ -133,7 +143,8 @@ class PlanLoader:
         self.push = bool(push)
         self.device = model.device
 
-    def _make(self, index: int, positions: np.ndarray, ended: bool) -> Step:
+    def _make(self, index: int, positions: np.ndarray, ended: bool,
+              before_read: Optional[Callable[[int], None]] = None) -> Step:
         src, dst, t, eid = self.stream.batch(positions)
         n = positions.size
         neg_src, neg_dst = self.negatives(n) if self.negatives is not None else (None, None)
@@ -144,7 +155,9 @@ class PlanLoader:
             nodes, times = np.concatenate([nodes, more_nodes]), np.concatenate([times, more_times])
         plan = self.model.plan(nodes, times, events=(src, dst, t, eid), push=self.push)
         if self.staleness:
-            plan.stale = self.model.memory.read(plan.rows)
+            if before_read is not None:
+                before_read(index)
+            plan.stale = _read_rows(self.model.memory, plan.rows)
         return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, plan)
 
     def __iter__(self) -> Iterator[Step]:
@@ -162,6 +175,13 @@ class PlanLoader:
         ready: "queue.Queue" = queue.Queue(maxsize=max(1, self.staleness))
         resume = threading.Event()
         stop = threading.Event()
+        finished = threading.Condition()
+        done = [0]  # steps the consumer has finished
+
+        def before_read(index: int) -> None:
+            # the bound: step `index` may miss the updates of steps index-K .. index-1 only
+            with finished:
+                finished.wait_for(lambda: done[0] >= index - self.staleness or stop.is_set())
 
         def work():
             try:
@@ -171,7 +191,7 @@ class PlanLoader:
                         return
                     if previous_ended and self.on_pass_start is not None:
                         self.on_pass_start()
-                    step = self._make(index, positions, ended)
+                    step = self._make(index, positions, ended, before_read)
                     ready.put(step)
                     if self.barrier(index, ended):
                         resume.wait()
@@ -191,11 +211,16 @@ class PlanLoader:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                with finished:
+                    done[0] = item.index + 1
+                    finished.notify()
                 if self.barrier(item.index, item.ended):
                     resume.set()
         finally:
             stop.set()
             resume.set()
+            with finished:
+                finished.notify()
             while thread.is_alive():  # let a blocked put finish, then the thread ends
                 try:
                     ready.get_nowait()

@@ -359,7 +359,13 @@ class TemporalGNN(nn.Module):
         event's time, from stored memories."""
         d = plan.dyrep
         if d is None:
-            return s_rows.new_zeros(0, self.memory.memory_dim)
+            # no pending events: an empty pass through the embedding still puts its weights in
+            # the graph (zero gradients), so DDP needs no search for unused parameters
+            k, m = 1, self.message_embedding.msg_dim
+            return self.message_embedding(s_rows[:0], last_rows[:0], time_enc=self.time_enc, nbr_s=s_rows[:1],
+                                          nbr_index=torch.zeros(0, k, dtype=torch.long, device=s_rows.device),
+                                          nbr_e=s_rows.new_zeros(0, k, m), nbr_dt=last_rows.new_zeros(0, k),
+                                          nbr_mask=torch.zeros(0, k, dtype=torch.bool, device=s_rows.device))
         own = s_rows.index_select(0, d.own_row)
         z = self.message_embedding(own, d.t - last_rows.index_select(0, d.own_row), time_enc=self.time_enc,
                                    nbr_s=s_rows, nbr_index=d.nb_row, nbr_e=d.nb_feat, nbr_dt=d.nb_dt,
@@ -373,7 +379,8 @@ class TemporalGNN(nn.Module):
         own = states.index_select(0, plan.uq_key)
         own_dt = plan.uq_t - lasts.index_select(0, plan.uq_key)
         if self.embedding.needs_neighbors:
-            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=states, nbr_index=plan.nb_key,
+            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=states.index_select(0, plan.nb_keys),
+                               nbr_index=plan.nb_key,
                                nbr_e=plan.nb_feat, nbr_dt=plan.nb_dt, nbr_mask=plan.nb_mask)
         else:
             z = self.embedding(own, own_dt)

@@ -71,11 +71,14 @@ class BatchPlan:
         Time of each distinct query.
     uq_key : int64 (m,)
         The memory key of each distinct query's own node.
+    nb_keys : int64 (u,)
+        The distinct memory keys of the neighbours.
     nb_key : int64 (m, k)
-        The memory key of each neighbour (0 in empty slots); empty without neighbours.
+        Each neighbour's memory key, as a position in ``nb_keys`` (0 in empty slots); empty
+        without neighbours.
     nb_mask : bool (m, k)
     nb_dt : float64 (m, k)
-        Query time minus the neighbour event's time.
+        Query time minus the neighbour event's time (0 in empty slots).
     nb_feat : float32 (m, k, msg_dim)
     rows : int64 (R,)
         Node ids whose stored memory the step reads.
@@ -107,6 +110,7 @@ class BatchPlan:
     q_inv: torch.Tensor
     uq_t: torch.Tensor
     uq_key: torch.Tensor
+    nb_keys: torch.Tensor
     nb_key: torch.Tensor
     nb_mask: torch.Tensor
     nb_dt: torch.Tensor
@@ -154,6 +158,11 @@ def _distinct(node: np.ndarray, t: np.ndarray, dedup: bool):
     key = node * np.int64(t_rank.max() + 1) + t_rank
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     return inv.astype(np.int64), node[first], t[first]
+
+
+def _gaps(t: np.ndarray, nb_t: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``t[:, None] - nb_t`` in real slots, 0 in empty ones (float64, shape of ``nb_t``)."""
+    return np.where(mask, t[:, None] - nb_t, 0.0)
 
 
 def _features(features: Optional[torch.Tensor], eid: np.ndarray, msg_dim: int) -> torch.Tensor:
@@ -244,8 +253,11 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         key_node, key_c = read_node, read_c
     read_key = read_key.astype(np.int64)
     uq_key = read_key[:m]
+    nb_keys, nb_pos = np.unique(read_key[m:m + slot.size], return_inverse=True)
+    if nb_keys.size == 0 and m:  # no neighbour at all: one row for the empty slots to point at
+        nb_keys = np.zeros(1, dtype=np.int64)
     nb_key = np.zeros(m * k, dtype=np.int64)
-    nb_key[slot] = read_key[m:m + slot.size]
+    nb_key[slot] = nb_pos
     ob_key = read_key[m + slot.size:]
 
     # the pending events the keys apply, each once
@@ -285,8 +297,8 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     feats, msg_dim = model.edge_features, model.msg_dim
     plan = BatchPlan(
         q_inv=torch.from_numpy(q_inv), uq_t=torch.from_numpy(uq_t), uq_key=torch.from_numpy(uq_key),
-        nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
-        nb_dt=torch.from_numpy(uq_t[:, None] - nb_t), nb_feat=_features(feats, nb_eid, msg_dim),
+        nb_keys=torch.from_numpy(nb_keys.astype(np.int64)), nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
+        nb_dt=torch.from_numpy(_gaps(uq_t, nb_t, nb_mask)), nb_feat=_features(feats, nb_eid, msg_dim),
         rows=torch.from_numpy(rows), key_row=torch.from_numpy(key_row), pe_row=torch.from_numpy(pe_row),
         pe_other_row=torch.from_numpy(pe_other_row), pe_node=torch.from_numpy(pe_node),
         pe_other=torch.from_numpy(pe_other), pe_t=torch.from_numpy(pe_t), pe_eid=torch.from_numpy(pe_eid),
@@ -305,7 +317,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         nb_row[dn_mask] = rows_inv[base + d_node.size:]
         plan.dyrep = DyRepPlan(inv=torch.from_numpy(d_inv), own_row=torch.from_numpy(own), t=torch.from_numpy(d_t),
                                nb_row=torch.from_numpy(nb_row), nb_mask=torch.from_numpy(dn_mask),
-                               nb_dt=torch.from_numpy(d_t[:, None] - dn_t), nb_feat=_features(feats, dn_eid, msg_dim))
+                               nb_dt=torch.from_numpy(_gaps(d_t, dn_t, dn_mask)), nb_feat=_features(feats, dn_eid, msg_dim))
     if events is not None:  # the batch's events become pending; earlier ones were folded in
         store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t_ev, t_ev]),
                     np.concatenate([eid, eid]), before=ob_t[0] if ob_t.size else np.inf)

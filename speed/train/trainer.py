@@ -324,7 +324,8 @@ class Trainer(EpochLoop):
         self.model.set_edge_features(events.msg)
         # foreach: one kernel per step for all parameters instead of a Python loop over them
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
-        self.engine = Engine(self.model, self.optimizer, progress=config.progress)
+        self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline,
+                             staleness=config.staleness)
         self.stream = EventStream(events)
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,

@@ -1,0 +1,127 @@
+"""Where a training step's time goes: TGN (or another model) for one epoch, stage by stage.
+
+Stages are timed by wrapping the functions that do them (the outermost active stage gets the
+time, so nested calls are not counted twice):
+
+* planning and sampling -- building a batch plan (this version) / the neighbour sampler (before);
+* memory update -- applying pending messages (message -> aggregator -> updater);
+* embedding -- the embedding module (graph attention for TGN);
+* decoder -- the link predictor;
+* observe -- storing the batch's memory;
+* backward, optimiser -- ``loss.backward()`` and ``Adam.step``;
+* Python and the rest -- everything else of the epoch (negatives, loss, bookkeeping).
+
+``--tree DIR`` profiles another checkout (e.g. a ``git worktree`` of an earlier commit) with the
+same script, so before and after are measured side by side in one run::
+
+    python benchmarks/profile_step.py --log ../shared/data/wikipedia.csv --log dense.csv \\
+        --tree /tmp/old --out benchmarks/results/profile_step.json
+
+Each (tree, log) runs in its own process, one after the other.  Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _wrap(owner, name, stage, clock):
+    fn = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        if clock["active"]:  # inside another stage: that one gets the time
+            return fn(*args, **kwargs)
+        clock["active"] = stage
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            clock["stages"][stage] = clock["stages"].get(stage, 0.0) + time.perf_counter() - t0
+            clock["active"] = None
+
+    setattr(owner, name, timed)
+
+
+def worker(a) -> dict:
+    sys.path.insert(0, a.tree)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    import speed
+    from speed.train import TrainConfig, Trainer
+    from speed.train import models, modules, sampler
+
+    clock = {"active": None, "stages": {}}
+    if hasattr(models, "build_plan"):  # this version: plans on the host, memory from keys
+        from speed.train import loader, plan
+
+        _wrap(loader.PlanLoader, "_make", "planning and sampling", clock)
+        _wrap(models.TemporalGNN, "key_states", "memory update", clock)
+    else:  # earlier versions: a ring sampler called inside the step, memory_of per node
+        _wrap(sampler.RecentNeighborSampler, "sample", "planning and sampling", clock)
+        _wrap(sampler.RecentNeighborSampler, "insert", "planning and sampling", clock)
+        _wrap(models.TemporalGNN, "memory_of", "memory update", clock)
+    for cls in (modules.GraphAttentionEmbedding, modules.TimeProjectionEmbedding, modules.IdentityEmbedding):
+        _wrap(cls, "forward", "embedding", clock)
+    _wrap(modules.LinkPredictor, "forward", "decoder", clock)
+    _wrap(models.TemporalGNN, "observe", "observe", clock)
+    _wrap(torch.Tensor, "backward", "backward", clock)
+    _wrap(torch.optim.Adam, "step", "optimiser", clock)
+
+    events = speed.read_events(a.log, progress=False)
+    split = speed.chronological_split(events, new_node_fraction=0.0)
+    cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0)
+    cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
+    tr = Trainer(events, split, TrainConfig(**cfg))
+    tr.train_epoch(1)  # numba compilation and warm caches
+    clock["stages"].clear()
+    t0 = time.perf_counter()
+    log = tr.train_epoch(2)
+    total = time.perf_counter() - t0
+    stages = dict(clock["stages"])
+    stages["Python and the rest"] = total - sum(stages.values())
+    return {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "events": log.train_events,
+            "seconds": total, "events_per_s": log.train_events / total, "stages": stages}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log", action="append", required=True, help="event log (repeatable)")
+    ap.add_argument("--tree", action="append", default=None, help="checkout to profile (repeatable; default this one)")
+    ap.add_argument("--model", default="tgn")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(HERE / "results" / "profile_step.json"))
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        a.log, a.tree = a.log[0], a.tree[0]
+        print(json.dumps(worker(a)))
+        return 0
+    trees = a.tree or [str(HERE.parent)]
+    rows = []
+    for log in a.log:
+        for tree in trees:
+            proc = subprocess.run([sys.executable, __file__, "--worker", "--log", log, "--tree", tree, "--model", a.model,
+                                   "--threads", str(a.threads)], capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(proc.stderr)
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            r = rows[-1]
+            share = ", ".join(f"{k} {100 * v / r['seconds']:.0f}%" for k, v in r["stages"].items())
+            print(f"{r['log']:<24} {Path(r['tree']).name:<8} {r['events_per_s']:>8,.0f} events/s  {share}")
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"model": a.model, "threads": a.threads, "runs": rows}, indent=2) + "\n")
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
