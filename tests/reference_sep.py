@@ -21,9 +21,15 @@ def reference_centrality(src, dst, t, num_nodes, beta):
     return cent
 
 
-def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0, eps=1.0, event_parts=None):
+def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0, eps=1.0, event_parts=None,
+                  balance=None, info=None):
     """Returns (node_parts, loads, dropped, hubs) with node_parts -1 for shared nodes; each
-    event's part (-1 if dropped) is appended to ``event_parts`` when given."""
+    event's part (-1 if dropped) is appended to ``event_parts`` when given.
+
+    ``balance`` b (None: off): a part is full when one more event would take it past
+    ``(1 + b) * max(placed + 1, E / 10) / P`` and it is not the lightest; full parts are not
+    candidates, and the placed non-hubs pinning an event to a full part become hubs with A =
+    their part (``info["dynamic_hubs"]`` counts them)."""
     event_parts = [] if event_parts is None else event_parts
     src = [int(x) for x in src]
     dst = [int(x) for x in dst]
@@ -31,6 +37,8 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
     present = sorted(set(src) | set(dst))
     num_hubs = int(math.floor(topk * len(present) + 1e-9))
     hubs = set(sorted(present, key=lambda i: (-cent[i], i))[:num_hubs])
+    static_hubs = sorted(hubs)
+    b = math.inf if balance is None else balance
 
     parts_of = [set() for _ in range(num_nodes)]  # A(i)
     load = [0] * num_parts
@@ -42,8 +50,16 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
             dropped += 1  # Case 3: two non-hubs already living in different parts
             event_parts.append(-1)
             continue
-        if pin_i is not None or pin_j is not None:
-            p = pin_i if pin_i is not None else pin_j
+        cap = (1 + b) * max(sum(load) + 1, 0.1 * len(src)) / num_parts
+        full = [load[q] + 1 > cap and load[q] > min(load) for q in range(num_parts)]
+        pin = pin_i if pin_i is not None else pin_j
+        if pin is not None and full[pin]:
+            for x, px in ((i, pin_i), (j, pin_j)):
+                if px is not None:
+                    hubs.add(x)  # a dynamic hub
+            pin = None
+        if pin is not None:
+            p = pin
         else:
             denom = cent[i] + cent[j]
             theta_i = cent[i] / denom if denom > 0 else 0.5
@@ -51,6 +67,8 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
             max_load, min_load = max(load), min(load)
             best, p = -math.inf, 0
             for q in range(num_parts):
+                if full[q]:
+                    continue
                 h_i = 1.0 + (1.0 - theta_i) if q in parts_of[i] else 0.0
                 h_j = 1.0 + (1.0 - theta_j) if q in parts_of[j] else 0.0
                 score = h_i + h_j + lam * (max_load - load[q]) / (eps + max_load - min_load)
@@ -60,6 +78,8 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
         event_parts.append(p)
         parts_of[i].add(p)
         parts_of[j].add(p)
+    if info is not None:
+        info["dynamic_hubs"] = len(hubs) - len(static_hubs)
 
     node_parts = []
     for i in range(num_nodes):
@@ -74,7 +94,7 @@ def reference_sep(src, dst, t, num_nodes, num_parts, topk=0.0, beta=0.1, lam=1.0
             q = min(range(num_parts), key=lambda k: (counts[k], k))
             node_parts[i] = q
             counts[q] += 1
-    return node_parts, load, dropped, sorted(hubs)
+    return node_parts, load, dropped, static_hubs
 
 
 def _finish(parts_of, num_parts):
@@ -145,3 +165,40 @@ def reference_greedy(src, dst, num_nodes, num_parts, event_parts=None):
         a.add(p)
         b.add(p)
     return _finish(parts_of, num_parts), load
+
+
+def reference_spread(src, dst, node_parts, event_parts, num_parts):
+    """The shared-shared spread, plain Python: returns the new event parts.
+
+    Loads without shared-shared events are filled to a common level (the lowest parts first;
+    a remainder one each to the parts that end lowest, lowest id on ties); each part keeps the
+    s-th of its own shared-shared events when floor((s + 1) keep / own) steps up, and every
+    other one goes to the part with the largest remaining need."""
+    out = list(event_parts)
+    ss_events = [e for e in range(len(src)) if node_parts[src[e]] == -1 and node_parts[dst[e]] == -1]
+    base = [0] * num_parts
+    for e, k in enumerate(out):
+        if k >= 0 and e not in set(ss_events):
+            base[k] += 1
+    own = [sum(1 for e in ss_events if out[e] == p) for p in range(num_parts)]
+    total = len(ss_events)
+    if not total:
+        return out
+    quota = [0] * num_parts
+    for _ in range(total):  # one at a time onto the lowest part: the same integers as water filling
+        p = min(range(num_parts), key=lambda q: (base[q] + quota[q], q))
+        quota[p] += 1
+    keep = [min(own[p], quota[p]) for p in range(num_parts)]
+    need = [quota[p] - keep[p] for p in range(num_parts)]
+    seen = [0] * num_parts
+    for e in ss_events:
+        k = out[e]
+        if k >= 0:
+            s = seen[k]
+            seen[k] += 1
+            if (s + 1) * keep[k] // own[k] > s * keep[k] // own[k]:
+                continue
+        best = max(range(num_parts), key=lambda q: (need[q], -q))
+        need[best] -= 1
+        out[e] = best
+    return out

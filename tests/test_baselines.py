@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import speed
 from conftest import random_stream
-from reference_sep import reference_greedy, reference_hdrf
+from reference_sep import reference_greedy, reference_hdrf, reference_spread
 
 # (0,1) (2,3) (0,2) (1,3) (0,3) (1,4) with P = 2, worked by hand in the comments below.
 SRC = [0, 2, 0, 1, 0, 1]
@@ -51,16 +51,18 @@ def test_hdrf_prefers_replicating_the_high_degree_node():
 def test_vertex_cut_kernels_match_references(n, e, p, seed):
     src, dst, t = random_stream(np.random.default_rng(seed), n, e)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
-    h = speed.partition(ev, p, method="hdrf", lam=1.0)
+    h = speed.partition(ev, p, method="hdrf", lam=1.0, balance=0.1)
     ref_events = []
     ref_parts, ref_load = reference_hdrf(src, dst, n, p, event_parts=ref_events)
     assert list(h.node_parts) == ref_parts and h.stats["stream_loads"] == ref_load
-    assert h.event_part.tolist() == ref_events
-    g = speed.partition(ev, p, method="greedy")
+    # balance spreads the shared-shared events after the stream
+    assert h.event_part.tolist() == reference_spread(src, dst, ref_parts, ref_events, p)
+    g = speed.partition(ev, p, method="greedy", balance=0.1)
     ref_events = []
     ref_parts, ref_load = reference_greedy(src, dst, n, p, event_parts=ref_events)
     assert list(g.node_parts) == ref_parts and g.stats["stream_loads"] == ref_load
-    assert g.event_part.tolist() == ref_events
+    assert g.event_part.tolist() == reference_spread(src, dst, ref_parts, ref_events, p)
+    assert speed.partition(ev, p, method="greedy").event_part.tolist() == ref_events  # default: no spread
     for res in (h, g):
         assert res.edge_cut == 0.0  # every event lands where both endpoints live
 

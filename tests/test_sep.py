@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 import speed
 from speed.partition import _kernels
+from speed.partition.balance import spread_shared_events, water_level
 from speed.partition.centrality import select_hubs
 from conftest import random_stream
-from reference_sep import reference_centrality, reference_sep
+from reference_sep import reference_centrality, reference_sep, reference_spread
 
 
 def run_kernel(src, dst, cent, hubs, num_parts, lam=1.0, eps=1.0):
@@ -23,8 +24,10 @@ def run_kernel(src, dst, cent, hubs, num_parts, lam=1.0, eps=1.0):
     code = _kernels.initial_codes(n, hubs)
     hub_mask = np.zeros((len(hubs), (num_parts + 63) // 64), dtype=np.uint64)
     load = np.zeros(num_parts, dtype=np.int64)
-    dropped = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), code, hub_mask,
-                                  load, lam, eps, np.empty(len(src), dtype=np.int32))
+    rows = np.array([len(hubs)], dtype=np.int64)
+    dropped, stop = _kernels.sep_assign(src, dst, 0, len(src), np.asarray(cent, dtype=np.float64), code, hub_mask,
+                                        rows, load, lam, eps, math.inf, 0.0, np.empty(len(src), dtype=np.int32))
+    assert stop == len(src)
     parts = _kernels.finalize_parts(code, hub_mask, np.empty(len(code), dtype=np.int64))
     return parts, load, dropped
 
@@ -82,7 +85,7 @@ class TestCases:
         # the same stream through the public path: beta=0 makes centrality the degree; with
         # topk = 2/8 the hubs are the two of largest degree, ties to the smaller id.
         ev = speed.Events.from_arrays(self.src, self.dst, np.arange(11))
-        res = speed.partition(ev, 2, topk=0.25, beta=0.0)
+        res = speed.partition(ev, 2, topk=0.25, beta=0.0, balance=None)
         ref_parts, ref_load, ref_dropped, ref_hubs = reference_sep(self.src, self.dst, np.arange(11), 8, 2,
                                                                    topk=0.25, beta=0.0)
         assert list(res.hubs) == ref_hubs == [0, 2]  # degrees: 0 -> 4, 2 -> 4, 3 -> 3
@@ -128,22 +131,79 @@ streams = st.tuples(
 )
 
 
-@settings(max_examples=120, deadline=None)
-@given(streams)
-def test_kernel_matches_reference(params):
+@settings(max_examples=150, deadline=None)
+@given(streams, st.sampled_from([None, 0.0, 0.1, 0.5]))
+def test_kernel_matches_reference(params, balance):
     n, e, p, topk, beta, seed = params
     src, dst, t = random_stream(np.random.default_rng(seed), n, e)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
-    res = speed.partition(ev, p, topk=topk, beta=beta, lam=1.0, eps=1.0)
-    ref_events = []
+    res = speed.partition(ev, p, topk=topk, beta=beta, lam=1.0, eps=1.0, balance=balance)
+    ref_events, info = [], {}
     ref_parts, ref_load, ref_dropped, ref_hubs = reference_sep(src, dst, t, n, p, topk=topk, beta=beta,
-                                                               event_parts=ref_events)
+                                                               event_parts=ref_events, balance=balance, info=info)
+    if balance is not None:
+        ref_events = reference_spread(src, dst, ref_parts, ref_events, p)
     assert res.event_part.tolist() == ref_events
     np.testing.assert_allclose(res.centrality, reference_centrality(src, dst, t, n, beta), rtol=0, atol=0)
     assert list(res.hubs) == ref_hubs
     assert list(res.node_parts) == ref_parts
     assert res.stats["stream_loads"] == ref_load
     assert res.stats["dropped_events"] == ref_dropped
+    assert res.stats["dynamic_hubs"] == info["dynamic_hubs"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(streams, st.sampled_from([0.0, 0.1, 0.5]))
+def test_capacity_bound_and_theorem1_with_dynamic_hubs(params, balance):
+    n, e, p, topk, beta, seed = params
+    src, dst, t = random_stream(np.random.default_rng(seed), n, e)
+    ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
+    res = speed.partition(ev, p, topk=topk, beta=beta, balance=balance)
+    s = res.stats
+    loads = np.array(s["stream_loads"])
+    placed = loads.sum()
+    # the stream's bound: a part passes (1 + b) max(placed, E/10) / P only as the lightest part
+    assert loads.max() <= max((1 + balance) * max(placed, 0.1 * e) / p, placed / p + 1) + 1e-9
+    # the spread never makes the largest part larger than the stream left it or the mean allows
+    assigned = np.array(s["assigned_events"])
+    assert assigned.sum() >= placed and assigned.max() <= max(loads.max(), math.ceil(assigned.sum() / p))
+    # Theorem 1 with k' = the fraction of static and dynamic hubs
+    k = (s["num_hubs"] + s["dynamic_hubs"]) / s["num_train_nodes"]
+    assert s["replication_factor"] <= k * p + 1 - k + 1e-9
+    assert set(res.shared.tolist()) <= set(res.hubs.tolist()) | set(np.flatnonzero(res.node_parts == -1).tolist())
+    assert len(res.shared) <= s["num_hubs"] + s["dynamic_hubs"]
+
+
+def test_a_full_part_promotes_the_pinned_node():
+    src, dst = [0, 0, 0, 0, 5, 6, 7, 8], [1, 2, 3, 4, 6, 7, 8, 5]
+    # P = 2, b = 0, no hubs, E = 8: cap = max(placed + 1, 0.8) / 2, and the lightest part is
+    # never full.  (0,1) -> p0 (tie, lowest id).  (0,2): 0 pinned to p0, 1 + 1 > cap 1 -> 0
+    # becomes a dynamic hub (A = {0}); p0 is full, so p1.  (0,3): cap 1.5, both parts at 1 (the
+    # lightest) -> hub 0 is in both, tie -> p0.  (0,4): cap 2, p0 at 2 is full -> p1.  (5,6): both
+    # lightest -> p0.  (6,7): 6 pinned to p0, 3 + 1 > cap 3 -> 6 promoted too, p1.
+    res = speed.partition(speed.Events.from_arrays(src, dst, np.arange(8), num_nodes=9), 2, topk=0.0, beta=0.0,
+                          balance=0.0)
+    assert res.event_part[:6].tolist() == [0, 1, 0, 1, 0, 1]
+    assert res.node_parts[:7].tolist() == [-1, 0, 1, 0, 1, 0, -1]
+    assert res.stats["num_hubs"] == 0 and res.stats["dynamic_hubs"] >= 2
+    # with the capacity off, the paper's rule keeps everything of node 0 in p0
+    off = speed.partition(speed.Events.from_arrays(src, dst, np.arange(8), num_nodes=9), 2, topk=0.0, beta=0.0,
+                          balance=None)
+    assert off.event_part[:4].tolist() == [0, 0, 0, 0] and off.stats["dynamic_hubs"] == 0
+
+
+def test_shared_shared_events_fill_the_light_parts():
+    # nodes 0, 1 shared, 2 in part 0; six (0,1) events the stream put on part 0, two (2,0) on part 0
+    src = np.array([0, 0, 0, 2, 0, 0, 0, 2])
+    dst = np.array([1, 1, 1, 0, 1, 1, 1, 0])
+    node_parts = np.array([-1, -1, 0])
+    event_part = np.zeros(8, dtype=np.int32)
+    spread_shared_events(src, dst, node_parts, event_part, 2)
+    # base [2, 0] + 6 movable -> level 4: part 0 keeps 2 of its 6 (the 3rd and 6th), part 1 gets 4
+    assert event_part.tolist() == [1, 1, 0, 0, 1, 1, 0, 0]
+    assert np.bincount(event_part).tolist() == [4, 4]
+    assert water_level(np.array([5, 0, 1]), 3).tolist() == [0, 2, 1]
+    assert water_level(np.array([2, 0]), 3).tolist() == [1, 2]
 
 
 @settings(max_examples=100, deadline=None)
@@ -152,7 +212,7 @@ def test_theorem1_and_single_home_for_non_hubs(params, lam):
     n, e, p, topk, beta, seed = params
     src, dst, t = random_stream(np.random.default_rng(seed), n, e)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=n)
-    res = speed.partition(ev, p, topk=topk, beta=beta, lam=lam)
+    res = speed.partition(ev, p, topk=topk, beta=beta, lam=lam, balance=None)
     st_ = res.stats
     assert st_["replication_factor"] <= topk * p + 1 - topk + 1e-9
     # shared nodes are hubs; everything else has exactly one part
@@ -173,8 +233,8 @@ def test_single_part_keeps_everything():
 def test_many_parts_beyond_one_mask_word():
     src, dst, t = random_stream(np.random.default_rng(1), 400, 3000)
     ev = speed.Events.from_arrays(src, dst, t, num_nodes=400)
-    res = speed.partition(ev, 70, topk=0.05)
-    ref_parts, ref_load, _, _ = reference_sep(src, dst, t, 400, 70, topk=0.05)
+    res = speed.partition(ev, 70, topk=0.05, balance=0.1)
+    ref_parts, ref_load, _, _ = reference_sep(src, dst, t, 400, 70, topk=0.05, balance=0.1)
     assert list(res.node_parts) == ref_parts and res.stats["stream_loads"] == ref_load
 
 

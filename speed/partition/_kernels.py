@@ -12,7 +12,8 @@ State of the SEP stream (paper Alg. 1, DESIGN §4):
                 ``p >= 0`` a non-hub living in partition ``p``; ``UNPLACED`` (-1) a non-hub
                 not yet placed; ``HUB_ROW0 - r`` (-2 - r) a hub whose partition set is row
                 ``r`` of ``hub_mask``.
-``hub_mask``    uint64 (num_hubs, ceil(P / 64)), the partition set A(i) of each hub as bits.
+``hub_mask``    uint64 (rows, ceil(P / 64)), the partition set A(i) of each hub as bits: the
+                selected hubs first, then the dynamic hubs the capacity promotes.
 ``load[p]``     int64, events assigned to partition ``p`` so far.
 """
 
@@ -127,8 +128,29 @@ def _join(i, c, p, code, hub_mask):
         code[i] = p
 
 
+@numba.njit(cache=True, inline="always")
+def _full(load, q, cap, min_load):
+    """Whether partition ``q`` may take no more events: one more would pass the capacity, and it
+    is not the lightest (the lightest always may, so an event always has a home)."""
+    return load[q] + 1 > cap and load[q] > min_load
+
+
+@numba.njit(cache=True, inline="always")
+def _promote(i, p, code, hub_mask, rows):
+    """Make placed non-hub ``i`` (living in ``p``) a hub whose partition set is {p} (a dynamic
+    hub): it may now be replicated.  Returns its new code."""
+    r = rows[0]
+    rows[0] = r + 1
+    for w in range(hub_mask.shape[1]):
+        hub_mask[r, w] = np.uint64(0)
+    hub_mask[r, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    code[i] = HUB_ROW0 - r
+    return code[i]
+
+
 @numba.njit(cache=True)
-def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event_part):
+def sep_assign(src, dst, start, end, cent, code, hub_mask, rows, load, lam, eps, balance, floor_events,
+               event_part):
     """Stream events ``[start, end)`` through SEP, updating the state in place.
 
     For event (i, j): a non-hub already placed pins the event to its partition; two
@@ -138,31 +160,54 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
     maximised, ties going to the lowest partition id; ``h(i,p) = 1 + (1 - theta(i))``
     when ``p`` is in A(i), else 0, with ``theta(i) = Cent(i) / (Cent(i) + Cent(j))``.
 
+    Capacity (``balance`` = b, ``inf`` turns it off): a partition is full when one more event
+    would take it past ``cap = (1 + b) * max(placed + 1, floor_events) / P`` (``placed``: events
+    assigned so far) and it is not the lightest.  Full partitions are not candidates; an event
+    pinned to a full partition promotes its pinned endpoints to hubs (dynamic hubs, A = their
+    partition), which then score like any hub.  Every partition's final load is therefore at
+    most ``max(cap(placed_final), placed_final / P + 1)``.
+
+    ``rows`` (int64, shape (1,)) counts the used rows of ``hub_mask``; a promotion needs a free
+    row, and when there are fewer than two the kernel stops before event ``e`` so the caller
+    can grow ``hub_mask`` and call again from ``e``.
+
     ``event_part[e]`` (int32, shape (E,)) receives the partition of event ``e``, or
     DROPPED.
 
     Returns
     -------
-    int
-        Events dropped in ``[start, end)``.
+    (int, int)
+        Events dropped in ``[start, stop)``, and ``stop`` (``end`` unless it stopped early).
     """
     num_parts = load.shape[0]
     dropped = 0
+    placed = 0
+    for q in range(num_parts):
+        placed += load[q]
     for e in range(start, end):
         i = src[e]
         j = dst[e]
         pin_i = code[i]  # >= 0 only for a placed non-hub
         pin_j = code[j]
-        if pin_i >= 0 and pin_j >= 0:
-            if pin_i != pin_j:
-                dropped += 1
-                event_part[e] = DROPPED
-                continue
-            best_p = pin_i
-        elif pin_i >= 0:
-            best_p = pin_i
-        elif pin_j >= 0:
-            best_p = pin_j
+        if pin_i >= 0 and pin_j >= 0 and pin_i != pin_j:
+            dropped += 1
+            event_part[e] = DROPPED
+            continue
+        max_load, min_load = _load_range(load)
+        cap = (1.0 + balance) * max(placed + 1.0, floor_events) / num_parts
+        pin = pin_i if pin_i >= 0 else pin_j
+        if pin >= 0 and _full(load, pin, cap, min_load):
+            if rows[0] + 2 > hub_mask.shape[0]:
+                return dropped, e
+            if pin_i >= 0:
+                pin_i = _promote(i, pin_i, code, hub_mask, rows)
+            if pin_j >= 0 and j != i:
+                pin_j = _promote(j, pin_j, code, hub_mask, rows)
+            elif j == i:
+                pin_j = pin_i
+            pin = -1
+        if pin >= 0:
+            best_p = pin
         else:
             ci = cent[i]
             cj = cent[j]
@@ -175,10 +220,11 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
                 theta_j = 0.5
             h_i = 1.0 + (1.0 - theta_i)
             h_j = 1.0 + (1.0 - theta_j)
-            max_load, min_load = _load_range(load)
             best = -np.inf
             best_p = 0
             for q in range(num_parts):
+                if _full(load, q, cap, min_load):
+                    continue
                 score = 0.0
                 if _member(pin_i, q, hub_mask):
                     score += h_i
@@ -189,11 +235,12 @@ def sep_assign(src, dst, start, end, cent, code, hub_mask, load, lam, eps, event
                     best = score
                     best_p = q
         load[best_p] += 1
+        placed += 1
         event_part[e] = best_p
         _join(i, pin_i, best_p, code, hub_mask)
         if j != i:
             _join(j, pin_j, best_p, code, hub_mask)
-    return dropped
+    return dropped, end
 
 
 @numba.njit(cache=True)

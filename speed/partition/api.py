@@ -19,12 +19,13 @@ from .._util import StageTimer
 from ..data.events import Events
 from ..errors import InputError
 from . import _kernels, baselines
+from .balance import balance_stats, spread_shared_events
 from .metrics import partition_metrics
 from .sep import sep
 
 # The defaults of partitioning, read by partition(), Partitioner and the CLI.
 DEFAULTS: Dict[str, Any] = {"num_parts": 4, "topk": 0.0, "beta": 0.1, "lam": 1.0, "eps": 1.0, "seed": 0,
-                            "method": "sep"}
+                            "method": "sep", "balance": None}
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Method:
 
 def _run_sep(events, num_parts, p, timer, progress):
     node_parts, cent, hubs, extra = sep(events, num_parts, float(p["topk"]), float(p["beta"]), float(p["lam"]),
-                                        float(p["eps"]), timer, progress)
+                                        float(p["eps"]), timer, progress, balance=p["balance"])
     return MethodOutput(node_parts, extra, cent, hubs)
 
 
@@ -73,10 +74,10 @@ def _staged(fn):
 
 
 REGISTRY: Dict[str, Method] = {m.name: m for m in (
-    Method("sep", _run_sep, ("topk", "beta", "lam", "eps", "seed"), vertex_cut=True),
-    Method("hdrf", _staged(lambda e, n, p, pr: baselines.hdrf(e, n, p["lam"], p["eps"], pr)), ("lam", "eps", "seed"),
-           vertex_cut=True),
-    Method("greedy", _staged(lambda e, n, p, pr: baselines.greedy(e, n, pr)), ("seed",), vertex_cut=True),
+    Method("sep", _run_sep, ("topk", "beta", "lam", "eps", "balance", "seed"), vertex_cut=True),
+    Method("hdrf", _staged(lambda e, n, p, pr: baselines.hdrf(e, n, p["lam"], p["eps"], pr)),
+           ("lam", "eps", "balance", "seed"), vertex_cut=True),
+    Method("greedy", _staged(lambda e, n, p, pr: baselines.greedy(e, n, pr)), ("balance", "seed"), vertex_cut=True),
     Method("random", _staged(lambda e, n, p, pr: baselines.random_parts(e, n, p["seed"])), ("seed",),
            vertex_cut=False),
     Method("kl", _staged(lambda e, n, p, pr: baselines.kl(e, n, p["seed"])), ("seed",), vertex_cut=False),
@@ -159,7 +160,7 @@ class PartitionResult:
                             progress=progress, extra=extra)
 
 
-def _validate(num_parts, topk, beta, lam, eps, method):
+def _validate(num_parts, topk, beta, lam, eps, method, balance=None):
     if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
         raise InputError(f"num_parts must be an integer >= 1, got {num_parts!r}")
     for name, v in (("topk", topk), ("beta", beta), ("lam", lam), ("eps", eps)):
@@ -171,6 +172,10 @@ def _validate(num_parts, topk, beta, lam, eps, method):
         raise InputError(f"beta must be >= 0, got {beta}")
     if lam <= 0 or eps <= 0:
         raise InputError(f"lam and eps must be > 0, got lam={lam}, eps={eps}")
+    if balance is not None and (isinstance(balance, bool) or not isinstance(balance, (int, float, np.floating,
+                                                                                      np.integer))
+                                or not math.isfinite(balance) or balance < 0):
+        raise InputError(f"balance must be a number >= 0 (or None: no capacity), got {balance!r}")
     if method not in METHODS:
         raise InputError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
 
@@ -185,6 +190,7 @@ def partition(
     seed: int = DEFAULTS["seed"],
     method: str = DEFAULTS["method"],
     progress: Optional[bool] = None,
+    balance: Optional[float] = DEFAULTS["balance"],
 ) -> PartitionResult:
     """Partition exactly the given events into ``num_parts`` node-induced sub-graphs.
 
@@ -214,6 +220,14 @@ def partition(
         and ``metis`` (DGL, needs the ``dgl`` extra) assign nodes with no replicas, on the
         static projection for the latter two.  ``topk`` and ``beta`` apply to SEP only,
         ``lam`` and ``eps`` to SEP and HDRF.
+    balance : float or None
+        Even the parts' training events, e.g. 0.1 (default None: the paper's rule alone; see
+        docs/partitioning.md for what balance costs in replication and accuracy).  SEP then caps every part at
+        ``(1 + balance)`` times the mean load while streaming, replicating ("dynamic hubs")
+        nodes whose part is full, so the replication bound becomes ``k' P + 1 - k'`` with
+        ``k'`` the fraction of static and dynamic hubs; and, after any vertex-cut method, the
+        events between two shared nodes are spread to even the parts
+        (:mod:`speed.partition.balance`).
     progress : bool, optional
         Progress bars on stderr (default: when stderr is a terminal).
 
@@ -221,13 +235,13 @@ def partition(
     -------
     PartitionResult
     """
-    _validate(num_parts, topk, beta, lam, eps, method)
+    _validate(num_parts, topk, beta, lam, eps, method, balance)
     if len(events) == 0:
         raise InputError("no events to partition")
     timer = StageTimer()
     num_parts = int(num_parts)
     m = REGISTRY[method]
-    given = {"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed}
+    given = {"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed, "balance": balance}
     out = m.run(events, num_parts, given, timer, progress)
     extra = dict(out.extra)
     event_part = extra.pop("event_part", None)
@@ -235,6 +249,9 @@ def partition(
         stats = partition_metrics(events, out.node_parts, num_parts)
         if event_part is None:
             event_part = _kernels.endpoint_event_parts(events.src, events.dst, out.node_parts)
+        if balance is not None and m.vertex_cut:
+            spread_shared_events(events.src, events.dst, out.node_parts, event_part, num_parts)
+        stats.update(balance_stats(np.bincount(event_part[event_part >= 0], minlength=num_parts)))
     stats.update(extra)
     stats["seconds"] = timer.rounded()
     return PartitionResult(
@@ -265,7 +282,8 @@ class Partitioner:
 
     def __init__(self, num_parts: int = DEFAULTS["num_parts"], topk: float = DEFAULTS["topk"],
                  beta: float = DEFAULTS["beta"], lam: float = DEFAULTS["lam"], eps: float = DEFAULTS["eps"],
-                 seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], progress: Optional[bool] = None):
+                 seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], progress: Optional[bool] = None,
+                 balance: Optional[float] = DEFAULTS["balance"]):
         self.num_parts = num_parts
         self.topk = topk
         self.beta = beta
@@ -274,9 +292,11 @@ class Partitioner:
         self.seed = seed
         self.method = method
         self.progress = progress
+        self.balance = balance
 
     def get_params(self) -> Dict[str, Any]:
-        return {k: getattr(self, k) for k in ("num_parts", "topk", "beta", "lam", "eps", "seed", "method")}
+        return {k: getattr(self, k) for k in ("num_parts", "topk", "beta", "lam", "eps", "seed", "method",
+                                                "balance")}
 
     def fit(self, events: Events) -> "Partitioner":
         res = partition(events, progress=self.progress, **self.get_params())

@@ -43,7 +43,9 @@ from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, c
 from ..errors import InputError
 from . import _kernels
 from .api import DEFAULTS, PartitionResult, _validate
+from .balance import balance_stats, spread_shared_chunks
 from .centrality import decay_span, select_hubs
+from .sep import SepStream
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
 from .shards import build_manifest, part_chunk, write_manifest, write_node_files
@@ -214,7 +216,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
                    seed: int = DEFAULTS["seed"], method: str = DEFAULTS["method"], val: float = DEFAULT_VAL,
                    test: float = DEFAULT_TEST, new_node_fraction: float = DEFAULT_NEW_NODE_FRACTION,
                    overwrite: bool = False, progress: Optional[bool] = None, reader: Optional[dict] = None,
-                   split_times=None) -> Path:
+                   split_times=None, balance: Optional[float] = DEFAULTS["balance"]) -> Path:
     """Split, partition (SEP) and write the shards of the log at ``path`` within ``max_memory``.
 
     The result equals ``read_events`` + ``chronological_split`` + ``partition(split.train(...))``
@@ -229,7 +231,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
         Shards directory to create (atomically).
     max_memory : int or str
         Memory budget, bytes or a size such as ``"3G"``.
-    num_parts, topk, beta, lam, eps, seed, method
+    num_parts, topk, beta, lam, eps, seed, method, balance
         As :func:`speed.partition`; only ``method="sep"`` streams.
     val, test, new_node_fraction, split_times
         As :func:`speed.chronological_split` (``seed`` seeds the hold-out, as in the CLI;
@@ -243,7 +245,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     pathlib.Path
     """
     budget = parse_size(max_memory)
-    _validate(num_parts, topk, beta, lam, eps, method)
+    _validate(num_parts, topk, beta, lam, eps, method, balance)
     if method != "sep":
         raise InputError(f"max_memory (out-of-core) partitions with method 'sep' only, got '{method}'")
     check_fractions(val, test, new_node_fraction)
@@ -264,7 +266,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
             if sp.num_train == 0:
                 raise InputError("no events to partition (the training period is empty)", path)
             shards = _Pipeline(source, spill, marks, info, sp, budget, num_parts, timer, progress)
-            shards.run(topk, beta, lam, eps, seed, new_node_fraction)
+            shards.run(topk, beta, lam, eps, seed, new_node_fraction, balance)
             shards.write(tmp, extra={"out_of_core": {"max_memory": budget, "chunk_events": shards.chunk}})
         finally:
             spill.close()
@@ -360,7 +362,7 @@ class _Pipeline:
                 yield lo, hi
                 bar.update(hi - lo)
 
-    def run(self, topk, beta, lam, eps, seed, new_node_fraction) -> None:
+    def run(self, topk, beta, lam, eps, seed, new_node_fraction, balance=DEFAULTS["balance"]) -> None:
         sp, n, ne = self.sp, self.num_nodes, self.info.num_events
         num_train = sp.num_train
         with self.timer.stage("centrality"):
@@ -406,21 +408,28 @@ class _Pipeline:
 
         with self.timer.stage("assign"):
             # pass 3: SEP's stream over the training events
-            code = _kernels.initial_codes(n, hubs)
-            hub_mask = np.zeros((hubs.size, (self.num_parts + 63) // 64), dtype=np.uint64)
-            load = np.zeros(self.num_parts, dtype=np.int64)
-            dropped = masked = 0
+            stream = SepStream(n, self.num_parts, cent, hubs, lam, eps, balance, num_train)
+            masked = 0
             for lo, hi in self._chunks(0, num_train, "SEP assign"):
                 src = self.spill.read("src", lo, hi)
                 dst = self.spill.read("dst", lo, hi)
                 event_part = np.empty(hi - lo, dtype=np.int32)
-                dropped += _kernels.sep_assign(src, dst, 0, hi - lo, cent, code, hub_mask, load, float(lam),
-                                               float(eps), event_part)
+                stream.feed(src, dst, event_part)
                 masked += int(np.count_nonzero(~(sp.new_nodes[src] | sp.new_nodes[dst])))
                 self._part(lo, event_part)
-            node_parts = _kernels.finalize_parts(code, hub_mask, np.empty(n, dtype=np.int64))
-            node_parts = _kernels.fill_unplaced(node_parts, self.num_parts)
-            del code, hub_mask
+            node_parts = stream.finish(self.num_parts)
+            stream_stats = stream.stats()
+            del stream
+            if balance is not None:
+                bounds = [(lo, min(num_train, lo + self.chunk)) for lo in range(0, num_train, self.chunk)]
+                spread_shared_chunks(lambda: ((self.spill.read("src", lo, hi), self.spill.read("dst", lo, hi),
+                                               self.spill.read("part", lo, hi)) for lo, hi in bounds),
+                                     node_parts, self.num_parts,
+                                     write=lambda i, part: self.spill.write("part", bounds[i][0], part))
+            part_counts = np.zeros(self.num_parts, dtype=np.int64)
+            for lo, hi in self._chunks(0, num_train, "part loads"):
+                part = self.spill.read("part", lo, hi)
+                part_counts += np.bincount(part[part >= 0], minlength=self.num_parts)
             sp.num_train_masked = masked
 
         with self.timer.stage("metrics"):
@@ -434,12 +443,13 @@ class _Pipeline:
                 first += f
                 total += a
             stats = metrics_from_counts(present, node_parts, first, self.num_parts, num_train)
-        stats.update(stream_loads=[int(x) for x in load], dropped_events=int(dropped), num_hubs=int(hubs.size))
+        stats.update(stream_stats)
+        stats.update(balance_stats(part_counts))
         self.counts = total
         self.result = PartitionResult(
             node_parts=node_parts, shared=np.flatnonzero(node_parts == _kernels.SHARED).astype(np.int64),
             num_parts=self.num_parts, method="sep",
-            params={"topk": topk, "beta": beta, "lam": lam, "eps": eps, "seed": seed},
+            params={"topk": topk, "beta": beta, "lam": lam, "eps": eps, "balance": balance, "seed": seed},
             stats=stats, events=None, event_part=None, centrality=cent, hubs=hubs)
 
     def _part(self, lo: int, event_part: np.ndarray) -> None:

@@ -304,6 +304,28 @@ class Shards:
             selectors[self._buckets(parts).index(shared_pair)] = keep
         return self._gather(selectors, period)
 
+    def train_counts(self):
+        """Training events per bucket, and the shared–shared ones per assigned part.
+
+        Returns
+        -------
+        per_bucket : int64 ndarray, shape (num_buckets,)
+            Indexed by :func:`speed.partition._kernels.bucket_id` of the endpoints' codes.
+        shared_assigned : int64 ndarray, shape (num_parts,), or None
+            Training events between two shared nodes by the part they were assigned to (None
+            for shards without ``events/part.npy``).
+        """
+        eid = self._arrays["eid"]
+        lo, hi = self.offsets[:-1], self.offsets[1:]
+        # a bucket is in time (eid) order: its training events come first
+        per_bucket = np.array([int(np.searchsorted(eid[a:b], self.num_train_events)) for a, b in zip(lo, hi)],
+                              dtype=np.int64)
+        pair = int(_kernels.bucket_id(0, 0, self.num_parts))
+        if self._part is None:
+            return per_bucket, None
+        part = np.asarray(self._part[int(lo[pair]):int(lo[pair]) + int(per_bucket[pair])])
+        return per_bucket, np.bincount(part[part >= 0], minlength=self.num_parts)[:self.num_parts].astype(np.int64)
+
     def part(self, p: int, period: str = "all") -> Events:
         """Part ``p``: its own nodes plus the shared nodes, node-induced."""
         return self.merge([p], period)
