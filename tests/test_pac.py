@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing
+import os
 import time
 
 import numpy as np
@@ -34,6 +35,28 @@ def test_groups_are_a_deterministic_partition_of_the_parts():
     epochs = {tuple(part_groups(8, 2, 3, e, True)[0]) for e in range(6)}
     assert len(epochs) > 1  # shuffled from epoch to epoch
     assert [x.tolist() for x in part_groups(8, 2, 3, 5, False)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_balanced_groups_even_the_events_and_still_mix():
+    from speed.train.pac.groups import PartLoads
+
+    # one heavy part (0) and seven light ones; cut events between 0 and 1 come back together
+    own = np.array([700, 100, 100, 100, 100, 100, 100, 100])
+    cut = np.zeros((8, 8), dtype=np.int64)
+    cut[0, 1] = cut[1, 0] = 50
+    loads = PartLoads(own=own, cut=cut, everywhere=0)
+    lpt = part_groups(8, 4, 0, 1, False, loads)
+    assert [g.tolist() for g in lpt] == [g.tolist() for g in part_groups(8, 4, 5, 9, False, loads)]  # fixed
+    assert loads.of(lpt).max() == 800  # 0 with a light part other than 1 (no cut events): the best possible
+    assert 1 not in lpt[[0 in g for g in lpt].index(True)]
+    # equal parts: every grouping is balanced, so the draw still mixes partners across epochs
+    even = PartLoads(own=np.full(8, 100), cut=np.zeros((8, 8), dtype=np.int64), everywhere=0)
+    firsts = {tuple(part_groups(8, 2, 3, e, True, even)[0]) for e in range(6)}
+    assert len(firsts) > 1
+    for e in range(6):  # and always near the best
+        g = part_groups(8, 4, 3, e, True, loads)
+        assert sorted(np.concatenate(g).tolist()) == list(range(8))
+        assert loads.of(g).max() <= 800 * 1.02
 
 
 def test_parts_must_be_a_multiple_of_ranks():
@@ -84,7 +107,10 @@ def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp
     plan = json.loads(capsys.readouterr().out)
     for e, p in zip(m["epochs"], plan["epochs"]):
         keys = ("rank", "parts", "events", "nodes", "memory_bytes")
-        assert [{k: r[k] for k in keys} for r in e["ranks"]] == p["ranks"]
+        assert [{k: r[k] for k in keys} for r in e["ranks"]] == [{k: r[k] for k in keys} for r in p["ranks"]]
+        shares = [r["events"] / m["data"]["num_train_events"] for r in e["ranks"]]
+        assert [r["share"] for r in p["ranks"]] == pytest.approx(shares)
+        assert p["expected_epoch_time"] == pytest.approx(max(shares))
         inflation = sum(r["events"] for r in e["ranks"]) / m["data"]["num_train_events"]
         assert p["work_inflation"] == pytest.approx(inflation)
         if subgraph == "assigned":
@@ -179,6 +205,42 @@ def test_torchrun_runs_the_same_entry_point(shards4, tmp_path):
     assert m["nproc"] == 2 and len(m["epochs"][0]["ranks"]) == 2
 
 
+def test_two_torchrun_nodes_on_one_host_equal_nproc_2(shards4, tmp_path):
+    """Several machines, tested on one: two torchrun agents (``--nnodes 2``, static rendezvous on
+    localhost) give the metrics of ``--nproc 2`` with the same seed.  No ``--threads``: each
+    rank must count the ranks on its host, not only its agent's, to get the same threads."""
+    import subprocess
+    import sys
+
+    args = [str(shards4), "--model", "jodie", "--epochs", "2", "--seed", "3", "--deterministic",
+            "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                               "--node_rank", str(i), "--master_addr", "127.0.0.1", "--master_port", port,
+                               "-m", "speed", "train", *args, "--out", str(tmp_path / "nodes")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    assert main(["train", *args, "--nproc", "2", "--out", str(tmp_path / "spawned")]) == 0
+    a, b = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("nodes", "spawned"))
+    core = (lambda m: json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"]},
+                                 sort_keys=True))
+    assert core(a) == core(b)
+    # the thread count a deterministic run depends on: cores over the ranks on this host
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert [r["threads"] for r in a["epochs"][0]["ranks"]] == [threads, threads]
+    assert [r["threads"] for r in b["epochs"][0]["ranks"]] == [threads, threads]
+
+
+@pytest.mark.parametrize("model", ["jodie", "dyrep", "tgn", "tige"])
+def test_every_model_trains_in_parallel_without_an_unused_parameter_search(shards4, tmp_path, model):
+    # DDP runs with find_unused_parameters=False: a parameter outside the graph of any step
+    # (e.g. DyRep's message embedding on a batch without pending events) would fail the run
+    m = speed.train(shards4, model=model, epochs=1, seed=0, nproc=2, out=tmp_path, **TINY)
+    assert m["epochs"][0]["ranks"][0]["steps"] >= 2 and np.isfinite(m["epochs"][0]["loss"])
+
+
 def test_parallel_runs_are_deterministic(shards4, tmp_path):
     kw = dict(model="jodie", epochs=2, seed=0, nproc=2, deterministic=True, patience=10, **TINY)
     a = speed.train(shards4, out=tmp_path / "a", **kw)
@@ -210,3 +272,42 @@ def test_local_validation_keeps_the_test_exact(shards4, tmp_path):
     assert approx["scope"] == "local" and local["val_local"] == approx
     assert 0 < approx["transductive"]["count"] <= full["val"]["transductive"]["count"]
     assert (tmp_path / "local" / "checkpoint.pt").exists()
+
+
+def test_the_pipeline_waits_for_in_epoch_syncs_and_pass_ends(tmp_path):
+    # two unequal parts: the lighter rank cycles its data; shared nodes sync every 2 steps; the
+    # planning thread must stop at each of those steps, so the run equals the unpipelined one
+    log = speed.write_generated(tmp_path / "log.csv", 300, 3000, seed=1)
+    assert main(["partition", str(log), "-o", str(tmp_path / "s2"), "--parts", "2", "--topk", "5",
+                 "--no-progress"]) == 0
+    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, sync_every=2, **(TINY | {"batch_size": 60}))
+    plain = speed.train(tmp_path / "s2", out=tmp_path / "plain", **kw)
+    piped = speed.train(tmp_path / "s2", out=tmp_path / "piped", pipeline=True, **kw)
+    assert any(r["passes"] > 1 for r in plain["epochs"][0]["ranks"])
+    assert [e["loss"] for e in piped["epochs"]] == [e["loss"] for e in plain["epochs"]]
+    assert piped["test"] == plain["test"]
+
+
+@pytest.mark.slow
+def test_balance_evens_the_ranks_of_a_dense_log_and_pac_keeps_accuracy(tmp_path):
+    """The e-mail-like log of docs/parallel.md (a few senders write most mail).  With
+    ``--balance 0.1`` the largest part and the largest of two ranks hold their fair share; N=2
+    ``assigned`` PAC on the paper's partition stays within 5 points of test AP of one process
+    (measured 0.878 against 0.906 over 3 seeds).  PAC accuracy on the balanced partition is not
+    asserted: with half the nodes shared it collapsed below 0.5 in some seeds (docs/parallel.md).
+    About a minute."""
+    log = speed.write_generated(tmp_path / "mail.csv", 184, 125000, alpha=1.5, communities=4, fanout=4, seed=3)
+    for name, balance in (("off", "off"), ("bal", "0.1")):
+        assert main(["partition", str(log), "-o", str(tmp_path / name), "--parts", "4", "--topk", "5", "--balance",
+                     balance, "--no-progress"]) == 0
+    manifest = json.loads((tmp_path / "bal" / "manifest.json").read_text())
+    assert manifest["largest_part_ratio"] <= 1.10
+    assert json.loads((tmp_path / "off" / "manifest.json").read_text())["largest_part_ratio"] > 1.5
+    from speed.train.pac.plan import plan
+
+    p = plan(speed.load_shards(tmp_path / "bal"), speed.TrainConfig(epochs=1).validate(), 2)
+    assert p["epochs"][0]["largest_share"] <= 0.55
+    kw = dict(model="tgn", epochs=2, seed=0, progress=False)
+    single = speed.train(tmp_path / "off", num_threads=1, **kw)
+    pac = speed.train(tmp_path / "off", nproc=2, out=tmp_path / "run", **kw)
+    assert pac["test"]["transductive"]["ap"] >= single["test"]["transductive"]["ap"] - 0.05

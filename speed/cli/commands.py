@@ -61,6 +61,7 @@ def _partition_out_of_core(args, out: Path, progress) -> None:
 
     partition_file(args.input, out, args.max_memory, num_parts=args.parts, topk=args.topk / 100.0, beta=args.beta,
                    lam=args.lam, eps=args.eps, seed=args.seed, method=args.method, val=args.val, test=args.test,
+                   balance=args.balance,
                    new_node_fraction=args.new_node_fraction,
                    split_times=args.split_times, overwrite=args.overwrite, progress=progress,
                    reader=_reader_kwargs(args))
@@ -80,7 +81,7 @@ def _partition_in_memory(args, out: Path, progress) -> None:
                                 new_node_fraction=args.new_node_fraction)
     t_split = time.perf_counter() - t0
     result = partition(split.train(events), args.parts, topk=args.topk / 100.0, beta=args.beta, lam=args.lam,
-                       eps=args.eps, seed=args.seed, method=args.method, progress=progress)
+                       eps=args.eps, seed=args.seed, method=args.method, progress=progress, balance=args.balance)
     result.stats["seconds"] = {"read": round(t_read, 4), "split": round(t_split, 4), **result.stats["seconds"]}
     result.save(out, events=events, split=split, overwrite=args.overwrite, progress=progress)
 
@@ -94,6 +95,7 @@ def generate_command(args) -> int:
     t0 = time.perf_counter()
     write_generated(args.output, args.nodes, args.events, alpha=args.alpha, communities=args.communities,
                     locality=args.locality, bipartite=args.bipartite, num_items=args.items, seed=args.seed,
+                    fanout=args.fanout,
                     progress=False if args.no_progress else None)
     print(f"wrote {args.events:,} events over {args.nodes:,} nodes to {args.output} "
           f"in {time.perf_counter() - t0:.1f} s")
@@ -164,7 +166,7 @@ def plan_command(args) -> int:
     from ..train.pac.plan import plan
 
     config = TrainConfig(model=args.model, epochs=args.epochs, seed=args.seed, shuffle=args.shuffle,
-                         subgraph=args.subgraph, memory_dim=args.memory_dim, time_dim=args.time_dim,
+                         subgraph=args.subgraph, grouping=args.grouping, memory_dim=args.memory_dim, time_dim=args.time_dim,
                          embedding_dim=args.embedding_dim, nproc=args.nproc).validate()
     inp = Path(args.input)
     if not inp.exists():

@@ -44,6 +44,19 @@ def _add_split_times(p: argparse.ArgumentParser) -> None:
                         "T_TEST, test after (numbers, or ISO-8601 date-times for logs with date-times)")
 
 
+def _balance(value: str):
+    """--balance: a number >= 0, or "off"."""
+    if value.lower() in ("off", "none"):
+        return None
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'off': {value!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0 or 'off', got {value!r}")
+    return v
+
+
 def _column(value: str):
     """A column given on the command line: a 0-based index if it is all digits, else a name."""
     return int(value) if value.isdigit() else value
@@ -121,6 +134,10 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=PD["beta"], help=f"centrality time decay (default {PD['beta']})")
     p.add_argument("--lam", type=float, default=PD["lam"], help=f"load-balance weight λ (default {PD['lam']})")
     p.add_argument("--eps", type=float, default=PD["eps"], help=f"load-balance smoothing ε (default {PD['eps']})")
+    p.add_argument("--balance", type=_balance, default=PD["balance"], metavar="B",
+                   help=f"keep every part's training events within (1 + B) x the mean: SEP replicates nodes whose part "
+                        f"is full, and events between shared nodes are spread (e.g. 0.1; default off: the paper's rule "
+                        f"alone)")
     p.add_argument("--seed", type=int, default=PD["seed"],
                    help=f"seed of the split's inductive node mask (default {PD['seed']})")
     p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")
@@ -163,6 +180,10 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
     pl.add_argument("--seed", type=int, default=d["seed"], help=f"seed of the groupings (default {d['seed']})")
     pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
+    from ..train.config import GROUPINGS
+
+    pl.add_argument("--grouping", choices=GROUPINGS, default=d["grouping"],
+                    help=f"how parts are grouped onto ranks (default {d['grouping']})")
     from ..train.config import MODELS
 
     pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
@@ -198,6 +219,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     g.add_argument("--locality", type=float, default=0.8, help="chance of an in-community event (default 0.8)")
     g.add_argument("--bipartite", action="store_true", help="users -> items log")
     g.add_argument("--items", type=int, default=None, help="items in a bipartite log (default nodes/10)")
+    g.add_argument("--fanout", type=float, default=1.0,
+                   help="mean recipients per message: runs of events share a source and a time (default 1)")
     g.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser

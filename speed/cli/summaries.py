@@ -24,17 +24,22 @@ def format_summary(m: dict) -> str:
                      "duplicate events")
     params = ", ".join(f"{k}={v}" for k, v in m["params"].items())
     hubs = f", {m['num_hubs']:,} hubs" if m.get("num_hubs") is not None else ""
+    if m.get("dynamic_hubs"):
+        hubs += f" + {m['dynamic_hubs']:,} promoted for balance"
     lines += [
         f"method       {m['method']} P={m['num_parts']} ({params})",
         f"edge cut     {100 * m['edge_cut']:.2f}% ({m.get('cut_events', 0):,} training events)",
         f"replication  {m['replication_factor']:.4f} ({m['shared_nodes']:,} shared nodes{hubs})",
         f"node portion {100 * m.get('node_portion_mean', 0):.2f}% ± {100 * m.get('node_portion_std', 0):.2f}%",
-        "",
-        f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'stream load':>12}",
     ]
+    if "largest_part_ratio" in m:
+        lines.append(f"balance      largest part {m['largest_part_ratio']:.3f} x the mean of assigned training events")
+    lines += ["", f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'assigned':>12}  {'stream load':>12}"]
     loads = m.get("stream_loads") or [None] * m["num_parts"]
-    for p, (nn, ne, ld) in enumerate(zip(m["part_nodes"], m["part_events"], loads)):
-        lines.append(f"{p:>4}  {nn:>10,}  {ne:>12,}  {'' if ld is None else format(ld, ','):>12}")
+    assigned = m.get("assigned_events") or [None] * m["num_parts"]
+    for p, (nn, ne, a, ld) in enumerate(zip(m["part_nodes"], m["part_events"], assigned, loads)):
+        lines.append(f"{p:>4}  {nn:>10,}  {ne:>12,}  {'' if a is None else format(a, ','):>12}  "
+                     f"{'' if ld is None else format(ld, ','):>12}")
     lines.append("")
     lines.append("seconds      " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
     return "\n".join(lines)
@@ -83,11 +88,13 @@ def format_plan(p: dict) -> str:
              f"{p['train_events']:,} training events",
              f"{p['nproc']} ranks, subgraph {p['subgraph']}, {p['model']} node state "
              f"{p['memory_bytes_per_node']} B/node ({p['memory_bytes_unpartitioned'] / mib:,.1f} MiB unpartitioned)",
-             "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'nodes':>10}  {'memory MiB':>10}"]
+             "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'share':>6}  {'nodes':>10}  "
+                 f"{'memory MiB':>10}"]
     for e in p["epochs"]:
         for r in e["ranks"]:
             lines.append(f"{e['epoch']:>5}  {r['rank']:>4}  {','.join(map(str, r['parts'])):<12}  {r['events']:>12,}  "
-                         f"{r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}")
+                         f"{100 * r['share']:>5.1f}%  {r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}")
         lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
-                     f"of the training events")
+                     f"of the training events: an epoch ≈ {e['expected_epoch_time']:.2f}x one process's "
+                     f"(at one process's speed per rank)")
     return "\n".join(lines)

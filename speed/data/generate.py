@@ -61,7 +61,7 @@ class _Population:
         return self.ids[np.minimum(pos, self.ids.size - 1)]
 
 
-def _validate(num_nodes, num_events, alpha, communities, locality, num_items):
+def _validate(num_nodes, num_events, alpha, communities, locality, num_items, fanout=1.0):
     if num_nodes < 2:
         raise InputError(f"num_nodes must be >= 2, got {num_nodes}")
     if num_events < 1:
@@ -74,6 +74,8 @@ def _validate(num_nodes, num_events, alpha, communities, locality, num_items):
         raise InputError(f"locality must be in [0, 1], got {locality}")
     if num_items is not None and not 1 <= num_items < num_nodes:
         raise InputError(f"num_items must be in [1, num_nodes), got {num_items}")
+    if not fanout >= 1:
+        raise InputError(f"fanout must be >= 1, got {fanout}")
 
 
 def iter_generated(
@@ -86,6 +88,7 @@ def iter_generated(
     num_items: Optional[int] = None,
     seed: int = 0,
     chunk: int = _CHUNK,
+    fanout: float = 1.0,
 ) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield ``(src, dst, t)`` chunks (int64 arrays) of a synthetic log in time order.
 
@@ -95,7 +98,7 @@ def iter_generated(
         communities = max(1, num_nodes // 1000)
     if bipartite and num_items is None:
         num_items = max(1, num_nodes // 10)
-    _validate(num_nodes, num_events, alpha, communities, locality, num_items if bipartite else None)
+    _validate(num_nodes, num_events, alpha, communities, locality, num_items if bipartite else None, fanout)
     rng = np.random.default_rng(seed)
     if bipartite:
         users = _Population.build(num_nodes - num_items, alpha, communities, 0, rng)
@@ -119,6 +122,12 @@ def iter_generated(
             loop = dst == src
             dst[loop] = (src[loop] + 1) % num_nodes
         t = np.sort(rng.integers(start * gap, (start + m) * gap, size=m))
+        if fanout > 1:  # messages to several recipients: runs of events share a source and a time
+            first = np.flatnonzero(rng.random(m) < 1.0 / fanout)
+            head = np.maximum.accumulate(np.where(np.isin(np.arange(m), first), np.arange(m), 0))
+            src, t = src[head], t[head]
+            same = dst == src
+            dst[same] = (src[same] + 1) % num_nodes if not bipartite else dst[same]
         yield src, dst, t.astype(np.int64)
 
 
@@ -131,6 +140,7 @@ def generate_events(
     bipartite: bool = False,
     num_items: Optional[int] = None,
     seed: int = 0,
+    fanout: float = 1.0,
 ) -> Events:
     """A synthetic power-law event log in memory.
 
@@ -150,6 +160,9 @@ def generate_events(
     num_items : int, optional
         Items in a bipartite log; default ``num_nodes // 10``.
     seed : int
+    fanout : float
+        Mean recipients per message: events come in runs (of geometric length, this mean) that
+        share a source and a timestamp, as a mail to several people does (1: every event its own).
 
     Returns
     -------
@@ -158,7 +171,7 @@ def generate_events(
         count in ``num_nodes``.
     """
     chunks = list(iter_generated(num_nodes, num_events, alpha, communities, locality, bipartite,
-                                 num_items, seed))
+                                 num_items, seed, fanout=fanout))
     src, dst, t = (np.concatenate(c) for c in zip(*chunks))
     ev = Events.from_arrays(src, dst, t, num_nodes=num_nodes, bipartite=bipartite, remap=False)
     ev.meta.update(source="generated", format="synthetic")

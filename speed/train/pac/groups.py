@@ -20,17 +20,103 @@ def check_world(num_parts: int, world: int) -> None:
                                    f"(or re-partition with a multiple of it)")
 
 
-def part_groups(num_parts: int, world: int, seed: int, epoch: int, shuffle: bool) -> List[np.ndarray]:
-    """The parts of each rank in ``epoch``: a seeded permutation cut into ``world`` groups.
+@dataclass(frozen=True)
+class PartLoads:
+    """The training events a group of parts holds, from the shards' bucket counts.
+
+    Attributes
+    ----------
+    own : int64 ndarray, shape (P,)
+        Events of part ``p`` alone: between its nodes, between its nodes and shared nodes,
+        and (``assigned``) the shared–shared events assigned to it.
+    cut : int64 ndarray, shape (P, P)
+        Cut events between parts ``p`` and ``q`` (symmetric, zero diagonal): a group holds
+        them when it holds both parts.
+    everywhere : int
+        Shared–shared events every group holds (``induced``; 0 for ``assigned``).
+
+    Counted before the inductive hold-out (a few events fewer train on each rank).
+    """
+
+    own: np.ndarray
+    cut: np.ndarray
+    everywhere: int
+
+    def of(self, groups: List[np.ndarray]) -> np.ndarray:
+        """int64 (len(groups),): the training events of each group."""
+        return np.array([self.own[g].sum() + self.cut[np.ix_(g, g)].sum() // 2 + self.everywhere for g in groups],
+                        dtype=np.int64)
+
+
+def part_loads(shards: Shards, subgraph: str) -> PartLoads:
+    """:class:`PartLoads` of the shards' training period for ``subgraph`` (``induced``/``assigned``)."""
+    from ...partition._kernels import bucket_id
+
+    P = shards.num_parts
+    per_bucket, shared_assigned = shards.train_counts()
+
+    def count(a: int, b: int) -> int:
+        return int(per_bucket[bucket_id(a, b, P)])
+
+    own = np.array([count(0, p + 1) + count(p + 1, p + 1) for p in range(P)], dtype=np.int64)
+    cut = np.zeros((P, P), dtype=np.int64)
+    for p in range(P):
+        for q in range(p + 1, P):
+            cut[p, q] = cut[q, p] = count(p + 1, q + 1)
+    everywhere = count(0, 0)
+    if subgraph == "assigned" and shared_assigned is not None:
+        own += shared_assigned
+        everywhere = 0
+    return PartLoads(own=own, cut=cut, everywhere=int(everywhere))
+
+
+_CANDIDATES = 64  # seeded random groupings weighed against LPT each epoch
+_TOLERANCE = 0.02  # groupings whose largest group is within 2% of the best are equally good
+
+
+def part_groups(num_parts: int, world: int, seed: int, epoch: int, shuffle: bool,
+                loads: Optional[PartLoads] = None) -> List[np.ndarray]:
+    """The parts of each rank in ``epoch``.
+
+    Without ``loads``: a seeded permutation cut into ``world`` equal groups of parts.  With
+    ``loads``, the groups are balanced in training events: the candidates are LPT (largest
+    part first onto the group with the fewest events, among groups with room; ties to the
+    group first in a seeded order) and 64 seeded random groupings; of those whose largest group
+    is within 2% of the best candidate's, one is drawn with the epoch's seed, so parts still
+    meet different partners across epochs whenever the loads allow it.  Without ``shuffle``
+    the groups are LPT's (the same every epoch).
 
     Returns
     -------
     list of int64 ndarray
         ``world`` sorted arrays of ``num_parts // world`` part ids.
     """
-    perm = np.random.default_rng([seed, epoch]).permutation(num_parts) if shuffle else np.arange(num_parts)
     m = num_parts // world
-    return [np.sort(perm[r * m:(r + 1) * m]) for r in range(world)]
+    if loads is None:
+        perm = np.random.default_rng([seed, epoch]).permutation(num_parts) if shuffle else np.arange(num_parts)
+        return [np.sort(perm[r * m:(r + 1) * m]) for r in range(world)]
+    rng = np.random.default_rng([seed, epoch, 1]) if shuffle else np.random.default_rng(0)
+    candidates = [_lpt(loads, world, m, rng.permutation(world))]
+    if shuffle:
+        for _ in range(_CANDIDATES):
+            perm = rng.permutation(num_parts)
+            candidates.append([np.sort(perm[r * m:(r + 1) * m]) for r in range(world)])
+    largest = np.array([loads.of(c).max() for c in candidates])
+    good = np.flatnonzero(largest <= largest.min() * (1 + _TOLERANCE))
+    return candidates[int(good[rng.integers(good.size)])] if shuffle else candidates[0]
+
+
+def _lpt(loads: PartLoads, world: int, m: int, rank_order: np.ndarray) -> List[np.ndarray]:
+    groups: List[List[int]] = [[] for _ in range(world)]
+    total = np.zeros(world, dtype=np.int64)
+    for p in np.argsort(-loads.own, kind="stable"):
+        open_ = [r for r in rank_order if len(groups[r]) < m]
+        # the part's own events plus the cut events it brings back with the group's parts
+        gain = {r: loads.own[p] + loads.cut[p, groups[r]].sum() for r in open_}
+        r = min(open_, key=lambda r: total[r] + gain[r])
+        groups[r].append(int(p))
+        total[r] += gain[r]
+    return [np.sort(np.array(g, dtype=np.int64)) for g in groups]
 
 
 @dataclass

@@ -44,26 +44,37 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _setup(rank: int, world: int, local_rank: int, local_world: int, config: TrainConfig):
-    """Start the process group; returns the rank's config (its device) and a host group."""
+def _setup(rank: int, world: int, local_rank: int, config: TrainConfig):
+    """Start the process group; returns the rank's config (its device) and a host group.
+
+    A CPU rank's default thread count is the machine's cores over the ranks *on this machine*,
+    counted by host name once the group is up: torchrun's ``LOCAL_WORLD_SIZE`` counts only the
+    ranks of one torchrun agent, so two "nodes" on one host would each take every core (and,
+    with ``--deterministic``, give other numbers than ``--nproc 2``, whose results depend on the
+    thread count).
+    """
     cuda = torch.cuda.is_available() and config.device != "cpu"
+    timeout = timedelta(seconds=config.timeout)
     if cuda:
         torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+    if cuda:
         config = replace(config, device=f"cuda:{local_rank}")
     else:
+        hosts = [None] * world
+        dist.all_gather_object(hosts, socket.gethostname())
+        on_host = sum(h == hosts[rank] for h in hosts)
         config = replace(config, device="cpu",
-                         num_threads=config.num_threads or max(1, (os.cpu_count() or 1) // local_world))
-    timeout = timedelta(seconds=config.timeout)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+                         num_threads=config.num_threads or max(1, (os.cpu_count() or 1) // on_host))
     host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     return config, host_group
 
 
-def _rank_main(rank: int, world: int, local_rank: int, local_world: int, shards_path: str, config: TrainConfig,
+def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
                out: Optional[str], teardown: bool = True):
     from .rank import PacRank
 
-    config, host_group = _setup(rank, world, local_rank, local_world, config)
+    config, host_group = _setup(rank, world, local_rank, config)
     _maybe_fault(rank)
     result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
                      host_group=host_group).run()
@@ -88,7 +99,7 @@ def _maybe_fault(rank: int) -> None:
 def _spawned(index: int, world: int, port: int, shards_path: str, config: TrainConfig, out: Optional[str]):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    _rank_main(index, world, index, world, shards_path, config, out, teardown=False)
+    _rank_main(index, world, index, shards_path, config, out, teardown=False)
     # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
     # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
     # had exited (torch 2.2), and interpreter shutdown runs the same destructor.
@@ -115,17 +126,14 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     """
     if under_torchrun():
         world = torchrun_world()
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)), local_world,
+        return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
                           str(shards.path), config, None if out is None else str(out))
     if out is None:
         raise InputError("a spawned parallel run needs an output directory (out=...)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     nproc = config.nproc
-    # DDP warns once per rank that find_unused_parameters found nothing unused; it is a false
-    # positive here (the first batch of a pass has no pending messages, so the message and
-    # updater weights are unused then), and the flag must stay.  Children inherit this.
+    # quiet torch's C++ warnings in the ranks (children inherit this)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
     # queue semaphore they never released and warns at shutdown; it cleans it up regardless.

@@ -12,7 +12,7 @@ from typing import Dict, List
 from ...partition.shards import Shards
 from ..config import TrainConfig
 from ..models import build_model
-from .groups import check_world, part_groups, rank_graph
+from .groups import check_world, part_groups, part_loads, rank_graph
 
 
 def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
@@ -40,16 +40,23 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     train_events = int(split.train_mask.sum())
     per_node = build_model(config.model, 1, memory_dim=config.memory_dim, time_dim=config.time_dim,
                            embedding_dim=config.embedding_dim, neighbors=config.neighbors).node_state_bytes(1)
+    loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
     epochs: List[Dict] = []
     for epoch in range(1, config.epochs + 1):
         ranks = []
-        for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle)):
+        for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
             rg = rank_graph(shards, group, split.new_nodes, config.subgraph)
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
                           "memory_bytes": int(rg.nodes.size) * per_node})
         total = sum(x["events"] for x in ranks)
+        for x in ranks:
+            x["share"] = x["events"] / max(train_events, 1)
+        largest = max(x["events"] for x in ranks)
+        # equal steps: every rank runs as many batches as the largest, so at one process's speed
+        # per rank the epoch takes (largest rank's events / training events) of one process's
         epochs.append({"epoch": epoch, "ranks": ranks, "work_inflation": total / max(train_events, 1),
-                       "largest_share": max(x["events"] for x in ranks) / max(train_events, 1)})
+                       "largest_share": largest / max(train_events, 1),
+                       "expected_epoch_time": largest / max(train_events, 1)})
         if not config.shuffle:  # the same groups every epoch
             epochs += [dict(epochs[0], epoch=e) for e in range(2, config.epochs + 1)]
             break
