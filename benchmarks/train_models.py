@@ -1,7 +1,8 @@
 """Four models and the EdgeBank floor on Wikipedia and CollegeMsg, under three evaluation
 negative strategies, with TGB-style ranking metrics.
 
-Each (dataset, model) trains once with ``speed.train`` and the defaults of ``speed train``
+Each (dataset, model) trains once with ``speed.train`` under DyGLib's protocol (``--protocol
+dyglib``: the one that defines all three negative strategies) and the defaults of ``speed train``
 (batch 200, memory/time/embedding 100, 10 neighbours, lr 1e-4) for ``--epochs`` epochs with
 early stopping on validation AP and random evaluation negatives, reporting test AP/AUC
 (transductive and inductive) and MRR / Hits@k against ``--mrr`` negative destinations per
@@ -44,10 +45,10 @@ def rescore(run: Path, events, split, strategy: str, seed: int, batch_size: int)
     import numpy as np
 
     import speed
-    from speed.train.evaluate import link_metrics
+    from speed.train.evaluate import batch_link_metrics
     from speed.train.evaluator import Evaluator
 
-    ev = Evaluator(events, split, batch_size, seed, strategy=strategy)
+    ev = Evaluator(events, split, batch_size, seed, strategy=strategy, protocol="dyglib")
     idx = ev.period("test")
     neg_src, neg_dst = ev.negative_edges("test")
     neg_src = events.src[idx] if neg_src is None else neg_src
@@ -55,9 +56,11 @@ def rescore(run: Path, events, split, strategy: str, seed: int, batch_size: int)
     pred = speed.load_run(run, at="test")
     pos, neg, _ = pred.score_stream(ids[events.src[idx]], ids[events.dst[idx]], events.t_float()[idx], ids[neg_src],
                                  ids[neg_dst], None if events.msg is None else events.msg[idx])
-    out = {"transductive": link_metrics(pos, neg)}
+    # AP per evaluation batch, averaged (TGN's and DyGLib's figure, the runs' headline)
+    out = {"transductive": batch_link_metrics(pos, neg, batch_size)}
     ind = split.test_inductive
-    out["inductive"] = link_metrics(pos[ind], neg[ind]) if np.any(ind) else None
+    # events touching a held-out node, scored within the stream (not TGN's separate new-node pass)
+    out["inductive"] = batch_link_metrics(pos[ind], neg[ind], batch_size) if np.any(ind) else None
     return out
 
 
@@ -85,18 +88,20 @@ def main() -> int:
             if model in BASELINES:
                 for s in STRATEGIES:
                     m = speed.train(events, model=model, seed=a.seed, eval_negatives=s, mrr_negatives=a.mrr,
-                                    progress=False)
+                                    protocol="dyglib", progress=False)
                     row[s] = m["test"]
                 row["mrr"] = {k: row["random"]["transductive"].get(k) for k in ("mrr", "hits@1", "hits@3", "hits@10")}
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     run = Path(tmp) / "run"
                     m = speed.train(events, model=model, epochs=a.epochs, seed=a.seed, num_threads=a.threads,
-                                    mrr_negatives=a.mrr, out=run, progress=False)
+                                    mrr_negatives=a.mrr, protocol="dyglib", out=run, progress=False)
                     row["random"] = m["test"]
                     check = rescore(run, events, split, "random", a.seed, m["config"]["batch_size"])
                     row["rescore_check_ap"] = check["transductive"]["ap"]
-                    if abs(check["transductive"]["ap"] - m["test"]["transductive"]["ap"]) > 1e-6:
+                    # float noise only: the same state, weights and negatives, batched differently (DyRep's
+                    # embeddings of pending events differed in the 6th digit)
+                    if abs(check["transductive"]["ap"] - m["test"]["transductive"]["ap"]) > 1e-4:
                         raise SystemExit(f"{ds} {model}: the checkpoint rescored gives AP "
                                          f"{check['transductive']['ap']}, the run {m['test']['transductive']['ap']}")
                     for s in STRATEGIES[1:]:
@@ -135,7 +140,9 @@ def format_tables(rows, a) -> str:
         best = "—" if "best_epoch" not in r else f"{r['best_epoch']}/{r['epochs_run']}"
         lines.append(f"| {r['dataset']} | {r['model']} | {' | '.join(ap_)} | {' | '.join(auc)} | "
                      f"{f(r['mrr'].get('mrr'))} | {f(r['mrr'].get('hits@10'))} | {best} | {eps} |")
-    lines += ["", "Inductive test AP (events touching a node held out of training), and node classification:", "",
+    lines += ["", "Inductive test AP (events touching a node held out of training; random: the run's own figure, "
+                  "TGN's separate new-node pass; historical and inductive: those events scored within the "
+                  "stream), and node classification:", "",
               "| dataset | model | ind. AP random | ind. AP historical | ind. AP inductive | node cls. AUROC |",
               "|---|---|---|---|---|---|"]
     for r in rows:
