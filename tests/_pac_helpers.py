@@ -27,3 +27,23 @@ def sync_worker(rank, world, port, mode, queue):
         queue.put((rank, state[:, 0].tolist(), last.tolist()))
     finally:
         dist.destroy_process_group()
+
+
+def static_merge_worker(rank, world, port, queue):
+    """Two ranks change overlapping rows of a static table; merge_static combines them."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from speed.train.static import StaticMemory, merge_static
+
+        static = StaticMemory(4, 2, 3)
+        start = static.table.detach().clone()  # zeros on both ranks
+        rows = [[0, 1], [1, 2]][rank]  # row 1 is changed by both ranks (a shared node)
+        new = start.clone()
+        new[rows] = float(rank + 1) * torch.tensor([[1.0, 2.0]])
+        static.load_table(new)
+        merge_static(static, start, world)
+        queue.put((rank, static.table.detach().tolist()))
+    finally:
+        dist.destroy_process_group()

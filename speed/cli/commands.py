@@ -167,7 +167,8 @@ def plan_command(args) -> int:
 
     config = TrainConfig(model=args.model, epochs=args.epochs, seed=args.seed, shuffle=args.shuffle,
                          subgraph=args.subgraph, grouping=args.grouping, memory_dim=args.memory_dim, time_dim=args.time_dim,
-                         embedding_dim=args.embedding_dim, nproc=args.nproc).validate()
+                         embedding_dim=args.embedding_dim, static_memory=args.static_memory,
+                         nproc=args.nproc).validate()
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)

@@ -189,6 +189,10 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
     for name in ("memory_dim", "time_dim", "embedding_dim"):
         pl.add_argument("--" + name.replace("_", "-"), type=int, default=d[name], help=f"default {d[name]}")
+    from ..train.config import STATIC_KINDS
+
+    pl.add_argument("--static-memory", choices=STATIC_KINDS, default=d["static_memory"],
+                    help=f"static node memory, whose table every rank holds (default {d['static_memory']})")
     pl.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
     e = sub.add_parser("embed", help="node embeddings from a trained run, optionally continued on new events")

@@ -87,7 +87,9 @@ def format_plan(p: dict) -> str:
     lines = [f"{p['shards']}: {p['num_parts']} parts, {p['num_shared']:,} shared nodes, "
              f"{p['train_events']:,} training events",
              f"{p['nproc']} ranks, subgraph {p['subgraph']}, {p['model']} node state "
-             f"{p['memory_bytes_per_node']} B/node ({p['memory_bytes_unpartitioned'] / mib:,.1f} MiB unpartitioned)",
+             f"{p['memory_bytes_per_node']} B/node ({p['memory_bytes_unpartitioned'] / mib:,.1f} MiB unpartitioned)"
+             + (f", static memory ({p['static_memory']}) {p['static_memory_bytes'] / mib:,.1f} MiB on every rank"
+                if p.get("static_memory_bytes") else ""),
              "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'share':>6}  {'nodes':>10}  "
                  f"{'memory MiB':>10}"]
     for e in p["epochs"]:

@@ -21,7 +21,7 @@ from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
-from .recipes import AGGREGATORS, MESSAGES, MODELS  # noqa: E402  (the model table; no torch)
+from .recipes import AGGREGATORS, MESSAGES, MODELS, STATIC_KINDS  # noqa: E402  (the model table; no torch)
 from .protocols import PROTOCOL_NAMES, PROTOCOLS  # noqa: E402  (the protocol table; no torch)
 
 DEFAULT_PROTOCOL = "tgn"
@@ -73,6 +73,12 @@ class TrainConfig:
                                     "or an MLP over it", choices=MESSAGES)
     aggregator: str = _opt("last", "how a node's pending events become one message: the latest one (the papers'), "
                                    "or their mean", choices=AGGREGATORS)
+    static_memory: str = _opt("none", "DistTGL's static node memory, added to the dynamic memory before the "
+                                      "embedding: none, an embedding table learned with the model, or one "
+                                      "pre-trained on the training events and frozen", choices=STATIC_KINDS)
+    static_lr: float = _opt(1e-3, "learning rate of a learned static table (its own sparse Adam; each row gets a "
+                                  "step only when its node is in a batch, so it needs a larger rate than the "
+                                  "weights; not scaled with the ranks, whose rows are not averaged)")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     seed: int = _opt(0, "seed of weights, negatives and the split")
     patience: int = _opt(5, "epochs without validation AP gain before stopping")
@@ -146,8 +152,9 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(name, f"must be an integer >= 0, got {v!r}")
-        if not (_number(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"must be a positive number, got {self.lr!r}")
+        for name in ("lr", "static_lr"):
+            if not (_number(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(name, f"must be a positive number, got {getattr(self, name)!r}")
         if not (_number(self.timeout) and self.timeout > 0):
             raise ConfigError("timeout", f"must be a positive number, got {self.timeout!r}")
         if self.split_times is not None:
@@ -171,7 +178,8 @@ class TrainConfig:
             raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
         for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES), ("grouping", GROUPINGS),
                               ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
-                              ("message", MESSAGES), ("aggregator", AGGREGATORS)):
+                              ("message", MESSAGES), ("aggregator", AGGREGATORS),
+                              ("static_memory", STATIC_KINDS)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")

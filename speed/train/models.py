@@ -68,6 +68,7 @@ from .modules import (
 from .plan import BatchPlan, build_plan
 from .recipes import AGGREGATORS, MESSAGES, RECIPES
 from .sampler import RecentNeighborSampler
+from .static import STATIC_KINDS, StaticMemory
 from .store import MessageStore
 from .values import EventValues
 
@@ -121,6 +122,9 @@ class TemporalGNN(nn.Module):
         its latest event; an event's message is built from its endpoints' ``h(t'-)`` as they
         were when the event was taken in, kept with the pending event
         (:class:`~speed.train.values.EventValues`), while the GRU updates ``h(t+)``.
+    static : StaticMemory, optional
+        DistTGL's static node memory, added to the dynamic memory before the embedding module
+        (:mod:`speed.train.static`).
 
     Attributes
     ----------
@@ -136,7 +140,7 @@ class TemporalGNN(nn.Module):
     def __init__(self, num_nodes: int, memory_dim: int, time_dim: int, msg_dim: int, message: nn.Module,
                  aggregator: nn.Module, updater: nn.Module, embedding: nn.Module, decoder: nn.Module,
                  neighbors: int = 10, message_embedding: Optional[nn.Module] = None, dual_memory: bool = False,
-                 name: str = "custom"):
+                 name: str = "custom", static: Optional[StaticMemory] = None):
         super().__init__()
         self.name = name
         self.num_nodes = int(num_nodes)
@@ -151,6 +155,7 @@ class TemporalGNN(nn.Module):
         self.embedding = embedding
         self.message_embedding = message_embedding
         self.decoder = decoder
+        self.static = static
         self.sampler = RecentNeighborSampler(num_nodes, neighbors)
         self.store = MessageStore(num_nodes)
         self._state_device: Optional[torch.device] = None  # see keep_node_state_on
@@ -317,6 +322,8 @@ class TemporalGNN(nn.Module):
         self.num_nodes = int(num_nodes)
         for mem in self.memories().values():
             mem.grow(self.num_nodes)
+        if self.static is not None:
+            self.static.grow(self.num_nodes)
         self.sampler.grow(self.num_nodes)
         self.store.grow(self.num_nodes)
 
@@ -376,10 +383,13 @@ class TemporalGNN(nn.Module):
         """Embeddings of the plan's queries: ``(z, states, last_update)``, ``z`` float32 of shape
         (Q, embedding dim) in query order, and the key states :meth:`observe` stores from."""
         states, lasts = self.key_states(plan, rows if rows is not None else plan.stale)
-        own = states.index_select(0, plan.uq_key)
+        h = states  # what the embedding reads: the dynamic memory, plus the static one
+        if self.static is not None:
+            h = states + self.static(plan.rows.index_select(0, plan.key_row))
+        own = h.index_select(0, plan.uq_key)
         own_dt = plan.uq_t - lasts.index_select(0, plan.uq_key)
         if self.embedding.needs_neighbors:
-            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=states.index_select(0, plan.nb_keys),
+            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=h.index_select(0, plan.nb_keys),
                                nbr_index=plan.nb_key,
                                nbr_e=plan.nb_feat, nbr_dt=plan.nb_dt, nbr_mask=plan.nb_mask)
         else:
@@ -439,7 +449,8 @@ class TemporalGNN(nn.Module):
 
 def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 100, time_dim: int = 100,
                 embedding_dim: int = 100, neighbors: int = 10, time_scale: float = 1.0,
-                dropout: float = 0.1, message: str = "identity", aggregator: str = "last") -> TemporalGNN:
+                dropout: float = 0.1, message: str = "identity", aggregator: str = "last",
+                static_memory: str = "none", static_nodes: Optional[int] = None) -> TemporalGNN:
     """A model assembled from the modules by its recipe (:data:`speed.train.recipes.RECIPES`).
 
     Parameters
@@ -459,10 +470,17 @@ def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 1
     aggregator : {"last", "mean"}
         How a node's pending events become one message: the latest one (the papers'), or the
         mean of them.
+    static_memory : {"none", "learned", "pretrained"}
+        DistTGL's static node memory (:mod:`speed.train.static`), of ``memory_dim`` features.
+    static_nodes : int, optional
+        Rows of the static table: every node of the log (default ``num_nodes``; a PAC rank's
+        model holds fewer dynamic rows).
     """
     name = name.lower()
     if name not in RECIPES:
         raise ValueError(f"unknown model '{name}' (choose from {', '.join(RECIPES)})")
+    if static_memory not in STATIC_KINDS:
+        raise ValueError(f"unknown static memory {static_memory!r} (choose from {', '.join(STATIC_KINDS)})")
     if message not in MESSAGES or aggregator not in AGGREGATORS:
         raise ValueError(f"unknown message {message!r} or aggregator {aggregator!r} (choose from "
                          f"{', '.join(MESSAGES)} and {', '.join(AGGREGATORS)})")
@@ -485,10 +503,15 @@ def build_model(name: str, num_nodes: int, msg_dim: int = 0, memory_dim: int = 1
     agg = LastAggregator() if aggregator == "last" else MeanAggregator()
     # (modules are created in this order, embedding, message, updater, the rest, so the weights a
     # seed gives stay those of earlier versions)
+    decoder = LinkPredictor(embedding.out_dim)
+    if static_memory != "none":  # created last: a seed gives the other weights as without it
+        extra["static"] = StaticMemory(num_nodes if static_nodes is None else static_nodes, memory_dim, memory_dim,
+                                       trainable=static_memory == "learned")
     model = TemporalGNN(num_nodes, memory_dim, time_dim, msg_dim, msg_fn, agg, updater, embedding,
-                        LinkPredictor(embedding.out_dim), neighbors=neighbors, name=name, **extra)
+                        decoder, neighbors=neighbors, name=name, **extra)
     # what rebuilds this model from a checkpoint (speed.load_run)
     model.spec = dict(name=name, num_nodes=int(num_nodes), msg_dim=int(msg_dim), memory_dim=int(memory_dim),
                       time_dim=int(time_dim), embedding_dim=int(embedding_dim), neighbors=int(neighbors),
-                      time_scale=float(time_scale), dropout=float(dropout), message=message, aggregator=aggregator)
+                      time_scale=float(time_scale), dropout=float(dropout), message=message, aggregator=aggregator,
+                      static_memory=static_memory)
     return model

@@ -50,3 +50,5 @@ MODELS = tuple(RECIPES)
 # The message functions and aggregators every model can be built with.
 MESSAGES = ("identity", "mlp")
 AGGREGATORS = ("last", "mean")
+# DistTGL's static node memory beside the dynamic one (speed.train.static).
+STATIC_KINDS = ("none", "learned", "pretrained")

@@ -33,6 +33,7 @@ from .models import TemporalGNN, build_model
 from .negatives import RandomNegatives, negative_pool, train_seed
 from .predictor import predictor_payload
 from .report import write_run
+from .static import make_optimizer, prepare_static
 
 
 def resolve_device(name: str) -> torch.device:
@@ -63,10 +64,12 @@ def time_scale(events: Events) -> float:
 
 
 def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> TemporalGNN:
-    """The configured model for ``num_nodes`` node-state rows, with the log's edge features."""
+    """The configured model for ``num_nodes`` node-state rows, with the log's edge features
+    (a static memory has a row for every node of ``events``)."""
     model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, memory_dim=config.memory_dim,
                         time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
-                        time_scale=time_scale(train), message=config.message, aggregator=config.aggregator)
+                        time_scale=time_scale(train), message=config.message, aggregator=config.aggregator,
+                        static_memory=config.static_memory, static_nodes=events.num_nodes)
     return model
 
 
@@ -322,8 +325,11 @@ class Trainer(EpochLoop):
         self.train_index = np.flatnonzero(split.train_mask)
         self.model = (model or model_for(config, events.num_nodes, events, split.train(events))).to(self.device)
         self.model.set_edge_features(events.msg)
-        # foreach: one kernel per step for all parameters instead of a Python loop over them
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, foreach=True)
+        self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
+        # a pre-trained static memory learns from the training events only
+        prepare_static(self.model, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,
+                       config.seed, progress=config.progress)
+        self.optimizer = make_optimizer(self.model, config.lr, config.static_lr)
         self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline,
                              staleness=config.staleness)
         self.stream = EventStream(events)
@@ -331,7 +337,6 @@ class Trainer(EpochLoop):
                                    node_classification=config.node_classification, progress=config.progress,
                                    stream=self.stream, strategy=config.eval_negatives,
                                    keep_test_start=self.out is not None, protocol=config.protocol_name)
-        self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         self._init_loop()
 
     def train_epoch(self, epoch: int) -> EpochLog:

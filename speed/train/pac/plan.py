@@ -33,13 +33,19 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
         ``epochs``: one entry per epoch with ``ranks`` (rank, parts, events, nodes,
         memory_bytes), ``work_inflation`` (Σ rank events / training events) and
         ``largest_share`` (the largest rank's events / training events); plus the run's
-        constants (training events, node-state bytes per node, unpartitioned bytes).
+        constants (training events, node-state bytes per node, unpartitioned bytes, and
+        ``static_memory_bytes``: the static table every rank holds, with a learned table's
+        Adam moments, 0 without static memory).
     """
     check_world(shards.num_parts, nproc)
     split = shards.split()
     train_events = int(split.train_mask.sum())
-    per_node = build_model(config.model, 1, memory_dim=config.memory_dim, time_dim=config.time_dim,
-                           embedding_dim=config.embedding_dim, neighbors=config.neighbors).node_state_bytes(1)
+    model = build_model(config.model, 1, memory_dim=config.memory_dim, time_dim=config.time_dim,
+                        embedding_dim=config.embedding_dim, neighbors=config.neighbors,
+                        static_memory=config.static_memory)
+    per_node = model.node_state_bytes(1)
+    # the static table has a row per node of the log on every rank (speed.train.static)
+    static_bytes = 0 if model.static is None else model.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
     epochs: List[Dict] = []
     for epoch in range(1, config.epochs + 1):
@@ -63,4 +69,5 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     return {"shards": str(shards.path), "nproc": nproc, "subgraph": config.subgraph, "model": config.model,
             "num_parts": shards.num_parts, "num_nodes": shards.num_nodes, "num_shared": int(shards.shared.size),
             "train_events": train_events, "memory_bytes_per_node": per_node,
-            "memory_bytes_unpartitioned": per_node * shards.num_nodes, "epochs": epochs}
+            "memory_bytes_unpartitioned": per_node * shards.num_nodes, "static_memory": config.static_memory,
+            "static_memory_bytes": static_bytes, "epochs": epochs}

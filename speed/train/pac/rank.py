@@ -33,6 +33,7 @@ from ..evaluator import Evaluator
 from ..models import TemporalGNN
 from ..negatives import RandomNegatives, negative_pool, train_seed
 from ..trainer import EpochLoop, model_for, resolve_device, seed_everything
+from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
 from .sync import sync_shared
@@ -68,6 +69,16 @@ class PacRank(EpochLoop):
         self._train = self.split.train(self.events)
         self.model = model_for(config, 1, self.events, self._train).to(self.device)
         self.model.set_edge_features(self.events.msg)
+        self.static = self.model.static  # DistTGL's static memory, or None (speed.train.static)
+        if self.static is not None:
+            train = self.split.train_mask  # over the training period (self._train)
+            src, dst = self._train.src[train], self._train.dst[train]
+            prepare_static(self.model, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
+                           progress=config.progress if self.is_main else False, rank=rank, world=world,
+                           group=host_group)
+            if self.static.trainable:  # each rank trains its rows; merged at the end of an epoch
+                torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                    self.model, ["static.table"])
         # Built while every rank's memory has the same (1-row) shape: DDP broadcasts buffers at
         # construction.  Memories are rank-local afterwards, so never broadcast again.
         self.ddp = torch.nn.parallel.DistributedDataParallel(
@@ -80,7 +91,7 @@ class PacRank(EpochLoop):
         # usual linear scaling keeps the per-epoch progress (measured on Wikipedia, TGN, P=4:
         # test AP 0.810 -> 0.836 after 2 epochs, unpartitioned 0.857).
         lr = config.lr * (world if config.lr_scaling else 1)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr, foreach=True)
+        self.optimizer = make_optimizer(self.model, lr, config.static_lr)
         self.engine = Engine(self.model, self.optimizer, forward=self.ddp,
                              progress=config.progress if self.is_main else False, pipeline=config.pipeline,
                              staleness=config.staleness)
@@ -107,6 +118,10 @@ class PacRank(EpochLoop):
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
         self.model.resize(rg.nodes.size)
+        learned = self.static is not None and self.static.trainable
+        if self.static is not None:
+            self.static.map_rows(rg.nodes)
+            start = self.static.table.detach().clone() if learned else None
         stream = EventStream(ev)
         index = np.arange(len(ev))
         steps = torch.tensor([Batches(index, cfg.batch_size).num_batches], dtype=torch.long, device=self.device)
@@ -125,17 +140,20 @@ class PacRank(EpochLoop):
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
                                       on_step=sync_every if cfg.sync_every else None, sync_every=cfg.sync_every)
         sync_s = periodic[0] + sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
+        static_s = merge_static(self.static, start, self.world, self.host_group) if learned else 0.0
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.node_state_bytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
-                "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads()}
+                "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads(),
+                **({"static_merge_seconds": static_s} if learned else {})}
         ranks = [None] * self.world
         dist.all_gather_object(ranks, mine)  # a few numbers per rank
         slowest = max(r["train_seconds"] for r in ranks)  # in-epoch syncs are reported apart
         return EpochLog(epoch=epoch, train_seconds=slowest, train_events=sum(r["events"] for r in ranks),
                         train_events_per_s=sum(r["events"] * r["passes"] for r in ranks) / max(slowest, 1e-9),
                         loss=float(np.mean([r["loss"] for r in ranks])), ranks=ranks,
-                        seconds={"train": slowest, "sync": max(r["sync_seconds"] for r in ranks)})
+                        seconds={"train": slowest, "sync": max(r["sync_seconds"] + r.get("static_merge_seconds", 0.0)
+                                                               for r in ranks)})
 
     @staticmethod
     def _latest_time(ev, batches: CyclingBatches, step: int) -> float:

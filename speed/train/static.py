@@ -1,0 +1,271 @@
+"""Static node memory (DistTGL §3.1): a time-independent vector per node beside the GRU memory.
+
+The dynamic memory of a node summarises its recent events, in batches; what does not change
+with time (what a node *is*) is held apart, in a table learned from every training event
+whatever the batching.  Where it enters the model follows DistTGL (and TGL's node features):
+a linear map of a node's static row is added to its dynamic memory before the embedding
+module, for the queried nodes and their neighbours alike.  Messages and the memory updater
+still see the dynamic memory only, so what is stored per node is unchanged.
+
+Two kinds (``--static-memory``):
+
+``learned``
+    An embedding table trained with the model.  Rows start at zero and the map has no bias,
+    so an untrained row adds nothing: a node the training never met (a held-out, inductive
+    node) is embedded exactly as without static memory.  Only the rows a step touches get a
+    gradient, and a sparse Adam updates only those rows.  Under PAC the table is kept out of
+    DDP (a dense ``num_nodes x d`` gradient all-reduce every step would cost more than the
+    rest of the model); each rank trains the rows of its own events, and at the end of an
+    epoch the ranks merge their changes (:func:`merge_static`): a row changed by one rank
+    takes that rank's value, a row changed by several (a shared node) their mean change.
+``pretrained``
+    A table pre-trained before the main training on the training events only, with the same
+    task (link prediction against random negatives) and static information only (a node's
+    row, no time, no memory), then frozen: the model learns the map (:func:`pretrain_static`).
+    Under PAC rank 0 pre-trains and broadcasts the table.
+
+No leakage: evaluation runs without gradients, so validation and test events never train
+the table; pre-training reads the training events alone.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._util import progress_bar
+from .modules import LinkPredictor
+from .recipes import STATIC_KINDS  # noqa: F401  (the choices, named where torch is not needed)
+PRETRAIN_EPOCHS = 10  # DistTGL pre-trains 10 epochs on its four small logs
+PRETRAIN_BATCH = 600
+PRETRAIN_LR = 1e-3
+
+
+class StaticMemory(nn.Module):
+    """A static vector per node, mapped to the memory's width.
+
+    Parameters
+    ----------
+    num_nodes : int
+        Rows of the table: every node of the log (global ids), also on a PAC rank whose
+        dynamic memory holds only its local nodes (see :meth:`map_rows`).
+    dim : int
+        Width of a static row.
+    out_dim : int
+        Width of the dynamic memory it is added to.
+    trainable : bool
+        False for a pre-trained (frozen) table.
+
+    Attributes
+    ----------
+    table : float32 parameter, shape (num_nodes, dim)
+    proj : nn.Linear (dim -> out_dim, no bias)
+    """
+
+    def __init__(self, num_nodes: int, dim: int, out_dim: int, trainable: bool = True):
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(int(num_nodes), int(dim)), requires_grad=trainable)
+        self.proj = nn.Linear(int(dim), int(out_dim), bias=False)
+        self._rows: Optional[torch.Tensor] = None  # local id -> table row (a PAC rank), see map_rows
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.table.shape[0])
+
+    @property
+    def trainable(self) -> bool:
+        return bool(self.table.requires_grad)
+
+    def map_rows(self, global_ids: Optional[np.ndarray]) -> None:
+        """Read the table by ``global_ids[local id]`` (a PAC rank's local nodes), or by the
+        ids themselves (``None``: the full graph)."""
+        self._rows = None if global_ids is None else torch.as_tensor(np.asarray(global_ids, dtype=np.int64))
+
+    def forward(self, nodes: torch.Tensor) -> torch.Tensor:
+        """nodes: int64 (n,) model ids -> float32 (n, out_dim).
+
+        The table is read with a sparse gradient: a step touches only its batch's rows."""
+        if self._rows is not None:
+            nodes = self._rows.to(nodes.device).index_select(0, nodes)
+        rows = nn.functional.embedding(nodes, self.table, sparse=self.trainable)
+        return self.proj(rows)
+
+    def grow(self, num_nodes: int) -> None:
+        """Zero rows for nodes up to ``num_nodes`` (a trained model meeting new nodes)."""
+        extra = int(num_nodes) - self.num_nodes
+        if extra <= 0:
+            return
+        with torch.no_grad():
+            grown = torch.cat([self.table.data, self.table.data.new_zeros(extra, self.table.shape[1])])
+        self.table = nn.Parameter(grown, requires_grad=self.trainable)
+
+    def load_table(self, table: torch.Tensor) -> None:
+        """Overwrite the table (a pre-trained one, or the merged one of a PAC epoch)."""
+        with torch.no_grad():
+            self.table.copy_(table.to(self.table.device, self.table.dtype))
+
+    def state_bytes(self) -> int:
+        """Bytes of the table, with the two Adam moments of a learned one."""
+        n = self.table.numel() * self.table.element_size()
+        return int(n * (3 if self.trainable else 1))
+
+
+class TwoOptimizers:
+    """Dense Adam over the weights and sparse Adam over a learned static table, stepped as one
+    (the engine and the checkpoints see one optimiser)."""
+
+    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.Optimizer):
+        self.dense, self.sparse = dense, sparse
+
+    @property
+    def param_groups(self):
+        return self.dense.param_groups + self.sparse.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none=set_to_none)
+        self.sparse.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        self.dense.step()
+        self.sparse.step()
+
+    def state_dict(self) -> dict:
+        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dense.load_state_dict(state["dense"])
+        self.sparse.load_state_dict(state["sparse"])
+
+
+def make_optimizer(model: nn.Module, lr: float, static_lr: Optional[float] = None):
+    """Adam over ``model``'s weights at ``lr``; a learned static table gets its own sparse
+    Adam at ``static_lr`` (default ``lr``)."""
+    static = getattr(model, "static", None)
+    if static is None or not static.trainable:
+        # foreach: one kernel per step for all parameters instead of a Python loop over them
+        return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, foreach=True)
+    dense = [p for n, p in model.named_parameters() if p.requires_grad and n != "static.table"]
+    return TwoOptimizers(torch.optim.Adam(dense, lr=lr, foreach=True),
+                         torch.optim.SparseAdam([static.table], lr=lr if static_lr is None else static_lr))
+
+
+@torch.no_grad()
+def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=None) -> float:
+    """End of a PAC epoch: merge the ranks' changes to a learned table (collective).
+
+    Every rank began the epoch with ``start``.  A row changed by one rank takes that rank's
+    value; a row changed by several ranks (a shared node's) moves by the mean of their
+    changes; other rows stay.  Two all-reduces of the table's size per epoch.
+
+    Parameters
+    ----------
+    static : StaticMemory
+    start : float32 tensor, shape (num_nodes, dim)
+        The table at the start of the epoch (the same on every rank).
+    world : int
+
+    Returns
+    -------
+    float
+        Seconds spent.
+    """
+    import time
+
+    import torch.distributed as dist
+
+    t0 = time.perf_counter()
+    delta = (static.table.detach() - start.to(static.table.device)).cpu()
+    changed = (delta != 0).any(dim=1).to(torch.float32)
+    if world > 1:
+        dist.all_reduce(delta, group=group)
+        dist.all_reduce(changed, group=group)
+    merged = start.cpu() + delta / changed.clamp(min=1.0).unsqueeze(1)
+    static.load_table(merged)
+    return time.perf_counter() - t0
+
+
+def pretrain_static(src: np.ndarray, dst: np.ndarray, num_nodes: int, dim: int, pool: np.ndarray, seed: int,
+                    epochs: int = PRETRAIN_EPOCHS, batch_size: int = PRETRAIN_BATCH, lr: float = PRETRAIN_LR,
+                    progress: Optional[bool] = None) -> torch.Tensor:
+    """Pre-train a static table on the training events: link prediction from static rows alone.
+
+    A score ``MLP([x_src || x_dst])`` of the rows is trained against one random negative
+    destination per event (from ``pool``), in shuffled mini-batches (no time order: the
+    rows hold no time).  Rows of nodes absent from the events stay zero.
+
+    Parameters
+    ----------
+    src, dst : int64 ndarray, shape (E,)
+        The training events only (nothing of the validation or test period).
+    num_nodes, dim : int
+    pool : int64 ndarray
+        Candidate negative destinations (the training pool).
+    seed : int
+
+    Returns
+    -------
+    float32 tensor, shape (num_nodes, dim)
+    """
+    src = torch.as_tensor(np.asarray(src, dtype=np.int64))
+    dst = torch.as_tensor(np.asarray(dst, dtype=np.int64))
+    if src.numel() == 0:
+        return torch.zeros(int(num_nodes), int(dim))
+    gen = torch.Generator().manual_seed(int(seed))
+    table = nn.Embedding(int(num_nodes), int(dim), sparse=True)
+    with torch.no_grad():
+        table.weight.copy_(torch.randn(int(num_nodes), int(dim), generator=gen) * 0.1)
+    with torch.random.fork_rng(devices=[]):  # seeded by ``seed`` alone; the caller's RNG does not move
+        torch.manual_seed(int(seed))
+        decoder = LinkPredictor(int(dim))
+    opt_rows = torch.optim.SparseAdam(list(table.parameters()), lr=lr)
+    opt_dec = torch.optim.Adam(decoder.parameters(), lr=lr)
+    pool_t = torch.as_tensor(np.asarray(pool, dtype=np.int64))
+    loss_fn = nn.functional.binary_cross_entropy_with_logits
+    n = src.numel()
+    with progress_bar(epochs * n, "static pre-training", progress=progress) as bar:
+        for _ in range(int(epochs)):
+            order = torch.randperm(n, generator=gen)
+            for i in range(0, n, batch_size):
+                b = order[i:i + batch_size]
+                neg = pool_t[torch.randint(pool_t.numel(), (b.numel(),), generator=gen)]
+                xs, xd, xn = table(src[b]), table(dst[b]), table(neg)
+                pos, negl = decoder(xs, xd), decoder(xs, xn)
+                loss = loss_fn(pos, torch.ones_like(pos)) + loss_fn(negl, torch.zeros_like(negl))
+                opt_rows.zero_grad()
+                opt_dec.zero_grad()
+                loss.backward()
+                opt_rows.step()
+                opt_dec.step()
+                bar.update(b.numel())
+    seen = torch.zeros(int(num_nodes), dtype=torch.bool)
+    seen[src] = True
+    seen[dst] = True
+    seen[pool_t] = True
+    out = table.weight.detach().clone()
+    out[~seen] = 0.0  # a node no training event names has no static information
+    return out
+
+
+def prepare_static(model: nn.Module, src: np.ndarray, dst: np.ndarray, pool: np.ndarray, seed: int,
+                   progress: Optional[bool] = None, rank: int = 0, world: int = 1, group=None) -> None:
+    """Fill an empty (all-zero) pre-trained static table before training (nothing for ``none``,
+    ``learned``, or a table already filled, e.g. by the caller).
+
+    Rank 0 pre-trains on the training events ``src, dst`` (:func:`pretrain_static`) and, under
+    PAC, broadcasts the table, so every rank starts from the same one.
+    """
+    static = getattr(model, "static", None)
+    if static is None or static.trainable or bool(static.table.detach().abs().sum() > 0):
+        return
+    if rank == 0:
+        table = pretrain_static(src, dst, static.num_nodes, static.table.shape[1], pool, seed, progress=progress)
+    else:
+        table = torch.zeros(static.num_nodes, static.table.shape[1])
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.broadcast(table, src=0, group=group)
+    static.load_table(table)

@@ -1,0 +1,129 @@
+"""DistTGL's static node memory: where it enters, what trains it, how ranks merge it, no leakage."""
+
+import multiprocessing
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.cli import main
+from speed.train.models import build_model
+from speed.train.static import merge_static, pretrain_static  # noqa: F401  (merge_static runs in the workers)
+
+TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
+            num_threads=1, seed=0, deterministic=True)
+
+
+def _log(rng, n=1500, test_only=()):
+    """A unipartite log; the nodes ``test_only`` take part only in its last 10% of events."""
+    src, dst = rng.integers(0, 40, n), rng.integers(0, 40, n)
+    late = np.arange(n) >= int(0.9 * n)
+    for i, node in enumerate(test_only):
+        src[late & (np.arange(n) % 3 == i)] = node
+    t = np.sort(rng.uniform(0, 1e5, n)).round(1)
+    return src, dst, t
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+def test_a_zero_table_embeds_exactly_as_without_static_memory(name):
+    rng = np.random.default_rng(0)
+    src, dst, t = _log(rng, 400)
+    z = {}
+    for kind in ("none", "learned", "pretrained"):
+        torch.manual_seed(0)
+        model = build_model(name, 40, memory_dim=6, time_dim=6, embedding_dim=6, neighbors=3, static_memory=kind)
+        assert (model.static is None) == (kind == "none")
+        model.eval()
+        out = []
+        for a in range(0, 400, 50):
+            b = slice(a, a + 50)
+            out.append(model.step_events(src[b], dst[b], t[b], np.arange(a, min(a + 50, 400))))
+        z[kind] = torch.cat(out)
+    torch.testing.assert_close(z["learned"], z["none"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(z["pretrained"], z["none"], atol=1e-6, rtol=0)
+
+
+def test_a_filled_table_changes_the_embedding_through_the_map():
+    torch.manual_seed(0)
+    model = build_model("tgn", 10, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2, static_memory="learned")
+    model.eval()
+    before = model.embed(np.arange(10), np.full(10, 5.0))
+    model.static.load_table(torch.ones(10, 4))
+    after = model.embed(np.arange(10), np.full(10, 5.0))
+    assert not torch.allclose(before, after)
+
+
+def test_learned_rows_train_only_for_training_nodes_and_the_test_period_never_trains_them(tmp_path):
+    src, dst, t = _log(np.random.default_rng(1), test_only=(41, 42))
+    runs = {}
+    for tag, d in (("a", dst), ("b", np.concatenate([dst[:1350], np.random.default_rng(9).permutation(dst[1350:])]))):
+        events = speed.Events.from_arrays(src, d, t)
+        for kind in ("learned", "pretrained"):
+            out = tmp_path / f"{tag}_{kind}"
+            speed.train(events, model="tgn", epochs=2, static_memory=kind, new_node_fraction=0.0, out=out, **TINY)
+            runs[tag, kind] = speed.load_run(out).model.static.table.detach()
+    for kind in ("learned", "pretrained"):
+        table = runs["a", kind]
+        assert table[41].abs().sum() == 0 and table[42].abs().sum() == 0  # only in the test period
+        assert (table[:40].abs().sum(1) > 0).all()  # every training node's row was trained
+        # the test period's events differ between the runs; the trained tables do not
+        torch.testing.assert_close(runs["b", kind], table, atol=0, rtol=0)
+
+
+def test_pretraining_reads_only_the_events_it_is_given_and_is_seeded():
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 30, 500), rng.integers(0, 30, 500)
+    pool = np.unique(np.concatenate([src, dst]))
+    a = pretrain_static(src, dst, 35, 4, pool, seed=3, epochs=2, progress=False)
+    b = pretrain_static(src, dst, 35, 4, pool, seed=3, epochs=2, progress=False)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert a.shape == (35, 4) and a[30:].abs().sum() == 0  # nodes 30-34 are in no event
+    assert (a[pool].abs().sum(1) > 0).all()
+
+
+def test_two_ranks_merge_their_changes_to_the_table():
+    from _pac_helpers import static_merge_worker
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=static_merge_worker, args=(r, 2, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    # row 0: rank 0's value; row 1: the mean of both changes; row 2: rank 1's; row 3: untouched
+    expected = [[1.0, 2.0], [1.5, 3.0], [2.0, 4.0], [0.0, 0.0]]
+    assert out[0] == expected and out[1] == expected
+
+
+def test_parallel_run_trains_one_table_that_plan_counts(tmp_path, capsys):
+    log = speed.write_generated(tmp_path / "log.csv", 200, 2500, seed=4)
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "4", "--topk", "10",
+                 "--no-progress"]) == 0
+    m = speed.train(tmp_path / "s", model="tgn", nproc=2, epochs=2, static_memory="learned", out=tmp_path / "run",
+                    **{**TINY, "deterministic": False})
+    ranks = m["epochs"][-1]["ranks"]
+    assert all(r["static_merge_seconds"] >= 0 for r in ranks)
+    table = speed.load_run(tmp_path / "run").model.static.table.detach()
+    events = speed.load_shards(tmp_path / "s").events()
+    assert table.shape == (events.num_nodes, 8)
+    trained = (table.abs().sum(1) > 0).sum().item()
+    assert trained > 0.5 * events.num_nodes  # rows of both ranks' nodes survived the merge
+    capsys.readouterr()
+    assert main(["plan", str(tmp_path / "s"), "--nproc", "2", "--static-memory", "learned", "--memory-dim", "8",
+                 "--json"]) == 0
+    import json
+
+    p = json.loads(capsys.readouterr().out)
+    assert p["static_memory_bytes"] == events.num_nodes * 8 * 4 * 3  # the table and its two Adam moments
