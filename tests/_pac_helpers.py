@@ -29,11 +29,10 @@ def sync_worker(rank, world, port, mode, queue):
         dist.destroy_process_group()
 
 
-def static_merge_worker(rank, world, port, queue):
-    """Two ranks change overlapping rows of a static table; merge_static combines them."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def static_merge_worker(rank, world, store_file, queue):
+    """Two ranks change overlapping rows of a static table; merge_static combines them.
+    (A file rendezvous: no port that another process on the machine could take first.)"""
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
     try:
         from speed.train.static import StaticMemory, merge_static
 

@@ -1,7 +1,6 @@
 """DistTGL's static node memory: where it enters, what trains it, how ranks merge it, no leakage."""
 
 import multiprocessing
-import socket
 
 import numpy as np
 import pytest
@@ -24,12 +23,6 @@ def _log(rng, n=1500, test_only=()):
         src[late & (np.arange(n) % 3 == i)] = node
     t = np.sort(rng.uniform(0, 1e5, n)).round(1)
     return src, dst, t
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
@@ -89,13 +82,12 @@ def test_pretraining_reads_only_the_events_it_is_given_and_is_seeded():
     assert (a[pool].abs().sum(1) > 0).all()
 
 
-def test_two_ranks_merge_their_changes_to_the_table():
+def test_two_ranks_merge_their_changes_to_the_table(tmp_path):
     from _pac_helpers import static_merge_worker
 
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=static_merge_worker, args=(r, 2, port, queue)) for r in range(2)]
+    procs = [ctx.Process(target=static_merge_worker, args=(r, 2, str(tmp_path / "store"), queue)) for r in range(2)]
     for p in procs:
         p.start()
     out = dict(queue.get(timeout=120) for _ in procs)
