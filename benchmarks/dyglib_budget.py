@@ -4,8 +4,8 @@ DyGLib (Yu et al., NeurIPS 2023) trains up to 100 epochs with patience 20, holds
 the nodes for the inductive setting, and reports TGN at about 0.92 test AP on UCI (the same
 network as CollegeMsg) against random negatives.  This script runs ``speed train`` under
 ``protocol="dyglib"`` with that budget, once per static-memory kind given, and saves each
-run's validation curve and test scores (the random-negative AP is the one compared with
-the published figure; the historical and inductive ones are reported beside it).
+run's validation curve and test scores (the transductive AP against random negatives is the
+one compared with the published figure; the inductive AP is saved beside it).
 
 Writes ``benchmarks/results/dyglib_budget.{json,png}``.  Long: run it alone.
 

@@ -145,7 +145,10 @@ def plot(rows) -> None:
     import matplotlib.pyplot as plt
 
     panels = sorted({(r["log"], r["model"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    cols = min(2, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.6 * nrows), squeeze=False)
+    axes = [list(axes.ravel())]
     styles = {"none": "-", "learned": "--", "pretrained": ":"}
     colours = {"single": "C0", "pac4": "C1", "pac8": "C2", "pac4-sync20": "C3", "pac4-top10": "C4", "pac4-mean": "C5"}
     for ax, (log, model) in zip(axes[0], panels):
@@ -159,9 +162,12 @@ def plot(rows) -> None:
             ax.plot(np.arange(1, n + 1), mean, styles[kind], color=colours[setting], label=f"{setting}, {kind}")
         ax.set_title(f"{model}, {log}")
         ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("validation AP (mean of seeds)")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
+    axes[0][len(panels) - 1].legend(fontsize=7)
+    for ax in axes[0][len(panels):]:
+        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(RESULTS.with_suffix(".png"), dpi=120)
 
