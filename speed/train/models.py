@@ -385,7 +385,8 @@ class TemporalGNN(nn.Module):
         states, lasts = self.key_states(plan, rows if rows is not None else plan.stale)
         h = states  # what the embedding reads: the dynamic memory, plus the static one
         if self.static is not None:
-            h = states + self.static(plan.rows.index_select(0, plan.key_row))
+            # one lookup per distinct node of the step (a node has several keys at several times)
+            h = states + self.static(plan.rows).index_select(0, plan.key_row)
         own = h.index_select(0, plan.uq_key)
         own_dt = plan.uq_t - lasts.index_select(0, plan.uq_key)
         if self.embedding.needs_neighbors:
