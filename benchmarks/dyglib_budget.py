@@ -12,6 +12,8 @@ Writes ``benchmarks/results/dyglib_budget.{json,png}``.  Long: run it alone.
 Usage::
 
     python benchmarks/dyglib_budget.py [--kinds none,learned] [--epochs 100] [--patience 20] [--lr 1e-4]
+    python benchmarks/dyglib_budget.py --kinds none --neighbors 20 --dim 172 \
+        --out benchmarks/results/dyglib_budget_wide     # DyGLib's widths and neighbours, one layer
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--neighbors", type=int, default=10)
+    ap.add_argument("--dim", type=int, default=100, help="memory and embedding width (DyGLib's TGN: 172)")
     ap.add_argument("--out", default=str(HERE / "results" / "dyglib_budget"))
     a = ap.parse_args()
 
@@ -47,10 +51,11 @@ def main() -> int:
     for kind in a.kinds.split(","):
         t0 = time.perf_counter()
         m = speed.train(events, model=a.model, protocol="dyglib", epochs=a.epochs, patience=a.patience, lr=a.lr,
-                        seed=a.seed, num_threads=a.threads, static_memory=kind, progress=False)
+                        seed=a.seed, num_threads=a.threads, static_memory=kind, progress=False,
+                        neighbors=a.neighbors, memory_dim=a.dim, embedding_dim=a.dim)
         val = [e["val"]["transductive"]["ap"] for e in m["epochs"]]
         runs = [r for r in runs if r["static_memory"] != kind] + [{
-            "static_memory": kind, "lr": a.lr, "seed": a.seed, "epochs_run": len(val), "best_epoch": m["best_epoch"],
+            "static_memory": kind, "lr": a.lr, "seed": a.seed, "neighbors": a.neighbors, "dim": a.dim, "epochs_run": len(val), "best_epoch": m["best_epoch"],
             "val_ap": val, "loss": [e["loss"] for e in m["epochs"]], "test": m["test"],
             "test_ap_random": m["test"]["transductive"]["ap"], "seconds": time.perf_counter() - t0}]
         print(f"{kind}: {len(val)} epochs, best {m['best_epoch']}, test AP (random) "

@@ -119,3 +119,17 @@ def test_parallel_run_trains_one_table_that_plan_counts(tmp_path, capsys):
 
     p = json.loads(capsys.readouterr().out)
     assert p["static_memory_bytes"] == events.num_nodes * 8 * 4 * 3  # the table and its two Adam moments
+
+
+def test_bad_static_settings_are_refused_by_name(tmp_path, capsys):
+    from speed.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="static_memory"):
+        speed.train(speed.Events.from_arrays(*_log(np.random.default_rng(0), 200)), static_memory="frozen")
+    with pytest.raises(ConfigError, match="static_lr"):
+        speed.train(speed.Events.from_arrays(*_log(np.random.default_rng(0), 200)), static_lr=0.0)
+    log = speed.write_generated(tmp_path / "log.csv", 30, 300, seed=0)
+    assert main(["train", str(log), "--static-lr", "-1", "--out", str(tmp_path / "run"), "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert "--static-lr" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
