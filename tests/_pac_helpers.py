@@ -37,12 +37,18 @@ def static_merge_worker(rank, world, store_file, queue):
         from speed.train.static import StaticMemory, merge_static
 
         static = StaticMemory(4, 2, 3)
+        opt = torch.optim.SparseAdam([static.table], lr=1.0)
         start = static.table.detach().clone()  # zeros on both ranks
         rows = [[0, 1], [1, 2]][rank]  # row 1 is changed by both ranks (a shared node)
+        # one optimiser step on the rank's rows gives them moments ...
+        static.table.grad = torch.sparse_coo_tensor(torch.tensor([rows]), torch.ones(2, 2) * (rank + 1), (4, 2))
+        opt.step()
+        # ... and the rows are then set to known values
         new = start.clone()
         new[rows] = float(rank + 1) * torch.tensor([[1.0, 2.0]])
         static.load_table(new)
-        merge_static(static, start, world)
-        queue.put((rank, static.table.detach().tolist()))
+        merge_static(static, start, world, optimizer=opt)
+        m = opt.state[static.table]["exp_avg"][:, 0].tolist()
+        queue.put((rank, (static.table.detach().tolist(), m)))
     finally:
         dist.destroy_process_group()

@@ -96,7 +96,12 @@ def test_two_ranks_merge_their_changes_to_the_table(tmp_path):
         assert p.exitcode == 0
     # row 0: rank 0's value; row 1: the mean of both changes; row 2: rank 1's; row 3: untouched
     expected = [[1.0, 2.0], [1.5, 3.0], [2.0, 4.0], [0.0, 0.0]]
-    assert out[0] == expected and out[1] == expected
+    # Adam's first moment after one step is 0.1 x the gradient (rank r's gradient: r + 1)
+    moments = [0.1, 0.15, 0.2, 0.0]
+    for r in (0, 1):
+        table, m = out[r]
+        assert table == expected
+        assert m == pytest.approx(moments, abs=1e-7)
 
 
 def test_parallel_run_trains_one_table_that_plan_counts(tmp_path, capsys):

@@ -140,7 +140,8 @@ class PacRank(EpochLoop):
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
                                       on_step=sync_every if cfg.sync_every else None, sync_every=cfg.sync_every)
         sync_s = periodic[0] + sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
-        static_s = merge_static(self.static, start, self.world, self.host_group) if learned else 0.0
+        static_s = merge_static(self.static, start, self.world, self.host_group,
+                                optimizer=self.optimizer.sparse) if learned else 0.0
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.node_state_bytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
