@@ -66,9 +66,9 @@ from .modules import (
     TimeProjectionEmbedding,
 )
 from .plan import BatchPlan, build_plan
-from .recipes import AGGREGATORS, MESSAGES, RECIPES
+from .recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
 from .sampler import RecentNeighborSampler
-from .static import STATIC_KINDS, StaticMemory
+from .static import StaticMemory
 from .store import MessageStore
 from .values import EventValues
 

@@ -38,7 +38,6 @@ from torch import nn
 
 from .._util import progress_bar
 from .modules import LinkPredictor
-from .recipes import STATIC_KINDS  # noqa: F401  (the choices, named where torch is not needed)
 PRETRAIN_EPOCHS = 10  # DistTGL pre-trains 10 epochs on its four small logs
 PRETRAIN_BATCH = 600
 PRETRAIN_LR = 1e-3
