@@ -1,54 +1,129 @@
-"""Functions run inside spawned test processes (they must be importable by the children)."""
+"""Functions run inside spawned test processes (they must be importable by the children),
+and :func:`run_workers`, which starts them so that a failing or hung worker can never outlive
+its test.
 
+Why the care: a worker that blocks (e.g. in ``destroy_process_group``, which torch 2.2 can
+leave hanging once the peer has gone) keeps pytest's interpreter from exiting, because
+multiprocessing joins non-daemon children at exit; CI then runs into its wall-clock limit long
+after the last test.  So workers are daemons, the rendezvous is a file (no free-port race), the
+group has a short timeout, a worker leaves with ``os._exit`` once its result is flushed, and
+whatever is still alive when the test ends is killed.
+"""
+
+import multiprocessing
 import os
+import queue as queue_module
+import socket
+import sys
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+WORKER_TIMEOUT = 120  # seconds a test waits for a worker's result, and a collective may wait
 
-def sync_worker(rank, world, port, mode, queue):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+def run_workers(target, args, store_file, timeout=WORKER_TIMEOUT):
+    """Run ``target(rank, world, store_file, *args, queue)`` in ``world = len(args)`` spawned
+    daemon processes; returns ``{rank: result}`` from the ``(rank, result)`` pairs they put.
+
+    Raises AssertionError if a worker fails or sends nothing within ``timeout`` seconds; every
+    worker still alive at the end is terminated, then killed.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    world = len(args)
+    procs = [ctx.Process(target=target, args=(r, world, str(store_file), *a, results), daemon=True)
+             for r, a in enumerate(args)]
     try:
-        from speed.train.models import build_model
-        from speed.train.models import NodeState
-        from speed.train.pac import sync_shared
-
-        model = build_model("tgn", 1, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
-        model.resize(4)  # local nodes 0-2 shared, 3 the rank's own
-        lu = [[5.0, 1.0, 3.0, 7.0], [2.0, 4.0, 3.0, 9.0]][rank]
-        empty = torch.empty(0, dtype=torch.long)
-        model.load_node_state(torch.arange(4), NodeState(
-            {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
-            (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
-        sync_shared(model, 3, mode, world)
-        state, last = model.node_state(torch.arange(4)).memories["memory"]
-        queue.put((rank, state[:, 0].tolist(), last.tolist()))
+        for p in procs:
+            p.start()
+        out = {}
+        deadline = time.monotonic() + timeout
+        while len(out) < world:
+            try:
+                rank, value = results.get(timeout=1.0)
+                out[rank] = value
+                continue
+            except queue_module.Empty:
+                pass
+            codes = [p.exitcode for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                raise AssertionError(f"a worker failed (exit codes {codes})")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a worker sent nothing in {timeout} s (exit codes {codes})")
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0, f"worker exit codes {[q.exitcode for q in procs]}"
+        return out
     finally:
-        dist.destroy_process_group()
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+
+def free_port():
+    """A loopback port free at the time of the call, for torchrun's ``--master_port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init(rank, world, store_file):
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=WORKER_TIMEOUT))
+
+
+def _leave(queue):
+    """Flush the result and exit without tearing the group down (see the module docstring)."""
+    queue.close()
+    queue.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def sync_worker(rank, world, store_file, mode, queue):
+    _init(rank, world, store_file)
+    from speed.train.models import build_model
+    from speed.train.models import NodeState
+    from speed.train.pac import sync_shared
+
+    model = build_model("tgn", 1, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
+    model.resize(4)  # local nodes 0-2 shared, 3 the rank's own
+    lu = [[5.0, 1.0, 3.0, 7.0], [2.0, 4.0, 3.0, 9.0]][rank]
+    empty = torch.empty(0, dtype=torch.long)
+    model.load_node_state(torch.arange(4), NodeState(
+        {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
+        (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
+    sync_shared(model, 3, mode, world)
+    state, last = model.node_state(torch.arange(4)).memories["memory"]
+    queue.put((rank, (state[:, 0].tolist(), last.tolist())))
+    _leave(queue)
 
 
 def static_merge_worker(rank, world, store_file, queue):
-    """Two ranks change overlapping rows of a static table; merge_static combines them.
-    (A file rendezvous: no port that another process on the machine could take first.)"""
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
-    try:
-        from speed.train.static import StaticMemory, merge_static
+    """Two ranks change overlapping rows of a static table; merge_static combines them."""
+    _init(rank, world, store_file)
+    from speed.train.static import StaticMemory, merge_static
 
-        static = StaticMemory(4, 2, 3)
-        opt = torch.optim.SparseAdam([static.table], lr=1.0)
-        start = static.table.detach().clone()  # zeros on both ranks
-        rows = [[0, 1], [1, 2]][rank]  # row 1 is changed by both ranks (a shared node)
-        # one optimiser step on the rank's rows gives them moments ...
-        static.table.grad = torch.sparse_coo_tensor(torch.tensor([rows]), torch.ones(2, 2) * (rank + 1), (4, 2))
-        opt.step()
-        # ... and the rows are then set to known values
-        new = start.clone()
-        new[rows] = float(rank + 1) * torch.tensor([[1.0, 2.0]])
-        static.load_table(new)
-        merge_static(static, start, world, optimizer=opt)
-        m = opt.state[static.table]["exp_avg"][:, 0].tolist()
-        queue.put((rank, (static.table.detach().tolist(), m)))
-    finally:
-        dist.destroy_process_group()
+    static = StaticMemory(4, 2, 3)
+    opt = torch.optim.SparseAdam([static.table], lr=1.0)
+    start = static.table.detach().clone()  # zeros on both ranks
+    rows = [[0, 1], [1, 2]][rank]  # row 1 is changed by both ranks (a shared node)
+    # one optimiser step on the rank's rows gives them moments ...
+    static.table.grad = torch.sparse_coo_tensor(torch.tensor([rows]), torch.ones(2, 2) * (rank + 1), (4, 2))
+    opt.step()
+    # ... and the rows are then set to known values
+    new = start.clone()
+    new[rows] = float(rank + 1) * torch.tensor([[1.0, 2.0]])
+    static.load_table(new)
+    merge_static(static, start, world, optimizer=opt)
+    m = opt.state[static.table]["exp_avg"][:, 0].tolist()
+    queue.put((rank, (static.table.detach().tolist(), m)))
+    _leave(queue)

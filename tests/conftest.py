@@ -9,6 +9,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Stop any child process a test left behind: multiprocessing joins its non-daemon children
+    at interpreter exit, so one hung child would keep the run from ending after its last test."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+
+
 @pytest.fixture
 def shared_data():
     if not (SHARED_DATA / "wikipedia.csv").exists():

@@ -1,18 +1,17 @@
 """PAC: grouping, the sync rule, equal steps, resume, failures (2-process gloo on CPU)."""
 
 import json
-import multiprocessing
 import os
 import time
 
 import numpy as np
 import pytest
 import torch
+from _pac_helpers import free_port
 
 import speed
 from speed.cli import main
 from speed.train.pac import RankFailedError, check_world, combine_shared, part_groups
-from speed.train.pac.launch import _free_port
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1)
@@ -75,19 +74,10 @@ def test_sync_rule_by_hand():
 
 @pytest.mark.parametrize("mode, expected", [
     ("last", [1.0, 2.0, 1.0]), ("mean", [1.5, 1.5, 1.5]), ("none", None)])
-def test_sync_across_two_processes(mode, expected):
-    from _pac_helpers import sync_worker
+def test_sync_across_two_processes(mode, expected, tmp_path):
+    from _pac_helpers import run_workers, sync_worker
 
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=sync_worker, args=(r, 2, port, mode, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = dict((r, (m, lu)) for r, m, lu in (queue.get(timeout=120) for _ in procs))
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    out = run_workers(sync_worker, [(mode,), (mode,)], tmp_path / "store")
     for rank in (0, 1):
         mem, lu = out[rank]
         if expected is None:
@@ -196,10 +186,10 @@ def test_torchrun_runs_the_same_entry_point(shards4, tmp_path):
 
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), "-m", "speed", "train", str(shards4), "--model", "jodie", "--epochs", "1",
+           str(free_port()), "-m", "speed", "train", str(shards4), "--model", "jodie", "--epochs", "1",
            "--out", str(run), "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8",
            "--threads", "1", "--no-progress"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # kills torchrun on timeout
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((run / "metrics.json").read_text())
     assert m["nproc"] == 2 and len(m["epochs"][0]["ranks"]) == 2
@@ -214,14 +204,23 @@ def test_two_torchrun_nodes_on_one_host_equal_nproc_2(shards4, tmp_path):
 
     args = [str(shards4), "--model", "jodie", "--epochs", "2", "--seed", "3", "--deterministic",
             "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]
-    port = str(_free_port())
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
                                "--node_rank", str(i), "--master_addr", "127.0.0.1", "--master_port", port,
                                "-m", "speed", "train", *args, "--out", str(tmp_path / "nodes")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-2000:]
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err[-2000:]
+    finally:  # a failed or hung agent must not outlive the test (it would hold the other's port)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()  # torchrun passes SIGTERM on to its workers
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
     assert main(["train", *args, "--nproc", "2", "--out", str(tmp_path / "spawned")]) == 0
     a, b = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("nodes", "spawned"))
     core = (lambda m: json.dumps({"epochs": [(e["loss"], e["val"]) for e in m["epochs"]], "test": m["test"]},

@@ -1,6 +1,5 @@
 """DistTGL's static node memory: where it enters, what trains it, how ranks merge it, no leakage."""
 
-import multiprocessing
 
 import numpy as np
 import pytest
@@ -83,17 +82,9 @@ def test_pretraining_reads_only_the_events_it_is_given_and_is_seeded():
 
 
 def test_two_ranks_merge_their_changes_to_the_table(tmp_path):
-    from _pac_helpers import static_merge_worker
+    from _pac_helpers import run_workers, static_merge_worker
 
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=static_merge_worker, args=(r, 2, str(tmp_path / "store"), queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    out = dict(queue.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    out = run_workers(static_merge_worker, [(), ()], tmp_path / "store")
     # row 0: rank 0's value; row 1: the mean of both changes; row 2: rank 1's; row 3: untouched
     expected = [[1.0, 2.0], [1.5, 3.0], [2.0, 4.0], [0.0, 0.0]]
     # Adam's first moment after one step is 0.1 x the gradient (rank r's gradient: r + 1)

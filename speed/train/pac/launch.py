@@ -1,8 +1,9 @@
 """Process launch for PAC: N spawned ranks here, or one rank under torchrun.
 
-* Spawned (no ``RANK`` in the environment): N processes on this machine, rendezvous on a free
-  loopback port.  If any rank raises or dies, the others are terminated and the launcher
-  raises :class:`RankFailedError` naming it; Ctrl-C stops every rank.
+* Spawned (no ``RANK`` in the environment): N processes on this machine, rendezvous through a
+  file in a fresh temporary directory (a free port found first could be taken by another
+  process before the ranks bind it).  If any rank raises or dies, the others are terminated
+  and the launcher raises :class:`RankFailedError` naming it; Ctrl-C stops every rank.
 * Under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` set): this process is one rank
   and torchrun's rendezvous connects the job, e.g. two nodes of eight GPUs::
 
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -38,13 +41,7 @@ class RankFailedError(RuntimeError):
     """A rank of a parallel run raised or died; the message names it."""
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _setup(rank: int, world: int, local_rank: int, config: TrainConfig):
+def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None):
     """Start the process group; returns the rank's config (its device) and a host group.
 
     A CPU rank's default thread count is the machine's cores over the ranks *on this machine*,
@@ -57,7 +54,8 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig):
     timeout = timedelta(seconds=config.timeout)
     if cuda:
         torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank, world_size=world,
+                            timeout=timeout)
     if cuda:
         config = replace(config, device=f"cuda:{local_rank}")
     else:
@@ -71,10 +69,10 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig):
 
 
 def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
-               out: Optional[str], teardown: bool = True):
+               out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
     from .rank import PacRank
 
-    config, host_group = _setup(rank, world, local_rank, config)
+    config, host_group = _setup(rank, world, local_rank, config, init_method)
     _maybe_fault(rank)
     result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
                      host_group=host_group).run()
@@ -96,10 +94,8 @@ def _maybe_fault(rank: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank}")
 
 
-def _spawned(index: int, world: int, port: int, shards_path: str, config: TrainConfig, out: Optional[str]):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    _rank_main(index, world, index, shards_path, config, out, teardown=False)
+def _spawned(index: int, world: int, store: str, shards_path: str, config: TrainConfig, out: Optional[str]):
+    _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=f"file://{store}")
     # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
     # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
     # had exited (torch 2.2), and interpreter shutdown runs the same destructor.
@@ -138,7 +134,9 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
     # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
-    ctx = mp.start_processes(_spawned, args=(nproc, _free_port(), str(shards.path), config, str(out)),
+    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
+    store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
+    ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out)),
                              nprocs=nproc, join=False, start_method="spawn")
     try:
         while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
@@ -157,4 +155,6 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     except mp.ProcessExitedException as exc:
         raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}); "
                               f"the other ranks were stopped") from None
+    finally:
+        shutil.rmtree(rendezvous, ignore_errors=True)
     return json.loads((out / "metrics.json").read_text())
