@@ -53,6 +53,21 @@ def test_a_filled_table_changes_the_embedding_through_the_map():
     assert not torch.allclose(before, after)
 
 
+@pytest.mark.parametrize("name", ["jodie", "dyrep"])
+def test_a_memory_only_embedding_gets_the_static_part_after_it(name):
+    # JODIE: z = (1 + w dt) * s + P row, not (1 + w dt) * (s + P row); DyRep: z = s + P row
+    torch.manual_seed(0)
+    model = build_model(name, 6, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2, static_memory="learned")
+    model.eval()
+    nodes, t = np.arange(6), np.full(6, 50.0)  # dt = 50 from a last update at 0: the projection is not 1
+    plain = model.embed(nodes, t)  # a zero table: the dynamic part alone
+    rows = torch.arange(24, dtype=torch.float32).reshape(6, 4) / 10
+    model.static.load_table(rows)
+    with torch.no_grad():
+        expected = plain + model.static(torch.as_tensor(nodes))
+    torch.testing.assert_close(model.embed(nodes, t), expected, atol=1e-6, rtol=0)
+
+
 def test_learned_rows_train_only_for_training_nodes_and_the_test_period_never_trains_them(tmp_path):
     src, dst, t = _log(np.random.default_rng(1), test_only=(41, 42))
     runs = {}

@@ -4,8 +4,12 @@ The dynamic memory of a node summarises its recent events, in batches; what does
 with time (what a node *is*) is held apart, in a table learned from every training event
 whatever the batching.  Where it enters the model follows DistTGL (and TGL's node features):
 a linear map of a node's static row is added to its dynamic memory before the embedding
-module, for the queried nodes and their neighbours alike.  Messages and the memory updater
-still see the dynamic memory only, so what is stored per node is unchanged.
+module, for the queried nodes and their neighbours alike.  A memory-only embedding (JODIE's
+time projection, DyRep's identity) has no neighbours to share it with; there the mapped row is
+added after the embedding, as JODIE joins its static embeddings to the projected one (inside
+the projection, ``1 + w dt`` scales the unbounded rows, and JODIE's training diverged).
+Messages and the memory updater still see the dynamic memory only, so what is stored per node
+is unchanged.
 
 Two kinds (``--static-memory``):
 
