@@ -68,6 +68,36 @@ def test_a_memory_only_embedding_gets_the_static_part_after_it(name):
     torch.testing.assert_close(model.embed(nodes, t), expected, atol=1e-6, rtol=0)
 
 
+def test_row_adam_is_torch_sparse_adam():
+    # the reference is torch's own SparseAdam; gradients with repeated rows, empty steps, two lrs
+    from speed.train.static import RowAdam
+
+    rng = np.random.default_rng(0)
+    for lr in (1e-3, 0.5):
+        start = torch.as_tensor(rng.normal(size=(30, 5)), dtype=torch.float32)
+        a, b = nn_param(start), nn_param(start)
+        opt_a, opt_b = torch.optim.SparseAdam([a], lr=lr), RowAdam([b], lr=lr)
+        for step in range(40):
+            n = 0 if step == 7 else int(rng.integers(1, 25))
+            idx = torch.as_tensor(rng.integers(0, 30, n))  # repeats: coalesced into one row
+            vals = torch.as_tensor(rng.normal(size=(n, 5)), dtype=torch.float32)
+            for p, opt in ((a, opt_a), (b, opt_b)):
+                p.grad = torch.sparse_coo_tensor(idx.unsqueeze(0), vals, (30, 5))
+                opt.step()
+        torch.testing.assert_close(b.detach(), a.detach(), atol=1e-6, rtol=1e-5)
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt_b.state[b][key], opt_a.state[a][key], atol=1e-7, rtol=1e-5)
+        assert opt_b.state[b]["step"] == opt_a.state[a]["step"]
+        opt_b.load_state_dict(opt_a.state_dict())  # the state is interchangeable
+    with pytest.raises(RuntimeError, match="sparse"):
+        b.grad = torch.ones(30, 5)
+        opt_b.step()
+
+
+def nn_param(x):
+    return torch.nn.Parameter(x.clone())
+
+
 def test_learned_rows_train_only_for_training_nodes_and_the_test_period_never_trains_them(tmp_path):
     src, dst, t = _log(np.random.default_rng(1), test_only=(41, 42))
     runs = {}

@@ -34,6 +34,7 @@ the table; pre-training reads the training events alone.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -116,6 +117,61 @@ class StaticMemory(nn.Module):
         return int(n * (3 if self.trainable else 1))
 
 
+class RowAdam(torch.optim.Optimizer):
+    """torch's ``SparseAdam`` (the same update, the same state), computed with dense row ops.
+
+    ``SparseAdam`` builds sparse tensors three times a step (``sparse_mask`` of both moments,
+    the sparse update); here the gradient's rows are gathered once and the moments and the
+    table are written back by index: 2.1 ms against 3.0 ms a step for 2,500 rows of 100 on one
+    thread (``benchmarks/static_cost.py --optimizer``), on a step of about 28 ms (TGN, Wikipedia).  As in ``SparseAdam``, ``eps`` is added
+    to the square root of the uncorrected second moment and the bias corrections go into the
+    step size; the state (``step``, ``exp_avg``, ``exp_avg_sq``) is the same, so checkpoints of
+    either load into the other and :func:`merge_static` merges its moments.
+
+    Parameters
+    ----------
+    params : iterable of parameters with sparse gradients
+    lr : float
+    betas : (float, float)
+    eps : float
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        if not lr > 0:
+            raise ValueError(f"invalid learning rate: {lr}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not p.grad.is_sparse:
+                    raise RuntimeError("RowAdam takes sparse gradients (an embedding read with sparse=True)")
+                grad = p.grad.coalesce()  # the update is not linear: one row per index
+                rows, g = grad._indices()[0], grad._values()
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1  # an empty gradient counts as a step, as in SparseAdam
+                if g.numel() == 0:
+                    continue
+                m = state["exp_avg"].index_select(0, rows)
+                v = state["exp_avg_sq"].index_select(0, rows)
+                m.add_(g.sub(m).mul_(1 - beta1))  # old + (1 - b) (new - old), as SparseAdam
+                v.add_(g.pow(2).sub_(v).mul_(1 - beta2))
+                state["exp_avg"].index_copy_(0, rows, m)
+                state["exp_avg_sq"].index_copy_(0, rows, v)
+                step = state["step"]
+                step_size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+                p.index_add_(0, rows, m.div_(v.sqrt_().add_(group["eps"])).mul_(-step_size))
+        return None
+
+
 class TwoOptimizers:
     """Dense Adam over the weights and sparse Adam over a learned static table, stepped as one
     (the engine and the checkpoints see one optimiser)."""
@@ -152,7 +208,7 @@ def make_optimizer(model: nn.Module, lr: float, static_lr: Optional[float] = Non
         return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, foreach=True)
     dense = [p for n, p in model.named_parameters() if p.requires_grad and n != "static.table"]
     return TwoOptimizers(torch.optim.Adam(dense, lr=lr, foreach=True),
-                         torch.optim.SparseAdam([static.table], lr=lr if static_lr is None else static_lr))
+                         RowAdam([static.table], lr=lr if static_lr is None else static_lr))
 
 
 @torch.no_grad()
@@ -161,7 +217,7 @@ def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=No
 
     Every rank began the epoch with ``start``.  A row changed by one rank takes that rank's
     value; a row changed by several ranks (a shared node's) moves by the mean of their
-    changes; other rows stay.  With ``optimizer`` (the table's ``SparseAdam``) the rows' Adam
+    changes; other rows stay.  With ``optimizer`` (the table's :class:`RowAdam`) the rows' Adam
     moments are merged the same way, so a rank that trains a row next epoch continues the
     moments of the rank that trained it last (measured on Wikipedia, TGN, P=4, seeds 0-2: test AP
     0.9437 against 0.9388 with each rank's own moments).  Two all-reduces of the table's size
@@ -173,7 +229,7 @@ def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=No
     start : float32 tensor, shape (num_nodes, dim)
         The table at the start of the epoch (the same on every rank).
     world : int
-    optimizer : torch.optim.SparseAdam, optional
+    optimizer : RowAdam (or torch.optim.SparseAdam), optional
 
     Returns
     -------
@@ -238,7 +294,7 @@ def pretrain_static(src: np.ndarray, dst: np.ndarray, num_nodes: int, dim: int, 
     with torch.random.fork_rng(devices=[]):  # seeded by ``seed`` alone; the caller's RNG does not move
         torch.manual_seed(int(seed))
         decoder = LinkPredictor(int(dim))
-    opt_rows = torch.optim.SparseAdam(list(table.parameters()), lr=lr)
+    opt_rows = RowAdam(list(table.parameters()), lr=lr)
     opt_dec = torch.optim.Adam(decoder.parameters(), lr=lr)
     pool_t = torch.as_tensor(np.asarray(pool, dtype=np.int64))
     loss_fn = nn.functional.binary_cross_entropy_with_logits
