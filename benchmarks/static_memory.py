@@ -4,7 +4,8 @@ For each log, model, setting, static-memory kind and seed: one run of a fixed nu
 epochs (no early stopping, so every curve has the same length), full-graph validation after
 every epoch, and the test AP of the best epoch.  Settings: ``single`` (one process, the
 merged graph of the P=4 shards, so every setting shares one split), ``pac4`` and ``pac8``
-(N=2 ranks, ``assigned`` sub-graphs, P=4 or P=8 parts of SEP with top-5% hubs).
+(N=2 ranks, ``assigned`` sub-graphs, P=4 or P=8 parts of SEP with top-5% hubs); ``single-b400``
+is one process with batches of 400.
 
 Each finished run is appended to ``benchmarks/results/static_memory.json`` at once (a long
 sweep can be stopped and continued: runs already there are skipped).  ``--plot`` draws the
@@ -81,8 +82,11 @@ def run_one(log, model, setting, kind, seed, epochs, work, threads):
     common = dict(model=model, epochs=epochs, patience=epochs, seed=seed, static_memory=kind, progress=False)
     out = work / f"run_{log}_{model}_{setting}_{kind}_{seed}"
     t0 = time.perf_counter()
-    if setting == "single":
-        m = speed.train(shards, num_threads=threads, out=out, **common)
+    if setting.startswith("single"):
+        # single-b400: batches of 400, the weights' step count of PAC N=2 (one averaged step per
+        # pair of rank batches of 200)
+        m = speed.train(shards, num_threads=threads, out=out, batch_size=400 if setting == "single-b400" else 200,
+                        **common)
     else:
         m = speed.train(shards, nproc=2, validation="full", out=out, **common, **VARIANTS[setting])
     curve = [e["val"]["transductive"]["ap"] for e in m["epochs"]]
@@ -124,7 +128,7 @@ def table(rows) -> str:
         groups.setdefault((r["log"], r["model"], r["setting"], r["static_memory"], r["epochs"]), []).append(r)
     lines = ["| log | model | setting | static memory | seeds | test AP (mean ± sd) | per seed | epochs to 95% of best val "
              "| val AP after epoch 1 | best val AP | train s/epoch |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"single": 0, "pac4": 1, "pac8": 2, "pac4-sync20": 3, "pac4-top10": 4, "pac4-mean": 5, "pac4-bal": 6}
+    order = {"single": 0, "single-b400": 0.5, "pac4": 1, "pac8": 2, "pac4-sync20": 3, "pac4-top10": 4, "pac4-mean": 5, "pac4-bal": 6}
     kinds = {"none": 0, "learned": 1, "pretrained": 2}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order[k[2]], kinds[k[3]])):
         g = sorted(groups[key], key=lambda r: r["seed"])
