@@ -85,8 +85,8 @@ def run_one(log, model, setting, kind, seed, epochs, work, threads):
     if setting.startswith("single"):
         # single-b400: batches of 400, the weights' step count of PAC N=2 (one averaged step per
         # pair of rank batches of 200)
-        m = speed.train(shards, num_threads=threads, out=out, batch_size=400 if setting == "single-b400" else 200,
-                        **common)
+        batch = {"batch_size": 400} if setting == "single-b400" else {}  # else the config's default
+        m = speed.train(shards, num_threads=threads, out=out, **common, **batch)
     else:
         m = speed.train(shards, nproc=2, validation="full", out=out, **common, **VARIANTS[setting])
     curve = [e["val"]["transductive"]["ap"] for e in m["epochs"]]
@@ -128,7 +128,8 @@ def table(rows) -> str:
         groups.setdefault((r["log"], r["model"], r["setting"], r["static_memory"], r["epochs"]), []).append(r)
     lines = ["| log | model | setting | static memory | seeds | test AP (mean ± sd) | per seed | epochs to 95% of best val "
              "| val AP after epoch 1 | best val AP | train s/epoch |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"single": 0, "single-b400": 0.5, "pac4": 1, "pac8": 2, "pac4-sync20": 3, "pac4-top10": 4, "pac4-mean": 5, "pac4-bal": 6}
+    order = {"single": 0, "single-b400": 0.5, "pac4": 1, "pac8": 2, "pac4-sync20": 3, "pac4-top10": 4,
+             "pac4-mean": 5, "pac4-bal": 6}
     kinds = {"none": 0, "learned": 1, "pretrained": 2}
     for key in sorted(groups, key=lambda k: (k[0], k[1], order[k[2]], kinds[k[3]])):
         g = sorted(groups[key], key=lambda r: r["seed"])
