@@ -3,6 +3,7 @@
 import json
 import os
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -310,3 +311,37 @@ def test_balance_evens_the_ranks_of_a_dense_log_and_pac_keeps_accuracy(tmp_path)
     single = speed.train(tmp_path / "off", num_threads=1, **kw)
     pac = speed.train(tmp_path / "off", nproc=2, out=tmp_path / "run", **kw)
     assert pac["test"]["transductive"]["ap"] >= single["test"]["transductive"]["ap"] - 0.05
+
+
+def test_transfer_warning_flags_only_a_full_graph_far_below_the_ranks():
+    from speed.train.pac.validate import TRANSFER_GAP, transfer_warning
+
+    def val(ap):
+        return {"transductive": {"ap": ap}}
+
+    assert transfer_warning(val(0.90), val(0.85)) is None  # the full graph often validates higher
+    assert transfer_warning(val(0.85 - TRANSFER_GAP + 0.01), val(0.85)) is None
+    message = transfer_warning(val(0.44), val(0.86))
+    assert "0.4400" in message and "0.8600" in message and "--validation full" in message
+    assert transfer_warning({}, val(0.86)) is None
+
+
+def test_a_run_whose_weights_do_not_transfer_warns_once(shards4, tmp_path, monkeypatch, capsys):
+    from speed.train.pac import launch
+    from speed.train.pac.validate import TransferWarning
+
+    metrics = speed.train(shards4, model="jodie", epochs=1, seed=0, **TINY)  # a real run's metrics to report
+    metrics["warnings"] = ["validation AP on the full graph (0.4433) is far below the ranks' own (0.8551)"]
+    def launched(shards, config, out):
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        return metrics
+
+    monkeypatch.setattr(launch, "run_parallel", launched)
+    with pytest.warns(TransferWarning, match="0.4433"):
+        speed.train(shards4, nproc=2, **TINY)
+    with warnings.catch_warnings():  # the CLI prints it in its summary instead of a Python warning
+        warnings.simplefilter("error")
+        assert main(["train", str(shards4), "--nproc", "2", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    assert "warning: validation AP on the full graph (0.4433)" in capsys.readouterr().out
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..errors import InputError
@@ -109,6 +110,7 @@ def train_command(args) -> int:
     from ..train.api import train
     from ..train.config import TrainConfig
     from ..train.pac.launch import RankFailedError, under_torchrun
+    from ..train.pac.validate import TransferWarning
 
     out = Path(args.out)
     if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
@@ -125,7 +127,9 @@ def train_command(args) -> int:
     # an event log is read here, with the reader options; shards (and parallel runs) by path
     data = inp if (inp.is_dir() or parallel) else _read(args)
     try:
-        metrics = train(data, out=out, **config)
+        with warnings.catch_warnings():  # the summary prints a run's warnings, once, in its own words
+            warnings.simplefilter("ignore", TransferWarning)
+            metrics = train(data, out=out, **config)
     except RankFailedError as exc:
         print(f"speed train: error: {exc}", file=sys.stderr)
         return 1

@@ -77,6 +77,8 @@ def format_train_summary(m: dict, out: Path) -> str:
         lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({against})")
     if "node_classification" in m:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
+    for message in m.get("warnings", []):
+        lines.append(f"warning: {message}")
     lines.append(f"wrote {out}/{files}")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -63,7 +64,13 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         config = config.for_data(shards.manifest.get("input", {}).get("format"))
         check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
-        return run_parallel(shards, config, out)
+        metrics = run_parallel(shards, config, out)
+        if metrics:  # rank 0 (torchrun) or the launcher
+            from .pac.validate import TransferWarning
+
+            for message in metrics.get("warnings", []):
+                warnings.warn(message, TransferWarning, stacklevel=2)
+        return metrics
     from .trainer import Trainer
 
     events, split = _load(data, split, config)

@@ -37,7 +37,7 @@ from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
 from .sync import sync_shared
-from .validate import local_validation
+from .validate import local_validation, transfer_warning
 
 
 class PacRank(EpochLoop):
@@ -244,6 +244,9 @@ class PacRank(EpochLoop):
             test, _ = self.evaluator.evaluate(model, "test")
             result = {"val": val, "test": test}
         self.best = {**result, "val_local": self.best["val"]}
+        warning = transfer_warning(result["val"], self.best["val_local"]) if "val" in result else None
+        if warning:  # speed.train warns with it; the summary prints it
+            self.best["warnings"] = [warning]
         self._save_best(self.stopping.best_epoch)
         return self.best
 
