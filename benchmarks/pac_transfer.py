@@ -51,10 +51,13 @@ def main(argv=None) -> dict:
     from speed.train.negatives import RandomNegatives, negative_pool
 
     torch.set_num_threads(a.threads)
-    state = ckpt.load_checkpoint(Path(a.run) / ckpt.BEST)
+    try:
+        state = ckpt.load_checkpoint(Path(a.run) / ckpt.BEST)
+        shards = speed.load_shards(a.shards)
+    except speed.InputError as exc:
+        raise SystemExit(f"pac_transfer.py: error: {exc}")
     payload = state.extra["predictor"]
     batch = int(state.config["batch_size"])
-    shards = speed.load_shards(a.shards)
     events = shards.events()
     split = shards.split(events)
     stream = EventStream(events)

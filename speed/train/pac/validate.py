@@ -104,5 +104,4 @@ def transfer_warning(val: Dict, val_local: Dict) -> Optional[str]:
         return None
     return (f"validation AP on the full graph ({full:.4f}) is far below the ranks' own ({local:.4f}): the weights "
             f"do not carry over from the ranks' partial streams to the full graph. Try --static-memory learned, "
-            f"or shards with fewer shared nodes (--balance off; see docs/parallel.md, 'Weights that do not "
-            f"transfer')")
+            f"or shards partitioned with --balance off (see docs/parallel.md, 'Weights that do not transfer')")
