@@ -350,3 +350,35 @@ def test_a_run_whose_weights_do_not_transfer_warns_once(shards4, tmp_path, monke
         assert main(["train", str(shards4), "--nproc", "2", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     assert "warning: validation AP on the full graph (0.4433)" in capsys.readouterr().out
 
+
+
+def test_observed_events_become_pending_and_neighbours_without_being_queried():
+    from speed.data.events import Events
+    from speed.train.engine import Batches
+    from speed.train.loader import EventStream, PlanLoader
+    from speed.train.models import build_model
+
+    model = build_model("tgn", 6, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3)
+    stream = EventStream(Events(src=np.array([0, 2]), dst=np.array([1, 3]), t=np.array([1.0, 3.0]),
+                                eid=np.array([0, 1]), num_nodes=6))
+
+    def observed(positions):  # one event between 4 and 5 at t=2, inside the step's times
+        return np.array([4]), np.array([5]), np.array([2.0]), np.array([10])
+
+    (step,) = list(PlanLoader(model, stream, Batches(np.arange(2), 2), observed=observed))
+    assert len(step) == 2 and step.plan.uq_t.numel() == 4  # queried: the step's own endpoints only
+    assert model.store.counts_before(np.array([4, 5, 0]), np.full(3, np.inf)).tolist() == [1, 1, 1]
+    nb_node, nb_t, _, nb_mask = model.sampler.sample_arrays(np.array([4]), np.array([np.inf]))
+    assert nb_node[nb_mask].tolist() == [5] and nb_t[nb_mask].tolist() == [2.0]
+    with pytest.raises(ValueError, match="TIGE"):
+        PlanLoader(build_model("tige", 6, memory_dim=4, time_dim=4, embedding_dim=4), stream,
+                   Batches(np.arange(2), 2), observed=observed)
+
+
+def test_observe_shared_trains_the_same_events(shards4, tmp_path):
+    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **TINY)
+    plain = speed.train(shards4, out=tmp_path / "plain", **kw)
+    seen = speed.train(shards4, observe="shared", out=tmp_path / "seen", **kw)
+    assert [r["events"] for r in seen["epochs"][0]["ranks"]] == [r["events"] for r in plain["epochs"][0]["ranks"]]
+    assert seen["config"]["observe"] == "shared"
+    assert seen["test"]["transductive"]["ap"] != plain["test"]["transductive"]["ap"]  # the memory saw more

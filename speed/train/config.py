@@ -32,6 +32,7 @@ SYNC_MODES = ("last", "mean", "none")
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
 GROUPINGS = ("balanced", "random")
+OBSERVE_MODES = ("none", "shared")
 VALIDATION_MODES = ("local", "full")
 
 
@@ -119,6 +120,10 @@ class TrainConfig:
                          choices=SUBGRAPH_MODES, group="pac")
     sync: str = _opt("last", "shared-node memory rule: latest state wins, mean, or none", choices=SYNC_MODES,
                      group="pac")
+    observe: str = _opt("none", "with --subgraph assigned, also take in (as pending events and neighbours, without "
+                                "training on them) the events between shared nodes that other ranks train, so a "
+                                "shared node's memory sees all its events between shared nodes (not TIGE)",
+                        choices=OBSERVE_MODES, group="pac")
     sync_every: int = _opt(0, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
                            group="pac", metavar="K")
     validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
@@ -176,7 +181,7 @@ class TrainConfig:
                                                 f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
         if spec.name == "tgb" and self.new_node_fraction:
             raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES), ("grouping", GROUPINGS),
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES), ("grouping", GROUPINGS), ("observe", OBSERVE_MODES),
                               ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
                               ("message", MESSAGES), ("aggregator", AGGREGATORS),
                               ("static_memory", STATIC_KINDS)):

@@ -185,13 +185,15 @@ class Engine:
 
     def run_epoch(self, stream: EventStream, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
                   collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None,
-                  sync_every: int = 0) -> EpochStats:
+                  sync_every: int = 0, observed: Optional[Callable] = None) -> EpochStats:
         """Reset the model's state, then train on ``batches`` of ``stream``.
 
         With :class:`CyclingBatches` the state is backed up at the end of each complete
         pass and reset for the next; at the end the last complete pass's state is restored
         (Alg. 2).  ``on_step(step)`` runs after each step; with ``sync_every = K`` it may change
         the node state after every K-th step (PAC's periodic sync), and the pipeline waits for it.
+        ``observed``: events each step takes in without scoring them
+        (:class:`~speed.train.loader.PlanLoader`).
         """
         model = self.model
         model.train()
@@ -207,7 +209,7 @@ class Engine:
             return None, negatives.draw(n, 1)[:, 0]
 
         loader = PlanLoader(model, stream, batches, draw, pipeline=self.pipeline, staleness=self.staleness,
-                            barrier=barrier, on_pass_start=model.reset_structures)
+                            barrier=barrier, on_pass_start=model.reset_structures, observed=observed)
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:
                 s, ended = step.index, step.ended

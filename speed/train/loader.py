@@ -126,12 +126,17 @@ class PlanLoader:
     push : bool
         Give each batch's events to the neighbour sampler (default); off when the caller gave
         the sampler its graph already.
+    observed : callable, optional
+        ``observed(positions) -> (src, dst, t, eid)`` or None: events taken in with the step
+        besides its own (pending for their endpoints, given to the sampler) but neither queried
+        nor scored.  PAC's ``--observe shared``; not for TIGE, whose messages need each event's
+        embeddings.
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
                  pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
                  on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None,
-                 push: bool = True):
+                 push: bool = True, observed: Optional[Callable] = None):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
@@ -141,6 +146,9 @@ class PlanLoader:
         self.on_pass_start = on_pass_start
         self.extra_queries = extra_queries
         self.push = bool(push)
+        if observed is not None and getattr(model, "event_values", None) is not None:
+            raise ValueError("observed events need messages without event values (not TIGE)")
+        self.observed = observed
         self.device = model.device
 
     def _make(self, index: int, positions: np.ndarray, ended: bool,
@@ -153,7 +161,12 @@ class PlanLoader:
         if self.extra_queries is not None:
             more_nodes, more_times = self.extra_queries(positions, t)
             nodes, times = np.concatenate([nodes, more_nodes]), np.concatenate([times, more_times])
-        plan = self.model.plan(nodes, times, events=(src, dst, t, eid), push=self.push)
+        events = (src, dst, t, eid)
+        more = self.observed(positions) if self.observed is not None else None
+        if more is not None and more[0].size:  # one time-ordered batch of both (ties: the step's own first)
+            order = np.argsort(np.concatenate([t, more[2]]), kind="stable")
+            events = tuple(np.concatenate([a, b])[order] for a, b in zip(events, more))
+        plan = self.model.plan(nodes, times, events=events, push=self.push)
         if self.staleness:
             if before_read is not None:
                 before_read(index)

@@ -138,7 +138,8 @@ class PacRank(EpochLoop):
                 periodic[1] += 1
 
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
-                                      on_step=sync_every if cfg.sync_every else None, sync_every=cfg.sync_every)
+                                      on_step=sync_every if cfg.sync_every else None, sync_every=cfg.sync_every,
+                                      observed=self._observed(rg, ev.t_float()))
         sync_s = periodic[0] + sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
         static_s = merge_static(self.static, start, self.world, self.host_group,
                                 optimizer=self.optimizer.sparse) if learned else 0.0
@@ -155,6 +156,31 @@ class PacRank(EpochLoop):
                         loss=float(np.mean([r["loss"] for r in ranks])), ranks=ranks,
                         seconds={"train": slowest, "sync": max(r["sync_seconds"] + r.get("static_merge_seconds", 0.0)
                                                                for r in ranks)})
+
+    def _observed(self, rg: RankGraph, t: np.ndarray):
+        """``observe="shared"``: the events between shared nodes that other groups train, handed
+        to each step with the times it covers (after the previous step's last event, up to its
+        own); None otherwise."""
+        if self.config.observe != "shared" or self.config.subgraph != "assigned" or rg.num_shared == 0:
+            return None
+        induced = self.shards.merge(rg.parts, period="train", subgraph="induced")
+        mine = self.shards.merge(rg.parts, period="train", subgraph="assigned").eid
+        other = induced.select(~np.isin(induced.eid, mine))
+        new = self.split.new_nodes
+        if new is not None and new.any():
+            other = other.select(~(new[other.src] | new[other.dst]))
+        g2l = rg.global_to_local(self.shards.num_nodes)
+        src, dst, eid = g2l[other.src], g2l[other.dst], np.asarray(other.eid, dtype=np.int64)
+        when = np.asarray(other.t_float(), dtype=np.float64)
+        t = np.asarray(t, dtype=np.float64)
+
+        def observed(positions: np.ndarray):
+            first, last = int(positions[0]), int(positions[-1])
+            lo = 0 if first == 0 else np.searchsorted(when, t[first - 1], side="right")
+            hi = np.searchsorted(when, t[last], side="right")
+            return src[lo:hi], dst[lo:hi], when[lo:hi], eid[lo:hi]
+
+        return observed
 
     @staticmethod
     def _latest_time(ev, batches: CyclingBatches, step: int) -> float:
