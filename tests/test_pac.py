@@ -12,6 +12,7 @@ from _pac_helpers import free_port
 
 import speed
 from speed.cli import main
+from speed.train.config import ConfigError
 from speed.train.pac import RankFailedError, check_world, combine_shared, part_groups
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
@@ -382,3 +383,6 @@ def test_observe_shared_trains_the_same_events(shards4, tmp_path):
     assert [r["events"] for r in seen["epochs"][0]["ranks"]] == [r["events"] for r in plain["epochs"][0]["ranks"]]
     assert seen["config"]["observe"] == "shared"
     assert seen["test"]["transductive"]["ap"] != plain["test"]["transductive"]["ap"]  # the memory saw more
+    for bad, match in ((dict(subgraph="induced"), "assigned"), (dict(model="tige"), "tige")):
+        with pytest.raises(ConfigError, match=match):
+            speed.TrainConfig(**{"observe": "shared", **bad}).validate()

@@ -181,12 +181,17 @@ class TrainConfig:
                                                 f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
         if spec.name == "tgb" and self.new_node_fraction:
             raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES), ("grouping", GROUPINGS), ("observe", OBSERVE_MODES),
-                              ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
+        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
+                              ("grouping", GROUPINGS), ("observe", OBSERVE_MODES), ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
                               ("message", MESSAGES), ("aggregator", AGGREGATORS),
                               ("static_memory", STATIC_KINDS)):
             if getattr(self, name) not in options:
                 raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
+        if self.observe != "none" and self.subgraph != "assigned":
+            raise ConfigError("observe", f"needs subgraph 'assigned' (with {self.subgraph!r} a rank trains those "
+                                         "events already)")
+        if self.observe != "none" and self.model == "tige":
+            raise ConfigError("observe", "is not for tige, whose messages carry each event's embeddings")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")
                                                 and not self.device.startswith("cuda")):
             raise ConfigError("device", f"must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")

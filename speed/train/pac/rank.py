@@ -161,11 +161,10 @@ class PacRank(EpochLoop):
         """``observe="shared"``: the events between shared nodes that other groups train, handed
         to each step with the times it covers (after the previous step's last event, up to its
         own); None otherwise."""
-        if self.config.observe != "shared" or self.config.subgraph != "assigned" or rg.num_shared == 0:
+        if self.config.observe != "shared" or rg.num_shared == 0:
             return None
         induced = self.shards.merge(rg.parts, period="train", subgraph="induced")
-        mine = self.shards.merge(rg.parts, period="train", subgraph="assigned").eid
-        other = induced.select(~np.isin(induced.eid, mine))
+        other = induced.select(~np.isin(induced.eid, rg.events.eid))  # what the rank does not train
         new = self.split.new_nodes
         if new is not None and new.any():
             other = other.select(~(new[other.src] | new[other.dst]))
