@@ -62,7 +62,8 @@ def test_vertex_cut_kernels_match_references(n, e, p, seed):
     ref_parts, ref_load = reference_greedy(src, dst, n, p, event_parts=ref_events)
     assert list(g.node_parts) == ref_parts and g.stats["stream_loads"] == ref_load
     assert g.event_part.tolist() == reference_spread(src, dst, ref_parts, ref_events, p)
-    assert speed.partition(ev, p, method="greedy").event_part.tolist() == ref_events  # default: no spread
+    assert speed.partition(ev, p, method="greedy", balance=None).event_part.tolist() == ref_events  # off: no spread
+    assert speed.partition(ev, p, method="greedy").event_part.tolist() == g.event_part.tolist()  # default 0.1
     for res in (h, g):
         assert res.edge_cut == 0.0  # every event lands where both endpoints live
 

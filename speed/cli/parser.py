@@ -136,8 +136,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--eps", type=float, default=PD["eps"], help=f"load-balance smoothing ε (default {PD['eps']})")
     p.add_argument("--balance", type=_balance, default=PD["balance"], metavar="B",
                    help=f"keep every part's training events within (1 + B) x the mean: SEP replicates nodes whose part "
-                        f"is full, and events between shared nodes are spread (e.g. 0.1; default off: the paper's rule "
-                        f"alone)")
+                        f"is full, and events between shared nodes are spread (default {PD['balance']}; off: the paper's "
+                        f"rule alone)")
     p.add_argument("--seed", type=int, default=PD["seed"],
                    help=f"seed of the split's inductive node mask (default {PD['seed']})")
     p.add_argument("--val", type=float, default=DEFAULT_VAL, help=f"validation fraction (default {DEFAULT_VAL})")

@@ -35,10 +35,10 @@ def format_summary(m: dict) -> str:
     if "largest_part_ratio" in m:
         lines.append(f"balance      largest part {m['largest_part_ratio']:.3f} x the mean of assigned training events")
     if m.get("dynamic_hubs"):
-        # measured: such shards can train weights that fail on the full graph (a run then warns),
-        # and a learned static memory prevented it on that log; it cost AP on another
-        lines.append("note         nodes were promoted for balance: if a parallel run on these shards warns that its "
-                     "weights do not transfer, train with --static-memory learned (docs/parallel.md)")
+        # measured: without in-epoch syncs such shards can train weights that fail on the full
+        # graph (a run then warns); the default --sync-every prevented it on every seed measured
+        lines.append("note         nodes were promoted for balance: train these shards with shared-node syncs "
+                     "within the epoch (--sync-every, default on); docs/parallel.md")
     lines += ["", f"{'part':>4}  {'nodes':>10}  {'events':>12}  {'assigned':>12}  {'stream load':>12}"]
     loads = m.get("stream_loads") or [None] * m["num_parts"]
     assigned = m.get("assigned_events") or [None] * m["num_parts"]

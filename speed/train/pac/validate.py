@@ -103,5 +103,6 @@ def transfer_warning(val: Dict, val_local: Dict) -> Optional[str]:
     if full is None or local is None or not full < local - TRANSFER_GAP:
         return None
     return (f"validation AP on the full graph ({full:.4f}) is far below the ranks' own ({local:.4f}): the weights "
-            f"do not carry over from the ranks' partial streams to the full graph. Try --static-memory learned, "
-            f"or shards partitioned with --balance off (see docs/parallel.md, 'Weights that do not transfer')")
+            f"do not carry over from the ranks' partial streams to the full graph. Sync shared nodes within the "
+            f"epoch (--sync-every K, K >= 1), or try --static-memory learned or shards partitioned with --balance "
+            f"off (see docs/parallel.md, 'Weights that do not transfer')")
