@@ -88,7 +88,7 @@ def _leave(queue):
     os._exit(0)
 
 
-def sync_worker(rank, world, store_file, mode, queue):
+def sync_worker(rank, world, store_file, mode, clock, queue):
     _init(rank, world, store_file)
     from speed.train.models import build_model
     from speed.train.models import NodeState
@@ -101,7 +101,7 @@ def sync_worker(rank, world, store_file, mode, queue):
     model.load_node_state(torch.arange(4), NodeState(
         {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
         (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
-    sync_shared(model, 3, mode, world)
+    sync_shared(model, 3, mode, world, before=clock)
     state, last = model.node_state(torch.arange(4)).memories["memory"]
     queue.put((rank, (state[:, 0].tolist(), last.tolist())))
     _leave(queue)

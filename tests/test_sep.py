@@ -275,3 +275,17 @@ def test_bad_parameters(kwargs, msg):
     ev = speed.Events.from_arrays([0, 1], [1, 2], [0, 1])
     with pytest.raises(speed.InputError, match=msg):
         speed.partition(ev, **kwargs)
+
+
+@pytest.mark.parametrize("shape", [dict(num_nodes=184, alpha=1.5, communities=4, fanout=4),  # e-mail-like
+                                   dict(num_nodes=300, alpha=2.0, locality=0.0),  # heavy tail, no communities
+                                   dict(num_nodes=2000, bipartite=True, num_items=50, alpha=1.5)])
+def test_default_partition_balances_skewed_logs(shape):
+    """The default (balance 0.1) keeps the largest part's assigned training events within 1.10x
+    the mean on skewed logs where the paper's rule alone does not."""
+    ev = speed.generate_events(num_events=20_000, seed=1, **shape)
+    train = speed.chronological_split(ev).train(ev)
+    default = speed.partition(train, 4, progress=False).stats
+    paper = speed.partition(train, 4, balance=None, progress=False).stats
+    assert default["largest_part_ratio"] <= 1.10
+    assert paper["largest_part_ratio"] > 1.10

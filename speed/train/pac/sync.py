@@ -14,15 +14,23 @@ import torch.distributed as dist
 from ..models import NodeState, TemporalGNN
 
 
-def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str):
+def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: float = float("inf"),
+                   own: int = 0):
     """The sync rule on gathered states ``(W, S, d)`` and times ``(W, S)``.
 
     ``last``: the state with the largest ``last_update`` wins (ties: the lowest rank);
-    ``mean``: the mean state with the latest time.  Returns ``(states (S, d), last (S,))``.
+    ``mean``: the mean state with the latest time.  Only the states not later than ``now`` (the
+    receiving rank's clock; infinite at the end of an epoch) take part, so that within an epoch a
+    rank that is behind in time never takes in another rank's state from its own future; its own
+    state (rank ``own``) always takes part.  Returns ``(states (S, d), last (S,))``.
     """
+    valid = last <= now
+    valid[own] = True
+    latest = torch.where(valid, last, torch.full_like(last, -float("inf")))
     if mode == "mean":
-        return states.mean(0), last.max(0).values
-    winner = torch.argmax(last, dim=0)  # first maximum: the lowest rank wins ties
+        w = valid.to(states.dtype).unsqueeze(-1)
+        return (states * w).sum(0) / w.sum(0), latest.max(0).values
+    winner = torch.argmax(latest, dim=0)  # first maximum: the lowest rank wins ties
     cols = torch.arange(states.shape[1], device=states.device)
     return states[winner, cols], last[winner, cols]
 
@@ -32,8 +40,10 @@ def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, grou
     """Synchronise the first ``num_shared`` local rows (the shared nodes) across ranks.
 
     Their pending events earlier than ``before`` (all, by default) are applied first, so each
-    rank offers a complete state; other nodes keep theirs.  Tensor collectives on the shared
-    rows only.  Returns the seconds spent.
+    rank offers a complete state; other nodes keep theirs.  ``before`` is also the rank's clock:
+    a state later than it is not taken in (:func:`combine_shared`), since ranks move through time
+    at their own pace (unequal groups, a light rank's repeated passes).  Tensor collectives on
+    the shared rows only.  Returns the seconds spent.
     """
     start = time.perf_counter()
     if mode == "none" or num_shared == 0 or world == 1:
@@ -48,6 +58,7 @@ def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, grou
             all_lu = [torch.empty_like(lu) for _ in range(world)]
             dist.all_gather(all_s, s.contiguous(), group=group)
             dist.all_gather(all_lu, lu.contiguous(), group=group)
-            merged[name] = combine_shared(torch.stack(all_s), torch.stack(all_lu), mode)
+            merged[name] = combine_shared(torch.stack(all_s), torch.stack(all_lu), mode, now=before,
+                                          own=dist.get_rank(group))
         model.load_node_state(shared, NodeState(merged, state.pending))
     return time.perf_counter() - start
