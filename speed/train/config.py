@@ -126,9 +126,8 @@ class TrainConfig:
                         choices=OBSERVE_MODES, group="pac")
     # Every 20 steps by default: with syncs only at the end of an epoch, weights trained on shards
     # with many shared nodes fell below chance on the full graph in 2 of 6 seeds (e-mail-like
-    # log); every 20 steps none did, at about 1% of the epoch.  Every 5 steps was better there and
-    # worse on CollegeMsg; every step was worse on both (docs/parallel.md, 'Weights that do not
-    # transfer').
+    # log); every 20 steps none did, at about 1% of the epoch; every 5 or 10 steps was no better
+    # (docs/parallel.md, 'Weights that do not transfer').
     sync_every: int = _opt(20, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
                            group="pac", metavar="K")
     validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
