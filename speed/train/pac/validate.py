@@ -104,5 +104,5 @@ def transfer_warning(val: Dict, val_local: Dict) -> Optional[str]:
         return None
     return (f"validation AP on the full graph ({full:.4f}) is far below the ranks' own ({local:.4f}): the weights "
             f"do not carry over from the ranks' partial streams to the full graph. Sync shared nodes within the "
-            f"epoch (--sync-every K, K >= 1), or try --static-memory learned or shards partitioned with --balance "
-            f"off (see docs/parallel.md, 'Weights that do not transfer')")
+            f"epoch (--sync-every K, K >= 1), or try --static-memory learned (see docs/parallel.md, 'Weights that "
+            f"do not transfer')")
