@@ -42,6 +42,9 @@ def main(argv=None) -> dict:
     p.add_argument("--balance", type=float, default=0.1)
     p.add_argument("--model", default="tgn")
     p.add_argument("--sync-every", type=int, default=20, help="PAC's --sync-every (the measured runs used 20)")
+    p.add_argument("--average-every", type=int, nargs="+", default=[1],
+                   help="PAC's --average-every values to run on the balanced shards (1: gradient averaging)")
+    p.add_argument("--skip-off", action="store_true", help="do not train the --balance off shards")
     p.add_argument("--out", default=str(HERE / "results" / "pac_balance.json"))
     a = p.parse_args(argv)
 
@@ -66,21 +69,24 @@ def main(argv=None) -> dict:
                 rows.append({"log": name, "seed": seed, "setting": "1 process, 1 thread", "epoch_seconds": base_s,
                              "relative_epoch": 1.0, "rank_throughput": 1.0, "largest_share": 1.0,
                              "test_ap": single["test"]["transductive"]["ap"]})
-                for label in ("off", f"{a.balance:g}"):
+                runs = [] if a.skip_off else [("off", 1)]
+                runs += [(f"{a.balance:g}", k) for k in a.average_every]
+                for label, every in runs:
                     m = speed.train(shards[label], nproc=2, subgraph="assigned", sync_every=a.sync_every,
-                                    out=Path(tmp) / f"run_{label}", **kw)
+                                    average_every=every, out=Path(tmp) / f"run_{label}_{every}", **kw)
                     ranks = [r for e in m["epochs"][1:] for r in e["ranks"]]
                     rate = np.mean([r["events"] * r["passes"] / r["train_seconds"] for r in ranks])
                     share = max(r["events"] for r in m["epochs"][0]["ranks"]) / m["data"]["num_train_events"]
                     st = shards[label + "_stats"]
-                    rows.append({"log": name, "seed": seed, "setting": f"N=2 assigned, balance {label}",
+                    setting = f"N=2 assigned, balance {label}" + (f", average every {every}" if every > 1 else "")
+                    rows.append({"log": name, "seed": seed, "setting": setting,
                                  "epoch_seconds": _epoch_seconds(m), "relative_epoch": _epoch_seconds(m) / base_s,
                                  "rank_throughput": float(rate / base_rate), "largest_share": share,
                                  "test_ap": m["test"]["transductive"]["ap"],
                                  "replication_factor": st["replication_factor"],
                                  "largest_part_ratio": st["largest_part_ratio"]})
-                for r in rows[-3:]:
-                    print(f"{name:<18} seed {seed}  {r['setting']:<26} {r['epoch_seconds']:6.2f} s/epoch "
+                for r in rows[-1 - len(runs):]:
+                    print(f"{name:<18} seed {seed}  {r['setting']:<42} {r['epoch_seconds']:6.2f} s/epoch "
                           f"({r['relative_epoch']:.2f}x)  rank rate {r['rank_throughput']:.2f}  "
                           f"share {r['largest_share']:.3f}  test AP {r['test_ap']:.4f}", flush=True)
     summary = []
@@ -89,7 +95,7 @@ def main(argv=None) -> dict:
         summary.append({"log": key[0], "setting": key[1], **{k: float(np.mean([r[k] for r in sel])) for k in
                         ("epoch_seconds", "relative_epoch", "rank_throughput", "largest_share", "test_ap")}})
         s = summary[-1]
-        print(f"MEAN {s['log']:<18} {s['setting']:<26} {s['epoch_seconds']:6.2f} s ({s['relative_epoch']:.2f}x)  "
+        print(f"MEAN {s['log']:<18} {s['setting']:<42} {s['epoch_seconds']:6.2f} s ({s['relative_epoch']:.2f}x)  "
               f"rank rate {s['rank_throughput']:.2f}  share {s['largest_share']:.3f}  test AP {s['test_ap']:.4f}")
     out = {"args": vars(a), "rows": rows, "summary": summary}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -127,3 +127,28 @@ def static_merge_worker(rank, world, store_file, queue):
     m = opt.state[static.table]["exp_avg"][:, 0].tolist()
     queue.put((rank, (static.table.detach().tolist(), m)))
     _leave(queue)
+
+
+def local_sgd_worker(rank, world, store_file, every, queue):
+    """Local SGD on a linear model: each rank steps on its own gradient (the DDP hook keeps it
+    local), and WeightAverager averages the weights on the steps it is due."""
+    _init(rank, world, store_file)
+    from speed.train.pac.averaging import WeightAverager, averaged_parameters, local_step_hook
+
+    torch.manual_seed(0)  # the same start on both ranks
+    model = torch.nn.Linear(3, 1)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(None, local_step_hook)
+    averager = WeightAverager(averaged_parameters(ddp), every, world)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x = torch.tensor([[1.0, 2.0, 3.0]]) * (rank + 1)  # each rank its own data
+    trace = []
+    for step in (1, 2, 3):
+        opt.zero_grad()
+        ddp(x).sum().backward()
+        grad = model.weight.grad.clone()
+        opt.step()
+        averager.after_step(step, 3)
+        trace.append((grad.tolist(), model.weight.detach().clone().tolist(), averager.rounds))
+    queue.put((rank, trace))
+    _leave(queue)

@@ -115,6 +115,26 @@ def test_sync_across_two_processes_keeps_each_rank_in_its_own_time(tmp_path):
     assert out[1] == ([2.0, 2.0, 1.0, 2.0], [2.0, 4.0, 3.0, 9.0])
 
 
+def test_local_sgd_keeps_gradients_local_and_averages_weights_when_due(tmp_path):
+    """every=2 over 3 steps: ranks average after steps 2 and 3 (the last), not after step 1."""
+    from _pac_helpers import local_sgd_worker, run_workers
+
+    out = run_workers(local_sgd_worker, [(2,), (2,)], tmp_path / "store")
+    x = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]]  # d(sum(w.x + b))/dw = x: each rank's own
+    for rank in (0, 1):
+        assert out[rank][0][0] == [x[rank]]  # the gradient is not averaged
+    torch.manual_seed(0)
+    w0 = torch.nn.Linear(3, 1).weight.detach()
+    step1 = [w0 - 0.5 * torch.tensor([x[r]]) for r in (0, 1)]
+    assert torch.allclose(torch.tensor(out[0][0][1]), step1[0]) and torch.allclose(torch.tensor(out[1][0][1]), step1[1])
+    assert out[0][0][2] == out[1][0][2] == 0  # step 1: nothing averaged yet
+    step2 = (step1[0] + step1[1]) / 2 - 0.5 * (torch.tensor([x[0]]) + torch.tensor([x[1]])) / 2
+    for rank in (0, 1):
+        assert torch.allclose(torch.tensor(out[rank][1][1]), step2) and out[rank][1][2] == 1
+        assert out[rank][2][2] == 2  # the last step always averages
+    assert out[0][2][1] == out[1][2][1]  # the ranks end with the same weights
+
+
 @pytest.mark.parametrize("subgraph", ["assigned", "induced"])
 def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp_path, subgraph, capsys):
     m = speed.train(speed.load_shards(shards4), model="tgn", epochs=2, seed=0, nproc=2, out=tmp_path,
@@ -288,6 +308,16 @@ def test_periodic_sync_and_sparse_validation(shards4, tmp_path):
     assert m["test"]["transductive"]["ap"] > 0.5
 
 
+def test_local_sgd_run_averages_every_k_steps_and_at_the_end(shards4, tmp_path):
+    m = speed.train(shards4, model="tgn", epochs=2, seed=0, nproc=2, average_every=3, sync_every=2, patience=10,
+                    out=tmp_path, **TINY)
+    for e in m["epochs"]:
+        steps = e["ranks"][0]["steps"]
+        assert steps >= 4  # so some averages happened inside the epoch
+        assert [r["average_rounds"] for r in e["ranks"]] == [-(-steps // 3)] * 2
+    assert m["config"]["average_every"] == 3 and 0.0 <= m["test"]["transductive"]["ap"] <= 1.0
+
+
 def test_local_validation_keeps_the_test_exact(shards4, tmp_path):
     kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **TINY)
     full = speed.train(shards4, validation="full", out=tmp_path / "full", **kw)
@@ -353,7 +383,8 @@ def test_transfer_warning_flags_only_a_full_graph_far_below_the_ranks():
     assert transfer_warning(val(0.85 - TRANSFER_GAP + 0.01), val(0.85)) is None
     message = transfer_warning(val(0.44), val(0.86))
     assert "0.4400" in message and "0.8600" in message and "--sync-every" in message
-    assert "--static-memory learned" in message
+    assert "--static-memory learned" in message and "--average-every" not in message
+    assert "--average-every 1" in transfer_warning(val(0.44), val(0.86), average_every=4)  # local SGD: named first
     assert transfer_warning({}, val(0.86)) is None
 
 

@@ -130,6 +130,11 @@ class TrainConfig:
     # (docs/parallel.md, 'Weights that do not transfer').
     sync_every: int = _opt(20, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
                            group="pac", metavar="K")
+    # 1 by default: DDP's gradient averaging, as the paper's PAC.  K > 1 trades exactness for
+    # fewer lock-step meetings of the ranks (speed.train.pac.averaging; docs/parallel.md).
+    average_every: int = _opt(1, "average the ranks' weights every K steps instead of their gradients every step "
+                                 "(local SGD: each rank steps on its own gradients in between; 1: gradient "
+                                 "averaging, the paper's)", group="pac", metavar="K")
     validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
                                     "(an approximation for early stopping; the reported val and test stay exact), "
                                     "or on the full graph by rank 0 alone", choices=VALIDATION_MODES, group="pac")
@@ -150,7 +155,7 @@ class TrainConfig:
         if self.model not in MODELS + BASELINES:
             raise ConfigError("model", f"must be one of {', '.join(MODELS + BASELINES)}, got {self.model!r}")
         for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience",
-                     "val_every"):
+                     "val_every", "average_every"):
             _positive_int(name, getattr(self, name))
         for name in ("num_threads", "nproc"):
             if getattr(self, name) is not None:

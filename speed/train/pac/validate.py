@@ -91,18 +91,23 @@ class TransferWarning(UserWarning):
     """The best weights validate far worse on the full graph than on the ranks."""
 
 
-def transfer_warning(val: Dict, val_local: Dict) -> Optional[str]:
+def transfer_warning(val: Dict, val_local: Dict, average_every: int = 1) -> Optional[str]:
     """A warning when the best weights validate far worse on the full graph than on the ranks.
 
     Ranks train on partial streams: a shared node has only its share of events on each rank.
     Weights that fit such streams can fail on the full one, where they score below chance while
     every rank's own validation looks fine (``docs/parallel.md#weights-that-do-not-transfer``).
-    Local validation cannot see this; the full-graph validation of the best epoch can.
+    Local validation cannot see this; the full-graph validation of the best epoch can.  With
+    local SGD (``average_every > 1``) the ranks' weights drift apart between averages, which
+    made this more likely (docs/parallel.md, 'Fewer meetings: local SGD'), so the advice names it.
     """
     full, local = val.get("transductive", {}).get("ap"), val_local.get("transductive", {}).get("ap")
     if full is None or local is None or not full < local - TRANSFER_GAP:
         return None
+    steps = ["sync shared nodes within the epoch (--sync-every K, K >= 1)", "try --static-memory learned"]
+    if average_every > 1:
+        steps.insert(0, "average gradients every step (--average-every 1)")
+    advice = ", ".join(steps[:-1]) + ", or " + steps[-1]
     return (f"validation AP on the full graph ({full:.4f}) is far below the ranks' own ({local:.4f}): the weights "
-            f"do not carry over from the ranks' partial streams to the full graph. Sync shared nodes within the "
-            f"epoch (--sync-every K, K >= 1), or try --static-memory learned (see docs/parallel.md, 'Weights that "
-            f"do not transfer')")
+            f"do not carry over from the ranks' partial streams to the full graph. {advice[0].upper()}{advice[1:]} "
+            f"(see docs/parallel.md, 'Weights that do not transfer')")
