@@ -53,6 +53,13 @@ class WeightAverager:
     world : int
         Ranks in ``group``.
     group : ProcessGroup, optional
+
+    Attributes
+    ----------
+    seconds : float
+        Time spent averaging so far.
+    rounds : int
+        Averages done so far.
     """
 
     def __init__(self, params: Sequence[torch.nn.Parameter], every: int, world: int, group=None):

@@ -89,10 +89,10 @@ class PacRank(EpochLoop):
             # search; small buckets start the gradient all-reduce during backward (a rank ran 13%
             # faster with 0.2 MB than with one 25 MB bucket for TGN's 0.8 MB of gradients, gloo)
             broadcast_buffers=False, find_unused_parameters=False, bucket_cap_mb=0.2, gradient_as_bucket_view=True)
-        self.averager: Optional[WeightAverager] = None  # local SGD (--average-every K > 1)
+        self._averaged = None  # local SGD (--average-every K > 1): the weights the ranks average
         if config.average_every > 1:
             self.ddp.register_comm_hook(None, local_step_hook)
-            self.averager = WeightAverager(averaged_parameters(self.ddp), config.average_every, world)
+            self._averaged = averaged_parameters(self.ddp)
         # N ranks take N times fewer steps per epoch on N times larger (averaged) batches; the
         # usual linear scaling keeps the per-epoch progress (measured on Wikipedia, TGN, P=4:
         # test AP 0.810 -> 0.836 after 2 epochs, unpartitioned 0.857).
@@ -136,9 +136,7 @@ class PacRank(EpochLoop):
         negatives = RandomNegatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
         periodic = [0.0, 0]  # seconds and rounds of the in-epoch syncs
 
-        averager = self.averager
-        if averager is not None:
-            averager.seconds, averager.rounds = 0.0, 0
+        averager = None if self._averaged is None else WeightAverager(self._averaged, cfg.average_every, self.world)
 
         def after_step(step: int) -> None:  # the same steps on every rank, so collectives line up
             if averager is not None:
@@ -283,7 +281,8 @@ class PacRank(EpochLoop):
             test, _ = self.evaluator.evaluate(model, "test")
             result = {"val": val, "test": test}
         self.best = {**result, "val_local": self.best["val"]}
-        warning = transfer_warning(result["val"], self.best["val_local"], self.config.average_every) if "val" in result else None
+        warning = None if "val" not in result else \
+            transfer_warning(result["val"], self.best["val_local"], self.config.average_every)
         if warning:  # speed.train warns with it; the summary prints it
             self.best["warnings"] = [warning]
         self._save_best(self.stopping.best_epoch)
