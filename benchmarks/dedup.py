@@ -1,7 +1,7 @@
 """Per-distinct-query work (deduplicated plans) against per-event work, for every model.
 
 For each log and model, one process trains epoch 1 (numba compilation, warm caches), then
-alternates epochs with ``model.dedup`` off and on (``--rounds`` of each, same trainer, same
+alternates epochs with ``model.state.dedup`` off and on (``--rounds`` of each, same trainer, same
 weights path: the results are equal either way, see tests/test_train_core.py), and reports the
 mean events/s of each and the ratio, with the machine-independent figure beside it: the
 queries and memory keys a step computes per event, with and without deduplication.
@@ -32,7 +32,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
 
     import speed
     from speed.train import TrainConfig, Trainer
-    from speed.train import plan as plan_mod
+    from speed.train.state import batch_plan as plan_mod
 
     torch.set_num_threads(threads)
     events = speed.read_events(log, progress=False)
@@ -51,7 +51,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
             c[2] += int(len(events[0]))
         return p
 
-    models_mod = sys.modules["speed.train.models"]  # (speed.train is also the function)
+    models_mod = sys.modules["speed.train.state.nodes"]  # where NodeStates.plan calls it
 
     models_mod.build_plan = counting
     tr.train_epoch(1)
@@ -60,7 +60,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
     rates = {True: [], False: []}
     for r in range(rounds):
         for dedup in (False, True):
-            tr.model.dedup = dedup
+            tr.model.state.dedup = dedup
             t0 = time.perf_counter()
             log_ = tr.train_epoch(2 + 2 * r + int(dedup))
             rates[dedup].append(log_.train_events / (time.perf_counter() - t0))

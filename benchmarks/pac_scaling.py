@@ -103,7 +103,7 @@ def plan_figures(a, tmp) -> list:
     """``speed plan`` on a large synthetic log: work inflation per N and mode."""
     import speed
     from speed.train.config import TrainConfig
-    from speed.train.pac.plan import plan
+    from speed.train.pac.budget import plan
 
     print(f"plan: {a.plan_events:,}-event synthetic log", file=sys.stderr)
     ev = speed.generate_events(num_nodes=a.plan_events // 10, num_events=a.plan_events, bipartite=True, seed=0)

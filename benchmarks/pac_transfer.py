@@ -44,11 +44,11 @@ def main(argv=None) -> dict:
 
     import speed
     from speed.train import checkpoint as ckpt
-    from speed.train.evaluate import link_metrics
-    from speed.train.evaluator import stream_scores
+    from speed.train.eval.metrics import link_metrics
+    from speed.train.eval.evaluator import stream_scores
     from speed.train.loader import EventStream
     from speed.train.models import build_model
-    from speed.train.negatives import RandomNegatives, negative_pool
+    from speed.train.eval.negatives import RandomNegatives, negative_pool
 
     torch.set_num_threads(a.threads)
     try:
@@ -66,8 +66,8 @@ def main(argv=None) -> dict:
     def score(positions: np.ndarray) -> dict:
         model = build_model(**payload["spec"])
         model.load_state_dict(state.model)
-        model.set_edge_features(payload["edge_features"])
-        model.reset_state()
+        model.state.set_edge_features(payload["edge_features"])
+        model.state.reset()
         positions = np.sort(positions)
         pool = negative_pool(events.src[positions], events.dst[positions], events.bipartite)
         half = positions.size // 2

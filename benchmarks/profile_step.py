@@ -56,22 +56,27 @@ def worker(a) -> dict:
     torch.set_num_threads(a.threads)
     import speed
     from speed.train import TrainConfig, Trainer
-    from speed.train import models, modules, sampler
+    from speed.train import models, modules
 
     clock = {"active": None, "stages": {}}
-    if hasattr(models, "build_plan"):  # this version: plans on the host, memory from keys
-        from speed.train import loader, plan
+    if hasattr(models, "StatefulModel"):  # this version: plans on the host, memory from keys
+        from speed.train import loader
 
         _wrap(loader.PlanLoader, "_make", "planning and sampling", clock)
         _wrap(models.TemporalGNN, "key_states", "memory update", clock)
+        from speed.train.state.nodes import NodeStates
+
+        _wrap(NodeStates, "absorb", "observe", clock)
     else:  # earlier versions: a ring sampler called inside the step, memory_of per node
+        from speed.train import sampler
+
+        _wrap(models.TemporalGNN, "observe", "observe", clock)
         _wrap(sampler.RecentNeighborSampler, "sample", "planning and sampling", clock)
         _wrap(sampler.RecentNeighborSampler, "insert", "planning and sampling", clock)
         _wrap(models.TemporalGNN, "memory_of", "memory update", clock)
     for cls in (modules.GraphAttentionEmbedding, modules.TimeProjectionEmbedding, modules.IdentityEmbedding):
         _wrap(cls, "forward", "embedding", clock)
     _wrap(modules.LinkPredictor, "forward", "decoder", clock)
-    _wrap(models.TemporalGNN, "observe", "observe", clock)
     _wrap(torch.Tensor, "backward", "backward", clock)
     _wrap(torch.optim.Adam, "step", "optimiser", clock)
 

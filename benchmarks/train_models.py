@@ -45,8 +45,8 @@ def rescore(run: Path, events, split, strategy: str, seed: int, batch_size: int)
     import numpy as np
 
     import speed
-    from speed.train.evaluate import batch_link_metrics
-    from speed.train.evaluator import Evaluator
+    from speed.train.eval.metrics import batch_link_metrics
+    from speed.train.eval.evaluator import Evaluator
 
     ev = Evaluator(events, split, batch_size, seed, strategy=strategy, protocol="dyglib")
     idx = ev.period("test")

@@ -74,7 +74,7 @@ def run_pyg(a) -> dict:
     from torch_geometric.nn import TGNMemory, TransformerConv
     from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader
 
-    from speed.train.evaluate import link_metrics
+    from speed.train.eval.metrics import link_metrics
 
     events, split = _setup(a.threads, a.log[0])
     torch.manual_seed(a.seed)

@@ -91,18 +91,18 @@ def _leave(queue):
 def sync_worker(rank, world, store_file, mode, clock, queue):
     _init(rank, world, store_file)
     from speed.train.models import build_model
-    from speed.train.models import NodeState
+    from speed.train.state.nodes import StateRows
     from speed.train.pac import sync_shared
 
     model = build_model("tgn", 1, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
-    model.resize(4)  # local nodes 0-2 shared, 3 the rank's own
+    model.state.resize(4)  # local nodes 0-2 shared, 3 the rank's own
     lu = [[5.0, 1.0, 3.0, 7.0], [2.0, 4.0, 3.0, 9.0]][rank]
     empty = torch.empty(0, dtype=torch.long)
-    model.load_node_state(torch.arange(4), NodeState(
+    model.state.load_rows(torch.arange(4), StateRows(
         {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
         (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
     sync_shared(model, 3, mode, world, before=clock)
-    state, last = model.node_state(torch.arange(4)).memories["memory"]
+    state, last = model.state.rows(torch.arange(4)).memories["memory"]
     queue.put((rank, (state[:, 0].tolist(), last.tolist())))
     _leave(queue)
 

@@ -103,3 +103,32 @@ def test_layers_point_downward():
 ])
 def test_cycle_finder_finds_cycles(graph, cycle):
     assert (find_cycle(graph) is not None) == cycle
+
+
+# ---------------------------------------------------------------- node state has one owner
+STATE_PACKAGE = "speed.train.state"
+# the parts of a node state (speed.train.state.nodes.NodeStates) and of the memories in it
+STATE_PARTS = {"memory", "last_update", "store", "sampler", "event_values", "left_memory", "edge_features",
+               "components"}
+
+
+def test_only_the_state_package_reaches_into_node_state():
+    """Outside ``speed.train.state`` node state is used through the verbs of ``NodeStates``:
+    no module reads or assigns a memory, the pending store, the sampler, event values, edge
+    features or components by attribute."""
+    found = []
+    for mod, path in modules().items():
+        if mod == STATE_PACKAGE or mod.startswith(STATE_PACKAGE + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in STATE_PARTS:
+                found.append(f"{mod}:{node.lineno} .{node.attr}")
+    assert not found, "node state reached from outside its owner: " + "; ".join(found)
+
+
+def test_the_state_package_stands_below_the_models():
+    """Node state needs nothing of the training package above it (models, engine, evaluation)."""
+    graph = import_graph()
+    above = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith(STATE_PACKAGE + ".")
+             for d in deps if d.startswith("speed.train.") and not d.startswith(STATE_PACKAGE + ".")]
+    assert not above, "; ".join(sorted(above))

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import speed
-from speed.train.evaluate import batch_link_metrics, ranking_metrics
-from speed.train.evaluator import Evaluator
-from speed.train.negatives import edge_negatives, hist_rnd_candidates, random_candidates
+from speed.train.eval.metrics import batch_link_metrics, ranking_metrics
+from speed.train.eval.evaluator import Evaluator
+from speed.train.eval.negatives import edge_negatives, hist_rnd_candidates, random_candidates
 
 
 def yearly_log(seed=0, nodes=60, years=10, per_year=480):
@@ -312,7 +312,7 @@ def test_evaluation_sees_the_held_out_nodes_training_events():
     held = np.flatnonzero(split.new_nodes)
     trained = (ev.src[:split.num_train, None] == held) | (ev.dst[:split.num_train, None] == held)
     node = held[trained.sum(0).argmax()]  # the held-out node with most training-period events
-    nb = model.sampler.sample(np.array([node]), np.array([split.val_time + 0.5]))
+    nb = model.state.sampler.sample(np.array([node]), np.array([split.val_time + 0.5]))
     want = [i for i in range(split.num_train) if node in (ev.src[i], ev.dst[i])][-50:][::-1]
     assert nb.eids[0][nb.mask[0]].tolist() == want and len(want) > 0
 

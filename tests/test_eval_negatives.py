@@ -7,7 +7,7 @@ import pytest
 
 import speed
 from conftest import random_stream
-from speed.train.evaluate import link_metrics
+from speed.train.eval.metrics import link_metrics
 
 
 def pair_set(src, dst):
@@ -45,12 +45,12 @@ def test_unknown_strategy_is_a_config_error(tmp_path):
 
 
 def test_edgebank_by_hand():
-    from speed.train.edgebank import EdgeBank
+    from speed.train.eval.edgebank import EdgeBank
 
     ev = speed.Events.from_arrays([0, 1, 0, 2], [1, 2, 2, 0], [0.0, 1.0, 5.0, 9.0], num_nodes=3)
     for mode, window, want in (("unlimited", None, [1.0, 1.0, 0.0, 0.0]), ("window", 4.0, [0.0, 1.0, 0.0, 0.0])):
         bank = EdgeBank(ev, mode, window)
-        bank.observe(bank.plan([], [], events=(np.array([0, 1]), np.array([1, 2]), np.array([0.0, 1.0]),
+        bank.absorb(bank.plan([], [], events=(np.array([0, 1]), np.array([1, 2]), np.array([0.0, 1.0]),
                                                np.array([0, 1]))))  # (0,1) at 0, (1,2) at 1
         z_src = bank.compute(bank.plan([0, 1, 1, 2], [5.0] * 4))[0]
         z_dst = bank.compute(bank.plan([1, 2, 0, 0], [5.0] * 4))[0]

@@ -362,7 +362,7 @@ def test_balance_evens_the_ranks_of_a_dense_log_and_pac_keeps_accuracy(tmp_path,
     manifest = json.loads((tmp_path / "bal" / "manifest.json").read_text())
     assert manifest["largest_part_ratio"] <= 1.10
     assert json.loads((tmp_path / "off" / "manifest.json").read_text())["largest_part_ratio"] > 1.5
-    from speed.train.pac.plan import plan
+    from speed.train.pac.budget import plan
 
     p = plan(speed.load_shards(tmp_path / "bal"), speed.TrainConfig(epochs=1).validate(), 2)
     assert p["epochs"][0]["largest_share"] <= 0.55
@@ -424,8 +424,8 @@ def test_observed_events_become_pending_and_neighbours_without_being_queried():
 
     (step,) = list(PlanLoader(model, stream, Batches(np.arange(2), 2), observed=observed))
     assert len(step) == 2 and step.plan.uq_t.numel() == 4  # queried: the step's own endpoints only
-    assert model.store.counts_before(np.array([4, 5, 0]), np.full(3, np.inf)).tolist() == [1, 1, 1]
-    nb_node, nb_t, _, nb_mask = model.sampler.sample_arrays(np.array([4]), np.array([np.inf]))
+    assert model.state.store.counts_before(np.array([4, 5, 0]), np.full(3, np.inf)).tolist() == [1, 1, 1]
+    nb_node, nb_t, _, nb_mask = model.state.sampler.sample_arrays(np.array([4]), np.array([np.inf]))
     assert nb_node[nb_mask].tolist() == [5] and nb_t[nb_mask].tolist() == [2.0]
     with pytest.raises(ValueError, match="TIGE"):
         PlanLoader(build_model("tige", 6, memory_dim=4, time_dim=4, embedding_dim=4), stream,

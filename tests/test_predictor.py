@@ -8,8 +8,8 @@ import torch
 
 import speed
 from speed.cli import main
-from speed.train.evaluate import link_metrics
-from speed.train.node_index import NodeIndex
+from speed.train.eval.metrics import link_metrics
+from speed.train.state.node_index import NodeIndex
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, epochs=1, seed=0)
@@ -52,8 +52,8 @@ def test_scores_on_the_test_period_equal_the_runs_own_evaluation(tmp_path, model
     # continuing through the test period reaches the state saved after the whole log
     end = speed.load_run(tmp_path)
     assert pred.t_last == end.t_last == float(events.t[-1])
-    for name, mem in end.model.memories().items():
-        other = pred.model.memories()[name]
+    for name, mem in end.state.memories().items():
+        other = pred.state.memories()[name]
         torch.testing.assert_close(other.memory, mem.memory, atol=1e-6, rtol=0)
         torch.testing.assert_close(other.last_update, mem.last_update)
     nodes = end.node_ids[:50]
@@ -122,7 +122,7 @@ def test_edge_features_are_required_when_the_model_uses_them(tmp_path):
     with pytest.raises(speed.InputError, match="uses 3 edge features"):
         pred.update(([1000], [5], [t], np.zeros((1, 2))))
     pred.update(([1000], [5], [t], np.ones((1, 3))))
-    assert pred.model.edge_features.shape[1] == 3
+    assert pred.state.edge_features.shape[1] == 3
 
 
 def test_per_side_ids_of_a_bipartite_log():

@@ -32,7 +32,7 @@ def test_a_zero_table_embeds_exactly_as_without_static_memory(name):
     for kind in ("none", "learned", "pretrained"):
         torch.manual_seed(0)
         model = build_model(name, 40, memory_dim=6, time_dim=6, embedding_dim=6, neighbors=3, static_memory=kind)
-        assert (model.static is None) == (kind == "none")
+        assert (model.net.static is None) == (kind == "none")
         model.eval()
         out = []
         for a in range(0, 400, 50):
@@ -48,7 +48,7 @@ def test_a_filled_table_changes_the_embedding_through_the_map():
     model = build_model("tgn", 10, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2, static_memory="learned")
     model.eval()
     before = model.embed(np.arange(10), np.full(10, 5.0))
-    model.static.load_table(torch.ones(10, 4))
+    model.net.static.load_table(torch.ones(10, 4))
     after = model.embed(np.arange(10), np.full(10, 5.0))
     assert not torch.allclose(before, after)
 
@@ -62,9 +62,9 @@ def test_a_memory_only_embedding_gets_the_static_part_after_it(name):
     nodes, t = np.arange(6), np.full(6, 50.0)  # dt = 50 from a last update at 0: the projection is not 1
     plain = model.embed(nodes, t)  # a zero table: the dynamic part alone
     rows = torch.arange(24, dtype=torch.float32).reshape(6, 4) / 10
-    model.static.load_table(rows)
+    model.net.static.load_table(rows)
     with torch.no_grad():
-        expected = plain + model.static(torch.as_tensor(nodes))
+        expected = plain + model.net.static(torch.as_tensor(nodes))
     torch.testing.assert_close(model.embed(nodes, t), expected, atol=1e-6, rtol=0)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import speed
 from speed.cli import main
-from speed.train.evaluate import ranking_metrics
+from speed.train.eval.metrics import ranking_metrics
 
 pd = pytest.importorskip("pandas")  # TGB's processed table is a pandas pickle (the dgl extra has pandas)
 

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import speed
-from speed.train.evaluate import link_metrics, ranking_metrics, true_edge_mask
-from speed.train.models import TemporalGNN, build_model
+from speed.train.eval.metrics import link_metrics, ranking_metrics, true_edge_mask
+from speed.train.models import StatefulModel, TemporalGNN, build_model
 from speed.train.modules import IdentityEmbedding, IdentityMessage, LastAggregator, LinkPredictor
-from speed.train.sampler import RecentNeighborSampler
+from speed.train.state.sampler import RecentNeighborSampler
 
 
 class AddUpdater(nn.Module):
@@ -22,19 +22,19 @@ class AddUpdater(nn.Module):
 
 
 def hand_model(num_nodes=5):
-    model = TemporalGNN(num_nodes, 1, 1, 0, IdentityMessage(1, 1, 0), LastAggregator(), AddUpdater(),
-                        IdentityEmbedding(1), LinkPredictor(1), neighbors=2)
+    net = TemporalGNN(1, 1, 0, IdentityMessage(1, 1, 0), LastAggregator(), AddUpdater(),
+                      IdentityEmbedding(1), LinkPredictor(1))
     with torch.no_grad():  # Φ(Δt) = cos(0 * Δt + 0) = 1
-        model.time_enc.lin.weight.zero_()
-        model.time_enc.lin.bias.zero_()
-    return model
+        net.time_enc.lin.weight.zero_()
+        net.time_enc.lin.bias.zero_()
+    return StatefulModel.around(net, num_nodes, neighbors=2)
 
 
 def view(model):
     """Memory as the model sees it after everything: every pending event applied."""
     every = np.arange(model.num_nodes)
     plan = model.plan(every, np.full(model.num_nodes, np.inf))
-    states, lasts = model.key_states(plan)
+    states, lasts = model.net.key_states(plan, *model.inputs(plan))
     keys = plan.uq_key[plan.q_inv]
     return states[keys][:, 0].tolist(), lasts[keys].tolist()
 
@@ -80,7 +80,7 @@ def test_last_aggregator_keeps_the_latest_message_of_a_batch():
     # node 0 meets 1 then 2 in one batch: only the later message (from 2) counts
     model = hand_model(4)
     with torch.no_grad():
-        model.memory.memory[:, 0] = torch.tensor([0.0, 10.0, 100.0, 0.0])
+        model.state.memory.memory[:, 0] = torch.tensor([0.0, 10.0, 100.0, 0.0])
     states = stream(model, [0, 0], [1, 2], [1, 2], 2)
     assert states[-1][0][0] == 0 + 100 + 1 and states[-1][1][0] == 2
 
@@ -88,14 +88,14 @@ def test_last_aggregator_keeps_the_latest_message_of_a_batch():
 def test_backup_restore_round_trip():
     model = hand_model()
     stream(model, [0, 1, 2], [1, 2, 3], [1, 2, 3], 1)
-    snap = model.backup()
+    snap = model.state.backup()
     before = view(model)
     stream(model, [3, 4], [4, 0], [4, 5], 1)
     assert view(model) != before
-    model.restore(snap)
+    model.state.restore(snap)
     assert view(model) == before
-    model.reset_state()
-    assert model.memory.memory.abs().sum() == 0 and model.memory.last_update.abs().sum() == 0
+    model.state.reset()
+    assert model.state.memory.memory.abs().sum() == 0 and model.state.memory.last_update.abs().sum() == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -127,7 +127,7 @@ def scores_of(model, src, dst, t, batch, msg=None):
     """Each event's score against its reversed pair, streaming in batches (eval mode)."""
     model.eval()
     if msg is not None:
-        model.set_edge_features(msg)
+        model.state.set_edge_features(msg)
     out = []
     with torch.no_grad():
         for s in range(0, len(src), batch):
@@ -189,7 +189,7 @@ def test_memory_applies_each_nodes_latest_event():
     # last aggregator applies its latest event, the one from 2, whichever side it was on
     model = hand_model(4)
     with torch.no_grad():
-        model.memory.memory[:, 0] = torch.tensor([0.0, 10.0, 100.0, 0.0])
+        model.state.memory.memory[:, 0] = torch.tensor([0.0, 10.0, 100.0, 0.0])
     states = stream(model, [0, 2], [1, 0], [1, 2], 2)
     assert states[-1][0][0] == 0 + 100 + 1 and states[-1][1][0] == 2
     states = stream(hand_model(4), [2, 0], [0, 1], [1, 2], 2)  # now the source side is the later
@@ -214,8 +214,8 @@ def test_deduplicated_queries_give_the_same_embeddings_and_loss(name, aggregator
         torch.manual_seed(0)
         model = build_model(name, n, msg_dim=3, memory_dim=8, time_dim=8, embedding_dim=8, neighbors=4,
                             aggregator=aggregator, dropout=0.0)
-        model.set_edge_features(msg)
-        model.dedup = dedup
+        model.state.set_edge_features(msg)
+        model.state.dedup = dedup
         zs, losses = [], []
         for s in range(0, e, batch):
             sl = slice(s, s + batch)
@@ -225,7 +225,7 @@ def test_deduplicated_queries_give_the_same_embeddings_and_loss(name, aggregator
             pos_logit, neg_logit, z, states, lasts = model(plan, m)
             loss = link_loss(pos_logit, neg_logit)
             loss.backward()  # gradients flow the same way (checked through the loss)
-            model.observe(plan, states, lasts, z)
+            model.absorb(plan, states, lasts, z)
             zs.append(z.detach())
             losses.append(float(loss))
         results[dedup] = (torch.cat(zs), losses, plan.num_keys)
@@ -284,8 +284,8 @@ def test_custom_composition_with_mlp_message_and_mean_aggregator():
     from speed.train.modules import GraphAttentionEmbedding, GRUUpdater, MeanAggregator, MLPMessage
 
     message = MLPMessage(8, 8, 0, out_dim=12)
-    model = TemporalGNN(20, 8, 8, 0, message, MeanAggregator(), GRUUpdater(12, 8),
-                        GraphAttentionEmbedding(8, 8, 0, 8), LinkPredictor(8), neighbors=3)
+    model = StatefulModel.around(TemporalGNN(8, 8, 0, message, MeanAggregator(), GRUUpdater(12, 8),
+                                             GraphAttentionEmbedding(8, 8, 0, 8), LinkPredictor(8)), 20, neighbors=3)
     src, dst = np.array([0, 1, 2, 0]), np.array([3, 4, 5, 4])
     t = np.array([1.0, 2.0, 3.0, 4.0])
     model.step_events(src[:2], dst[:2], t[:2], np.arange(2))
@@ -297,7 +297,7 @@ def test_custom_composition_with_mlp_message_and_mean_aggregator():
 
 
 def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
-    """keep_node_state_on moves rows per batch; on one device it must change nothing."""
+    """keep_state_on moves rows per batch; on one device it must change nothing."""
     src = np.array([0, 1, 2, 0, 3, 1, 2, 3])
     dst = np.array([1, 2, 3, 2, 0, 3, 0, 1])
     t = np.arange(8, dtype=np.float64)
@@ -306,15 +306,15 @@ def test_node_state_held_apart_from_the_weights_gives_the_same_scores():
         torch.manual_seed(0)
         model = build_model("tige", 4, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2)
         if keep:
-            model.keep_node_state_on("cpu")
+            model.keep_state_on("cpu")
             model.to("cpu")  # a later move of the weights leaves the node state where it is
-            assert model._state_device == torch.device("cpu")
+            assert model.state.device == torch.device("cpu")
         out.append(scores_of(model, src, dst, t, 2))
     assert torch.equal(out[0], out[1])
 
 
 def test_node_classification_leaves_the_global_rng_alone():
-    from speed.train.evaluate import node_classification_auroc
+    from speed.train.eval.metrics import node_classification_auroc
 
     rng = np.random.default_rng(0)
     z = rng.normal(size=(300, 4)).astype(np.float32)
@@ -328,7 +328,7 @@ def test_node_classification_leaves_the_global_rng_alone():
 
 
 def test_node_classifier_learns_a_separable_label_and_not_noise():
-    from speed.train.evaluate import node_classification_auroc
+    from speed.train.eval.metrics import node_classification_auroc
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, 3000)
@@ -359,7 +359,7 @@ def test_stale_memory_reads_miss_at_most_k_steps(staleness):
         seen.append(int(step.plan.stale[0][0, 0]))
         time.sleep(0.01)
         with torch.no_grad():
-            model.memory.memory.fill_(step.index + 1)
+            model.state.memory.memory.fill_(step.index + 1)
     assert len(seen) == 20
     assert all(j - staleness <= s <= j for j, s in enumerate(seen))
     assert max(j - s for j, s in enumerate(seen)) == staleness  # it does run ahead that far

@@ -166,13 +166,12 @@ def score_command(args) -> int:
 
 def plan_command(args) -> int:
     from ..partition.shards import Shards
-    from ..train.config import TrainConfig
-    from ..train.pac.plan import plan
+    from ..train.config import BASELINES, PLAN_FIELDS, TrainConfig
+    from ..train.pac.budget import plan
 
-    config = TrainConfig(model=args.model, epochs=args.epochs, seed=args.seed, shuffle=args.shuffle,
-                         subgraph=args.subgraph, grouping=args.grouping, memory_dim=args.memory_dim, time_dim=args.time_dim,
-                         embedding_dim=args.embedding_dim, static_memory=args.static_memory,
-                         nproc=args.nproc).validate()
+    config = TrainConfig(**{k: getattr(args, k) for k in PLAN_FIELDS}).validate()
+    if config.model in BASELINES:
+        raise InputError(f"{config.model} is a baseline that trains nothing: there is no parallel run to plan")
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)

@@ -81,8 +81,11 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-sort", action="store_true", help="refuse unsorted input instead of sorting it")
 
 
-def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None:
-    """``speed train`` options: one per :class:`TrainConfig` field, with its default and choices."""
+def _add_config_options(t: argparse.ArgumentParser, unset: bool = False, only=None, defaults=None,
+                        required=()) -> None:
+    """Options of :class:`TrainConfig` fields, each with its default, choices and help: every
+    field the CLI exposes (``speed train``), or the fields named in ``only`` (``speed plan``),
+    with ``defaults`` replacing some defaults and the fields in ``required`` required."""
     import typing
     from dataclasses import MISSING, fields
 
@@ -92,9 +95,9 @@ def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None
     groups = {"train": t, "pac": t.add_argument_group("parallel training (PAC) on a shards directory")}
     for f in fields(TrainConfig):
         meta = f.metadata
-        if not meta["cli"]:
+        if not meta["cli"] if only is None else f.name not in only:
             continue
-        g, flag, default = groups[meta["group"]], cli_flag(f), f.default
+        g, flag, default = groups[meta["group"]], cli_flag(f), (defaults or {}).get(f.name, f.default)
         assert default is not MISSING
         if hints[f.name] is bool:
             action = "store_false" if flag.startswith("--no-") else "store_true"
@@ -106,9 +109,9 @@ def _add_config_options(t: argparse.ArgumentParser, unset: bool = False) -> None
             continue
         typ = next(a for a in typing.get_args(hints[f.name]) if a is not type(None)) \
             if typing.get_origin(hints[f.name]) is typing.Union else hints[f.name]
-        shown = "" if default is None else f" (default {default})"
+        shown = "" if default is None or f.name in required else f" (default {default})"
         g.add_argument(flag, dest=f.name, type=typ, default=UNSET if unset else default, choices=meta["choices"],
-                       metavar=meta["metavar"], help=meta["help"] + shown)
+                       metavar=meta["metavar"], help=meta["help"] + shown, required=f.name in required)
 
 
 def build_parser(unset: bool = False) -> argparse.ArgumentParser:
@@ -167,32 +170,12 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     _add_config_options(t, unset=unset)
     _add_reader_options(t)
 
-    from dataclasses import fields
+    from ..train.config import PLAN_FIELDS
 
-    from ..train.config import SUBGRAPH_MODES, TrainConfig
-
-    d = {f.name: f.default for f in fields(TrainConfig)}
     pl = sub.add_parser("plan", help="dry run of a parallel run: events, nodes and memory per rank, work inflation")
     pl.add_argument("input", help="shards directory from `speed partition`")
-    pl.add_argument("--nproc", type=int, required=True, help="number of ranks")
-    pl.add_argument("--subgraph", choices=SUBGRAPH_MODES, default=d["subgraph"],
-                    help=f"what a rank trains on (default {d['subgraph']})")
-    pl.add_argument("--epochs", type=int, default=1, help="epochs to plan (groups are reshuffled each; default 1)")
-    pl.add_argument("--seed", type=int, default=d["seed"], help=f"seed of the groupings (default {d['seed']})")
-    pl.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="the same groups every epoch")
-    from ..train.config import GROUPINGS
-
-    pl.add_argument("--grouping", choices=GROUPINGS, default=d["grouping"],
-                    help=f"how parts are grouped onto ranks (default {d['grouping']})")
-    from ..train.config import MODELS
-
-    pl.add_argument("--model", choices=MODELS, default=d["model"], help=f"model (default {d['model']})")
-    for name in ("memory_dim", "time_dim", "embedding_dim"):
-        pl.add_argument("--" + name.replace("_", "-"), type=int, default=d[name], help=f"default {d[name]}")
-    from ..train.config import STATIC_KINDS
-
-    pl.add_argument("--static-memory", choices=STATIC_KINDS, default=d["static_memory"],
-                    help=f"static node memory, whose table every rank holds (default {d['static_memory']})")
+    # the fields that decide a plan, generated like `speed train`'s; one epoch unless asked
+    _add_config_options(pl, only=PLAN_FIELDS, defaults={"epochs": 1}, required=("nproc",))
     pl.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
     e = sub.add_parser("embed", help="node embeddings from a trained run, optionally continued on new events")

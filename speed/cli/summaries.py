@@ -89,7 +89,7 @@ def format_train_summary(m: dict, out: Path) -> str:
 
 
 def format_plan(p: dict) -> str:
-    """A human-readable table of :func:`speed.train.pac.plan.plan`."""
+    """A human-readable table of :func:`speed.train.pac.budget.plan`."""
     mib = 1 << 20
     lines = [f"{p['shards']}: {p['num_parts']} parts, {p['num_shared']:,} shared nodes, "
              f"{p['train_events']:,} training events",

@@ -5,7 +5,7 @@ Where things go:
 * a model -- a row of :data:`speed.train.recipes.RECIPES` (new kinds of module in
   :mod:`speed.train.modules`, built in :func:`speed.train.models.build_model`);
 * a hyperparameter -- a field of :class:`speed.train.config.TrainConfig` (the CLI follows);
-* a negative-sampling strategy -- a :class:`speed.train.negatives.NegativeSampler`;
+* a negative-sampling strategy -- a :class:`speed.train.eval.negatives.NegativeSampler`;
 * a sync rule -- :mod:`speed.train.pac.sync`.
 """
 
@@ -14,10 +14,11 @@ import importlib
 # Submodules load on first use: most of them need torch, which takes seconds to import, and
 # the CLI reads only the config to build its options.
 _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "CyclingBatches": "engine",
-          "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "evaluator",
-          "NodeMemory": "memory", "MODELS": "recipes", "NodeState": "models", "TemporalGNN": "models",
-          "build_model": "models", "RecentNeighborSampler": "sampler", "Trainer": "trainer",
-          "Predictor": "predictor", "load_run": "predictor"}
+          "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "eval.evaluator",
+          "NodeMemory": "state.memory", "MODELS": "recipes", "NodeStates": "state.nodes", "StateRows": "state.nodes",
+          "StatefulModel": "models", "TemporalGNN": "models", "build_model": "models",
+          "RecentNeighborSampler": "state.sampler", "Trainer": "trainer", "Predictor": "predictor",
+          "load_run": "predictor"}
 
 
 def __getattr__(name):
@@ -29,4 +30,5 @@ def __getattr__(name):
 
 
 __all__ = ["Batches", "CyclingBatches", "EarlyStopping", "Engine", "EpochLog", "Evaluator", "MODELS", "NodeMemory",
-           "NodeState", "Predictor", "RecentNeighborSampler", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run", "train"]
+           "NodeStates", "Predictor", "RecentNeighborSampler", "StateRows", "StatefulModel", "TemporalGNN",
+           "TrainConfig", "Trainer", "build_model", "load_run", "train"]

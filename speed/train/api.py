@@ -46,7 +46,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     if config.model in BASELINES:
         if parallel:
             raise InputError(f"{config.model} is not trained: evaluate it without nproc or torchrun")
-        from .edgebank import run_edgebank
+        from .eval.edgebank import run_edgebank
 
         events, split = _load(data, split, config)
         config = config.for_data(events.meta.get("format"))

@@ -19,13 +19,13 @@ from ..data.split import DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
 
-# The evaluation negative strategies (drawn in speed.train.negatives, which needs torch).
+# The evaluation negative strategies (drawn in speed.train.eval.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
 from .recipes import AGGREGATORS, MESSAGES, MODELS, STATIC_KINDS  # noqa: E402  (the model table; no torch)
-from .protocols import PROTOCOL_NAMES, PROTOCOLS  # noqa: E402  (the protocol table; no torch)
+from .eval.protocols import PROTOCOL_NAMES, PROTOCOLS  # noqa: E402  (the protocol table; no torch)
 
 DEFAULT_PROTOCOL = "tgn"
-# Baselines evaluated like the models but never trained (speed.train.edgebank).
+# Baselines evaluated like the models but never trained (speed.train.eval.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
 
 SYNC_MODES = ("last", "mean", "none")
@@ -33,6 +33,12 @@ EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
 GROUPINGS = ("balanced", "random")
 OBSERVE_MODES = ("none", "shared")
+# The fields that decide a plan of a parallel run (`speed plan`), besides the architecture.
+PLAN_RUN_FIELDS = ("model", "nproc", "epochs", "seed", "subgraph", "grouping", "shuffle")
+# The fields that shape a model (what speed.train.models.build_model takes from a config).
+ARCHITECTURE_FIELDS = ("memory_dim", "time_dim", "embedding_dim", "neighbors", "message", "aggregator",
+                       "static_memory")
+PLAN_FIELDS = PLAN_RUN_FIELDS + ARCHITECTURE_FIELDS
 VALIDATION_MODES = ("local", "full")
 
 
@@ -44,10 +50,47 @@ class ConfigError(InputError):
         super().__init__(f"{param} {problem}")
 
 
-def _opt(default, help: str, *, choices=None, flag: Optional[str] = None, group: str = "train", cli: bool = True,
-         metavar: Optional[str] = None):
-    """A config field with what the CLI needs to expose it."""
-    meta = {"help": help, "choices": choices, "flag": flag, "group": group, "cli": cli, "metavar": metavar}
+@dataclass(frozen=True)
+class Interval:
+    """A field's range (after scikit-learn's ``Interval`` constraints): ``kind`` int or float,
+    ``low`` and ``high`` bounds (None: unbounded), open or closed at each end."""
+
+    kind: type
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = True
+
+    def problem(self, v) -> Optional[str]:
+        """Why ``v`` is out of range (None if it is in)."""
+        ok = not isinstance(v, bool) and (isinstance(v, int) if self.kind is int else _number(v))
+        ok = ok and (self.low is None or (v > self.low if self.low_open else v >= self.low))
+        ok = ok and (self.high is None or (v < self.high if self.high_open else v <= self.high))
+        return None if ok else f"must be {self}, got {v!r}"
+
+    def __str__(self) -> str:
+        if self.kind is int and self.high is None:
+            return f"an integer >= {self.low}"
+        if self.low == 0 and self.low_open and self.high is None:
+            return "a positive number"
+        if (self.low, self.high, self.low_open, self.high_open) == (0, 1, False, True):
+            return "a fraction in [0, 1)"
+        lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"a number in {lo}{self.low}, {self.high}{hi}"
+
+
+POSITIVE_INT = Interval(int, 1)
+COUNT = Interval(int, 0)
+POSITIVE = Interval(float, 0, low_open=True)
+FRACTION = Interval(float, 0, 1)
+
+
+def _opt(default, help: str, *, choices=None, interval: Optional[Interval] = None, flag: Optional[str] = None,
+         group: str = "train", cli: bool = True, metavar: Optional[str] = None):
+    """A config field with its constraints (``choices`` or ``interval``; None passes where it
+    is the default) and what the CLI needs to expose it."""
+    meta = {"help": help, "choices": choices, "interval": interval, "flag": flag, "group": group, "cli": cli,
+            "metavar": metavar}
     return field(default=default, metadata=meta)
 
 
@@ -63,13 +106,13 @@ class TrainConfig:
 
     model: str = _opt("tgn", "model, or a memorisation baseline (EdgeBank, unlimited or time-window memory)",
                       choices=MODELS + BASELINES)
-    epochs: int = _opt(10, "maximum epochs")
-    batch_size: int = _opt(200, "events per batch")
-    lr: float = _opt(1e-4, "Adam learning rate")
-    memory_dim: int = _opt(100, "node memory width")
-    time_dim: int = _opt(100, "time encoding width")
-    embedding_dim: int = _opt(100, "embedding width")
-    neighbors: int = _opt(10, "sampled recent neighbours")
+    epochs: int = _opt(10, "maximum epochs", interval=POSITIVE_INT)
+    batch_size: int = _opt(200, "events per batch", interval=POSITIVE_INT)
+    lr: float = _opt(1e-4, "Adam learning rate", interval=POSITIVE)
+    memory_dim: int = _opt(100, "node memory width", interval=POSITIVE_INT)
+    time_dim: int = _opt(100, "time encoding width", interval=POSITIVE_INT)
+    embedding_dim: int = _opt(100, "embedding width", interval=POSITIVE_INT)
+    neighbors: int = _opt(10, "sampled recent neighbours", interval=POSITIVE_INT)
     message: str = _opt("identity", "message function: the raw [s_self, s_other, time, features] (the papers'), "
                                     "or an MLP over it", choices=MESSAGES)
     aggregator: str = _opt("last", "how a node's pending events become one message: the latest one (the papers'), "
@@ -79,12 +122,12 @@ class TrainConfig:
                                       "pre-trained on the training events and frozen", choices=STATIC_KINDS)
     static_lr: float = _opt(1e-3, "learning rate of a learned static table (its own sparse Adam; each row gets a "
                                   "step only when its node is in a batch, so it needs a larger rate than the "
-                                  "weights; not scaled with the ranks, whose rows are not averaged)")
+                                  "weights; not scaled with the ranks, whose rows are not averaged)", interval=POSITIVE)
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     seed: int = _opt(0, "seed of weights, negatives and the split")
-    patience: int = _opt(5, "epochs without validation AP gain before stopping")
+    patience: int = _opt(5, "epochs without validation AP gain before stopping", interval=POSITIVE_INT)
     mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
-                                 "(TGB's ranking: filtered, ties count half)", metavar="K")
+                                 "(TGB's ranking: filtered, ties count half)", metavar="K", interval=COUNT)
     protocol: Optional[str] = _opt(None, "evaluation protocol: TGN's (10%% of nodes held out, per-batch AP, a "
                                          "new-node pass), DyGLib's (the same, with historical and inductive "
                                          "negatives), or TGB's (transductive, ranked against hist_rnd candidates, "
@@ -96,16 +139,16 @@ class TrainConfig:
     pipeline: bool = _opt(False, "plan the next batch (sampling, negatives, pending events, features, copies to "
                                  "the device) in a background thread while this one computes (after MSPipe)")
     staleness: int = _opt(0, "with --pipeline, let a step read node memory up to K batches stale, so memory reads "
-                             "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K")
+                             "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K", interval=COUNT)
     deterministic: bool = _opt(False, "deterministic torch algorithms")
     num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
-                                      flag="--threads", metavar="N")
-    val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False)
-    test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False)
+                                      flag="--threads", metavar="N", interval=POSITIVE_INT)
+    val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False, interval=FRACTION)
+    test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False, interval=FRACTION)
     new_node_fraction: Optional[float] = _opt(None, "hold out int(F x nodes) of the nodes seen in val/test for the "
                                                     "inductive metric (default: the protocol's, 0.1 for tgn and "
                                                     "dyglib, 0 for tgb); 0 trains transductively, on every training "
-                                                    "event, as PyG's example and TGB do", metavar="F")
+                                                    "event, as PyG's example and TGB do", metavar="F", interval=FRACTION)
     split_times: Optional[tuple] = _opt(None, "split an event log at (val_time, test_time) instead of the "
                                               "fractions (the CLI's --split-times)", cli=False)
     node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False)
@@ -113,7 +156,7 @@ class TrainConfig:
     progress: Optional[bool] = _opt(None, "progress bars", flag="--no-progress", cli=False)
     # ---- parallel training (PAC) over a shards directory
     nproc: Optional[int] = _opt(None, "processes to spawn, one per GPU or CPU share (parts must be a multiple of "
-                                      "it)", group="pac", metavar="N")
+                                      "it)", group="pac", metavar="N", interval=POSITIVE_INT)
     subgraph: str = _opt("assigned", "what a rank trains on: the events assigned to its parts (each training "
                                      "event once per epoch), or the node-induced sub-graph of its parts (events "
                                      "between shared nodes on every rank, as in the paper)",
@@ -129,17 +172,17 @@ class TrainConfig:
     # log); every 20 steps none did, at about 1% of the epoch; every 5 or 10 steps was no better
     # (docs/parallel.md, 'Weights that do not transfer').
     sync_every: int = _opt(20, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
-                           group="pac", metavar="K")
+                           group="pac", metavar="K", interval=COUNT)
     # 1 by default: DDP's gradient averaging, as the paper's PAC.  K > 1 trades exactness for
     # fewer lock-step meetings of the ranks (speed.train.pac.averaging; docs/parallel.md).
     average_every: int = _opt(1, "average the ranks' weights every K steps instead of their gradients every step "
                                  "(local SGD: each rank steps on its own gradients in between; 1: gradient "
-                                 "averaging, the paper's)", group="pac", metavar="K")
+                                 "averaging, the paper's)", group="pac", metavar="K", interval=POSITIVE_INT)
     validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
                                     "(an approximation for early stopping; the reported val and test stay exact), "
                                     "or on the full graph by rank 0 alone", choices=VALIDATION_MODES, group="pac")
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
-                          metavar="E")
+                          metavar="E", interval=POSITIVE_INT)
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
     grouping: str = _opt("balanced", "how parts are grouped onto ranks: groups near equal in training events "
                                      "(drawn among the balanced groupings each epoch), or equal numbers of parts "
@@ -147,30 +190,24 @@ class TrainConfig:
     eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
                      choices=EVAL_MODES, group="pac")
     lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
-    timeout: float = _opt(300.0, "seconds a collective may wait", group="pac")
+    timeout: float = _opt(300.0, "seconds a collective may wait", group="pac", interval=POSITIVE)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> "TrainConfig":
-        """Check every field; raises :class:`ConfigError` naming the first bad one."""
-        if self.model not in MODELS + BASELINES:
-            raise ConfigError("model", f"must be one of {', '.join(MODELS + BASELINES)}, got {self.model!r}")
-        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "embedding_dim", "neighbors", "patience",
-                     "val_every", "average_every"):
-            _positive_int(name, getattr(self, name))
-        for name in ("num_threads", "nproc"):
-            if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+        """Check every field; raises :class:`ConfigError` naming the first bad one.
+
+        Each field's own range or choices come from its metadata (``interval``, ``choices``);
+        what depends on several fields is checked below."""
+        for f in fields(self):
+            v, meta = getattr(self, f.name), f.metadata
+            if v is None and f.default is None:
+                continue
+            if meta.get("choices") is not None and v not in meta["choices"]:
+                raise ConfigError(f.name, f"must be one of {', '.join(meta['choices'])}, got {v!r}")
+            if meta.get("interval") is not None and meta["interval"].problem(v):
+                raise ConfigError(f.name, meta["interval"].problem(v))
         if self.staleness and not self.pipeline:
             raise ConfigError("staleness", "needs the pipeline (pipeline=True, --pipeline)")
-        for name in ("mrr_negatives", "sync_every", "staleness"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(name, f"must be an integer >= 0, got {v!r}")
-        for name in ("lr", "static_lr"):
-            if not (_number(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(name, f"must be a positive number, got {getattr(self, name)!r}")
-        if not (_number(self.timeout) and self.timeout > 0):
-            raise ConfigError("timeout", f"must be a positive number, got {self.timeout!r}")
         if self.split_times is not None:
             from ..data.split import check_times
 
@@ -178,24 +215,12 @@ class TrainConfig:
                 self.split_times = check_times(self.split_times)
             except InputError as exc:
                 raise ConfigError("split_times", str(exc).replace("split times ", "")) from None
-        for name in ("val", "test") + (("new_node_fraction",) if self.new_node_fraction is not None else ()):
-            x = getattr(self, name)
-            if not (_number(x) and 0 <= x < 1):
-                raise ConfigError(name, f"must be a fraction in [0, 1), got {x!r}")
-        if self.protocol is not None and self.protocol not in PROTOCOLS:
-            raise ConfigError("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         spec = PROTOCOLS[self.protocol or DEFAULT_PROTOCOL]
         if self.eval_negatives in EVAL_STRATEGIES and self.eval_negatives not in spec.strategies:
             raise ConfigError("eval_negatives", f"{self.eval_negatives!r} is DyGLib's: the {spec.name} protocol has "
                                                 f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
         if spec.name == "tgb" and self.new_node_fraction:
             raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
-        for name, options in (("sync", SYNC_MODES), ("eval", EVAL_MODES), ("subgraph", SUBGRAPH_MODES),
-                              ("grouping", GROUPINGS), ("observe", OBSERVE_MODES), ("validation", VALIDATION_MODES), ("eval_negatives", EVAL_STRATEGIES),
-                              ("message", MESSAGES), ("aggregator", AGGREGATORS),
-                              ("static_memory", STATIC_KINDS)):
-            if getattr(self, name) not in options:
-                raise ConfigError(name, f"must be one of {', '.join(options)}, got {getattr(self, name)!r}")
         if self.observe != "none" and self.subgraph != "assigned":
             raise ConfigError("observe", f"needs subgraph 'assigned' (with {self.subgraph!r} a rank trains those "
                                          "events already)")
@@ -233,6 +258,10 @@ class TrainConfig:
     def parallel(self) -> bool:
         return self.nproc is not None
 
+    def architecture(self) -> Dict[str, Any]:
+        """The fields :func:`~speed.train.models.build_model` takes (:data:`ARCHITECTURE_FIELDS`)."""
+        return {k: getattr(self, k) for k in ARCHITECTURE_FIELDS}
+
     def to_dict(self) -> Dict[str, Any]:
         """The fields as stored in ``metrics.json`` and checkpoints (``progress`` is a display choice)."""
         return {k: v for k, v in asdict(self).items() if k != "progress"}
@@ -253,8 +282,3 @@ def flag_of(param: str) -> Optional[str]:
 
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _positive_int(name: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(name, f"must be an integer >= 1, got {v!r}")

@@ -8,8 +8,10 @@
   restore at the end of the epoch);
 * :class:`EarlyStopping` and :class:`EpochLog`.
 
-The engine is given the model, the optimiser and the callable that runs the forward pass
-(the model itself, or its DDP wrapper under PAC): DDP wraps the model and nothing else.  Each
+The engine is given the model (weights and node state, a
+:class:`~speed.train.models.StatefulModel`), the optimiser and the callable that runs the
+forward pass (the weights, or their DDP wrapper under PAC): DDP wraps the weights and nothing
+else.  Each
 step's host work is planned by a :class:`~speed.train.loader.PlanLoader`, in a background
 thread with ``pipeline=True``.
 """
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 
 from .._util import progress_bar
 from .loader import EventStream, PlanLoader, Step
-from .negatives import NegativeSampler
+from .eval.negatives import NegativeSampler
 
 
 class Batches:
@@ -145,11 +147,12 @@ class Engine:
 
     Parameters
     ----------
-    model : TemporalGNN
+    model : StatefulModel
     optimizer : torch.optim.Optimizer
     forward : callable, optional
-        Runs the forward pass, ``forward(plan, num_events) -> (pos, neg, z, states, lasts)``:
-        the model (default) or its ``DistributedDataParallel`` wrapper.
+        Runs the forward pass, ``forward(plan, rows, message_inputs, num_events) -> (pos, neg,
+        z, states, lasts)``: the weights ``model.net`` (default) or their
+        ``DistributedDataParallel`` wrapper.
     progress : bool, optional
         A progress bar per epoch.
     pipeline : bool
@@ -162,7 +165,7 @@ class Engine:
                  progress: Optional[bool] = None, pipeline: bool = False, staleness: int = 0):
         self.model = model
         self.optimizer = optimizer
-        self.forward = forward or model
+        self.forward = forward or model.net
         self.progress = progress
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
@@ -172,15 +175,14 @@ class Engine:
         model = self.model
         n = len(step)
         self.optimizer.zero_grad()
-        pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, n)
+        pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, *model.inputs(step.plan), n)
         loss = link_loss(pos_logit, neg_logit)
         # stored states come from the weights that produced this batch's loss (PyG's order)
-        model.observe(step.plan, states, lasts, z)
+        model.absorb(step.plan, states, lasts, z)
         if collect is not None:
             collect.append(z[:n].detach().cpu())
         loss.backward()
         self.optimizer.step()
-        model.detach()
         return float(loss.detach())
 
     def run_epoch(self, stream: EventStream, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
@@ -197,7 +199,7 @@ class Engine:
         """
         model = self.model
         model.train()
-        model.reset_state()
+        model.state.reset()
         losses, backup, ended = [], None, True
         start = time.perf_counter()
         total = len(batches)
@@ -209,7 +211,7 @@ class Engine:
             return None, negatives.draw(n, 1)[:, 0]
 
         loader = PlanLoader(model, stream, batches, draw, pipeline=self.pipeline, staleness=self.staleness,
-                            barrier=barrier, on_pass_start=model.reset_structures, observed=observed)
+                            barrier=barrier, on_pass_start=model.state.reset_structures, observed=observed)
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:
                 s, ended = step.index, step.ended
@@ -217,11 +219,11 @@ class Engine:
                 if on_step is not None:
                     on_step(s + 1)
                 if ended and s + 1 < total:  # a complete pass with more steps to go
-                    backup = model.backup()
-                    model.reset_memories()  # the loader resets sampler and store as it starts the pass
+                    backup = model.state.backup()
+                    model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
         if not ended:  # stopped inside a pass: keep the last complete one
-            model.restore(backup)
+            model.state.restore(backup)
         return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
                           passes=getattr(batches, "passes", 1.0))

@@ -2,7 +2,7 @@
 
 A step's host work -- negatives, distinct queries, neighbour sampling, the pending events and
 edge features it applies, the copies to the device -- depends on the event stream and not on
-the weights (:mod:`speed.train.plan`).  :class:`PlanLoader` builds the plan of batch ``i + 1``
+the weights (:mod:`speed.train.state.batch_plan`).  :class:`PlanLoader` builds the plan of batch ``i + 1``
 in a background thread while batch ``i`` computes.  The sampler and pending store advance as
 plans are built, so the thread owns them while a pass runs; the model only reads its memory.
 
@@ -89,22 +89,13 @@ class Step:
 _DONE = object()
 
 
-def _read_rows(memory, rows: torch.Tensor):
-    """``memory.read(rows)`` from the planning thread: host memory is gathered with numpy, so
-    the thread starts no torch thread pool of its own beside the step's."""
-    if memory.memory.device.type != "cpu":
-        return memory.read(rows)
-    r = rows.numpy()
-    return torch.from_numpy(memory.memory.numpy()[r]), torch.from_numpy(memory.last_update.numpy()[r])
-
-
 class PlanLoader:
     """Iterate the steps of ``batches`` over ``stream`` with their plans.
 
     Parameters
     ----------
-    model : TemporalGNN
-        Whose sampler and store the plans advance (and whose memory they read, with staleness).
+    model : StatefulModel
+        Whose node state the plans advance (and whose memory they read, with staleness).
     stream : EventStream
     batches : iterable of (positions, pass_ended)
         :class:`~speed.train.engine.Batches` or :class:`~speed.train.engine.CyclingBatches`.
@@ -146,7 +137,7 @@ class PlanLoader:
         self.on_pass_start = on_pass_start
         self.extra_queries = extra_queries
         self.push = bool(push)
-        if observed is not None and getattr(model, "event_values", None) is not None:
+        if observed is not None and not model.state.takes_unscored_events:
             raise ValueError("observed events need messages without event values (not TIGE)")
         self.observed = observed
         self.device = model.device
@@ -170,7 +161,7 @@ class PlanLoader:
         if self.staleness:
             if before_read is not None:
                 before_read(index)
-            plan.stale = _read_rows(self.model.memory, plan.rows)
+            plan.stale = self.model.state.read_ahead(plan)
         return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, plan)
 
     def __iter__(self) -> Iterator[Step]:

@@ -31,8 +31,9 @@ import torch
 from ..data.events import Events
 from ..errors import InputError
 from . import checkpoint as ckpt
-from .models import TemporalGNN, build_model
-from .node_index import NodeIndex
+from .models import StatefulModel, TemporalGNN, build_model
+from .state.nodes import NodeStates
+from .state.node_index import NodeIndex
 
 AT = ("end", "test")
 PAYLOAD_FORMAT = 2  # 2: pending events kept past simultaneous batches, held sampler events
@@ -40,12 +41,12 @@ _CHUNK = 4096  # nodes or pairs per forward pass when embedding and scoring (no 
 
 
 # ----------------------------------------------------------------------- the payload
-def predictor_payload(model: TemporalGNN, events: Events, batch_size: int, test_start: Optional[dict]) -> Dict:
+def predictor_payload(model: StatefulModel, events: Events, batch_size: int, test_start: Optional[dict]) -> Dict:
     """What ``checkpoint.pt`` needs beyond the model's state dict to be loaded as a predictor.
 
     Parameters
     ----------
-    model : TemporalGNN
+    model : StatefulModel
         The full-graph model after the whole log (built by :func:`build_model`).
     events : Events
         The whole log (node ids, edge features, times).
@@ -54,10 +55,7 @@ def predictor_payload(model: TemporalGNN, events: Events, batch_size: int, test_
     test_start : dict, optional
         ``{"t": float, "state": model.backup()}`` taken when the test period began.
     """
-    end = {"store": model.store.state_dict(), "sampler": model.sampler.state_dict()}
-    if model.event_values is not None:  # the values the pending events' messages carry
-        model.event_values.prune(end["store"]["eid"])
-        end["values"] = model.event_values.state_dict()
+    end = model.state.structures()  # pending events, neighbour rings, components (TIGE's values)
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])
@@ -67,7 +65,7 @@ def predictor_payload(model: TemporalGNN, events: Events, batch_size: int, test_
     per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
     return {
         "format": PAYLOAD_FORMAT,
-        "spec": {**model.spec, "num_nodes": model.num_nodes},
+        "spec": {**model.net.spec, "num_nodes": model.num_nodes},
         "node_ids": events.node_ids,
         # JODIE-style logs number users and items apart, so one id can name two nodes
         "num_src_ids": int(events.src.max()) + 1 if per_side else None,
@@ -116,7 +114,9 @@ class Predictor:
     Attributes
     ----------
     model : TemporalGNN
-        In eval mode; its state moves on with :meth:`update`.
+        The weights, in eval mode.
+    state : NodeStates
+        The node state; it moves on with :meth:`update`.
     t_last : float
         Time of the latest event in the memory: updates, embeddings and scores must not be
         earlier.
@@ -124,9 +124,9 @@ class Predictor:
         The run's :class:`~speed.train.config.TrainConfig` fields.
     """
 
-    def __init__(self, model: TemporalGNN, index: NodeIndex, t_last: float, next_eid: int, batch_size: int,
+    def __init__(self, model: StatefulModel, index: NodeIndex, t_last: float, next_eid: int, batch_size: int,
                  config: Dict, run: Optional[Path] = None):
-        self.model = model.eval()
+        self._model = model.eval()
         self.index = index
         self.t_last = float(t_last)
         self.next_eid = int(next_eid)
@@ -135,8 +135,18 @@ class Predictor:
         self.run = run
 
     @property
+    def model(self) -> TemporalGNN:
+        """The weights (in eval mode)."""
+        return self._model.net
+
+    @property
+    def state(self) -> NodeStates:
+        """The node state, moving on with :meth:`update`."""
+        return self._model.state
+
+    @property
     def device(self) -> torch.device:
-        return self.model.memory.memory.device
+        return self._model.device
 
     @property
     def node_ids(self) -> np.ndarray:
@@ -145,16 +155,16 @@ class Predictor:
 
     @property
     def embedding_dim(self) -> int:
-        return int(self.model.embedding.out_dim)
+        return int(self._model.net.embedding.out_dim)
 
     def __repr__(self) -> str:
-        return (f"Predictor({self.model.name}, {len(self.index)} nodes, t_last={self.t_last:g}"
+        return (f"Predictor({self._model.name}, {len(self.index)} nodes, t_last={self.t_last:g}"
                 + (f", run={str(self.run)!r})" if self.run is not None else ")"))
 
     # ------------------------------------------------------------------ helpers
     def _rows(self, ids, side: str) -> torch.Tensor:
         rows, n = self.index.rows(ids, side)
-        self.model.grow(n)
+        self._model.grow(n)
         return torch.from_numpy(rows).to(self.device)
 
     def _times(self, t, n: int, what: str) -> np.ndarray:
@@ -206,7 +216,7 @@ class Predictor:
     @torch.no_grad()
     def _embed_rows(self, rows: torch.Tensor, t: np.ndarray) -> np.ndarray:
         tt = torch.from_numpy(t).to(self.device)
-        out = [self.model.embed(rows[i:i + _CHUNK], tt[i:i + _CHUNK]).cpu()
+        out = [self._model.embed(rows[i:i + _CHUNK], tt[i:i + _CHUNK]).cpu()
                for i in range(0, rows.numel(), _CHUNK)]
         dim = self.embedding_dim
         return torch.cat(out).numpy() if out else np.empty((0, dim), dtype=np.float32)
@@ -238,8 +248,8 @@ class Predictor:
         out = []
         for i in range(0, s.numel(), _CHUNK):
             n = min(_CHUNK, s.numel() - i)
-            z = self.model.embed(torch.cat([s[i:i + n], d[i:i + n]]), torch.cat([t[i:i + n], t[i:i + n]]))
-            out.append(self.model.score(z[:n], z[n:]).cpu())
+            z = self._model.embed(torch.cat([s[i:i + n], d[i:i + n]]), torch.cat([t[i:i + n], t[i:i + n]]))
+            out.append(self._model.score(z[:n], z[n:]).cpu())
         x = torch.cat(out) if out else torch.empty(0)
         return (x if logits else torch.sigmoid(x)).numpy()
 
@@ -292,14 +302,14 @@ class Predictor:
 
         def scored(i: int, j: int, z: torch.Tensor):
             m = j - i
-            pos.append(self.model.score(z[:m], z[m:2 * m]).cpu().numpy())
+            pos.append(self._model.score(z[:m], z[m:2 * m]).cpu().numpy())
             at = 2 * m
             if neg_rows is not None:
-                neg.append(self.model.score(z[3 * m:4 * m], z[2 * m:3 * m]).cpu().numpy())
+                neg.append(self._model.score(z[3 * m:4 * m], z[2 * m:3 * m]).cpu().numpy())
                 at = 4 * m
             if cand_rows is not None:
                 k = cand_rows.shape[1]
-                cand.append(self.model.score(z[:m].repeat_interleave(k, dim=0), z[at:at + m * k])
+                cand.append(self._model.score(z[:m].repeat_interleave(k, dim=0), z[at:at + m * k])
                             .reshape(m, k).cpu().numpy())
 
         self._take((src, dst, t) + (() if msg is None else (msg,)), progress, extra, scored, desc="score")
@@ -352,14 +362,12 @@ class Predictor:
         s, d = self._rows(src, "src").cpu().numpy(), self._rows(dst, "dst").cpu().numpy()
         eid = np.arange(self.next_eid, self.next_eid + n, dtype=np.int64)
         if msg is not None:
-            feats = self.model.edge_features
-            self.model.edge_features = torch.cat([feats, torch.from_numpy(msg)]) if feats is not None \
-                else torch.from_numpy(msg)
+            self._model.state.add_edge_features(msg)
         tt = np.ascontiguousarray(t, dtype=np.float64)
         with progress_bar(n, desc, progress=progress) as bar:
             for i in range(0, n, self.batch_size):
                 j = min(n, i + self.batch_size)
-                z = self.model.step_events(s[i:j], d[i:j], tt[i:j], eid[i:j],
+                z = self._model.step_events(s[i:j], d[i:j], tt[i:j], eid[i:j],
                                            extra=extra(i, j, tt[i:j]) if extra is not None else None)
                 if scored is not None:
                     scored(i, j, z)
@@ -387,7 +395,7 @@ class Predictor:
                               f"({self.t_last:g})")
 
     def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
-        d = self.model.msg_dim
+        d = self._model.net.msg_dim
         src = where.meta.get("source") if where is not None else None
         if d == 0:
             return None  # a model without edge features ignores any given
@@ -440,17 +448,14 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
                          "train the run again to use it", path)
     model = build_model(**payload["spec"])
     model.load_state_dict(state.model)
-    model.set_edge_features(payload["edge_features"])
+    model.state.set_edge_features(payload["edge_features"])
     if at == "end":
-        model.store.load_state_dict(payload["end"]["store"])
-        model.sampler.load_state_dict(payload["end"]["sampler"])
-        if model.event_values is not None:
-            model.event_values.load_state_dict(payload["end"]["values"])
+        model.state.load_structures(payload["end"])
         t_last = payload["t_end"]
     else:
         if payload["test_start"] is None:
             raise InputError("this run kept no state at the start of its test period", path)
-        model.restore(payload["test_start"]["state"])
+        model.state.restore(payload["test_start"]["state"])
         t_last = payload["test_start"]["t"]
     model = model.to(torch.device(device))
     index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"])

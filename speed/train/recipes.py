@@ -6,13 +6,14 @@ the models without importing it; :func:`speed.train.models.build_model` turns a 
 
 To add a model made of existing modules: one row here.  A new kind of module goes in
 :mod:`speed.train.modules`, with its name in the choices below and its construction in
-``build_model``.
+``build_model``.  A new kind of per-node state: a component in
+:mod:`speed.train.state.components`, named in the row's ``state``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Tuple
 
 
 @dataclass(frozen=True)
@@ -29,22 +30,23 @@ class Recipe:
     message_other : {"memory", "attention"}
         What a message carries for the event's other endpoint: its memory, or its graph
         attention embedding (DyRep).
-    dual_memory : bool
-        Messages are built from a second memory of each node's last embedding ``h(t-)``
-        (TIGER's dual memory, TIGE).
+    state : tuple of str
+        Extra kinds of per-node state beside the dynamic memory, by the names of
+        :data:`speed.train.state.components.COMPONENTS`: ``"dual_memory"`` builds messages from
+        a second memory of each node's last embedding ``h(t-)`` (TIGER's dual memory, TIGE).
     """
 
     updater: str
     embedding: str
     message_other: str = "memory"
-    dual_memory: bool = False
+    state: Tuple[str, ...] = ()
 
 
 RECIPES: Dict[str, Recipe] = {
     "jodie": Recipe(updater="rnn", embedding="time_projection"),
     "dyrep": Recipe(updater="rnn", embedding="identity", message_other="attention"),
     "tgn": Recipe(updater="gru", embedding="attention"),
-    "tige": Recipe(updater="gru", embedding="attention", dual_memory=True),
+    "tige": Recipe(updater="gru", embedding="attention", state=("dual_memory",)),
 }
 MODELS = tuple(RECIPES)
 # The message functions and aggregators every model can be built with.

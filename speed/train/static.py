@@ -207,7 +207,8 @@ def make_optimizer(model: nn.Module, lr: float, static_lr: Optional[float] = Non
     if static is None or not static.trainable:
         # foreach: one kernel per step for all parameters instead of a Python loop over them
         return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, foreach=True)
-    dense = [p for n, p in model.named_parameters() if p.requires_grad and n != "static.table"]
+    local = set(model.local_parameters())
+    dense = [p for n, p in model.named_parameters() if p.requires_grad and n not in local]
     return TwoOptimizers(torch.optim.Adam(dense, lr=lr, foreach=True),
                          RowAdam([static.table], lr=lr if static_lr is None else static_lr))
 

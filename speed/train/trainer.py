@@ -6,7 +6,7 @@ stop early on validation AP, score the test period at each best epoch, write ``l
 :class:`Trainer` fills its hooks for one process over one stream; a PAC rank
 (:class:`speed.train.pac.rank.PacRank`) fills them for one rank of a parallel run.  Both
 train with the same :class:`~speed.train.engine.Engine` and evaluate with the same
-:class:`~speed.train.evaluator.Evaluator`.
+:class:`~speed.train.eval.evaluator.Evaluator`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from . import checkpoint as ckpt
 from .config import TrainConfig
 from .engine import Batches, EarlyStopping, Engine, EpochLog
 from .loader import EventStream
-from .evaluator import Evaluator
-from .models import TemporalGNN, build_model
-from .negatives import RandomNegatives, negative_pool, train_seed
+from .eval.evaluator import Evaluator
+from .models import StatefulModel, build_model
+from .eval.negatives import RandomNegatives, negative_pool, train_seed
 from .predictor import predictor_payload
 from .report import write_run
 from .static import make_optimizer, prepare_static
@@ -63,13 +63,12 @@ def time_scale(events: Events) -> float:
     return scale if scale > 0 else 1.0
 
 
-def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> TemporalGNN:
+def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> StatefulModel:
     """The configured model for ``num_nodes`` node-state rows, with the log's edge features
     (a static memory has a row for every node of ``events``)."""
-    model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, memory_dim=config.memory_dim,
-                        time_dim=config.time_dim, embedding_dim=config.embedding_dim, neighbors=config.neighbors,
-                        time_scale=time_scale(train), message=config.message, aggregator=config.aggregator,
-                        static_memory=config.static_memory, static_nodes=events.num_nodes)
+    model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, static_nodes=events.num_nodes,
+                        time_scale=time_scale(train), **config.architecture())
+    model.state.set_edge_features(events.msg)
     return model
 
 
@@ -95,7 +94,7 @@ class EpochLoop:
     def train_epoch(self, epoch: int) -> EpochLog:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def eval_model(self) -> TemporalGNN:
+    def eval_model(self) -> StatefulModel:
         """The full-graph model that evaluation continues (ready after :meth:`prepare_eval`)."""
         return self.model
 
@@ -250,11 +249,10 @@ class EpochLoop:
         model = self.eval_model()
         if self.out is None:
             return
-        everyone = torch.arange(model.num_nodes, device=model.memory.memory.device)
-        pending = tuple(x.cpu() for x in model.node_state(everyone).pending)
+        pending = model.state.pending_events()
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         best = self._checkpoint("best", epoch, state, pending)
-        if model.spec is not None:  # built by build_model, so load_run can build it again
+        if model.net.spec is not None:  # built by build_model, so load_run can build it again
             best.extra = {"predictor": predictor_payload(model, self.events, self.config.batch_size,
                                                          self.evaluator.test_start)}
         best.save(Path(self.out) / ckpt.BEST)
@@ -308,13 +306,13 @@ class Trainer(EpochLoop):
         Its chronological split; training uses ``split.train_mask`` events only.
     config : TrainConfig
         Validated by the caller (:func:`speed.train`).
-    model : TemporalGNN, optional
+    model : StatefulModel, optional
         Built from ``config`` when omitted.
     out : path-like, optional
         Run directory for ``metrics.json``, ``curves.png``, ``checkpoint.pt`` and ``last.pt``.
     """
 
-    def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[TemporalGNN] = None,
+    def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,
                  out=None):
         self.events, self.split, self.config = events, split, config
         self.out = None if out is None else Path(out)
@@ -324,12 +322,11 @@ class Trainer(EpochLoop):
         seed_everything(config.seed, config.deterministic)
         self.train_index = np.flatnonzero(split.train_mask)
         self.model = (model or model_for(config, events.num_nodes, events, split.train(events))).to(self.device)
-        self.model.set_edge_features(events.msg)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         # a pre-trained static memory learns from the training events only
-        prepare_static(self.model, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,
+        prepare_static(self.model.net, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,
                        config.seed, progress=config.progress)
-        self.optimizer = make_optimizer(self.model, config.lr, config.static_lr)
+        self.optimizer = make_optimizer(self.model.net, config.lr, config.static_lr)
         self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline,
                              staleness=config.staleness)
         self.stream = EventStream(events)

@@ -30,9 +30,9 @@ from .. import checkpoint as ckpt
 from ..config import TrainConfig
 from ..engine import Batches, CyclingBatches, Engine, EpochLog
 from ..loader import EventStream
-from ..evaluator import Evaluator
-from ..models import TemporalGNN
-from ..negatives import RandomNegatives, negative_pool, train_seed
+from ..eval.evaluator import Evaluator
+from ..models import StatefulModel
+from ..eval.negatives import RandomNegatives, negative_pool, train_seed
 from ..trainer import EpochLoop, model_for, resolve_device, seed_everything
 from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
@@ -70,25 +70,24 @@ class PacRank(EpochLoop):
         self.split = shards.split(self.events)
         self._train = self.split.train(self.events)
         self.model = model_for(config, 1, self.events, self._train).to(self.device)
-        self.model.set_edge_features(self.events.msg)
-        self.static = self.model.static  # DistTGL's static memory, or None (speed.train.static)
+        net = self.model.net
+        self.static = net.static  # DistTGL's static memory, or None (speed.train.static)
         if self.static is not None:
             train = self.split.train_mask  # over the training period (self._train)
             src, dst = self._train.src[train], self._train.dst[train]
-            prepare_static(self.model, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
+            prepare_static(net, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
                            progress=config.progress if self.is_main else False, rank=rank, world=world,
                            group=host_group)
-            if self.static.trainable:  # each rank trains its rows; merged at the end of an epoch
-                torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-                    self.model, ["static.table"])
-        # Built while every rank's memory has the same (1-row) shape: DDP broadcasts buffers at
-        # construction.  Memories are rank-local afterwards, so never broadcast again.
+        # each rank trains its own rows of a learned static table; merged at the end of an epoch
+        torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            net, net.local_parameters())
+        # DDP wraps the weights alone: the node state is rank-local and never passes through it
         self.ddp = torch.nn.parallel.DistributedDataParallel(
-            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
             # every parameter is in every step's graph (tested per model), so no unused-parameter
             # search; small buckets start the gradient all-reduce during backward (a rank ran 13%
             # faster with 0.2 MB than with one 25 MB bucket for TGN's 0.8 MB of gradients, gloo)
-            broadcast_buffers=False, find_unused_parameters=False, bucket_cap_mb=0.2, gradient_as_bucket_view=True)
+            find_unused_parameters=False, bucket_cap_mb=0.2, gradient_as_bucket_view=True)
         self._averaged = None  # local SGD (--average-every K > 1): the weights the ranks average
         if config.average_every > 1:
             self.ddp.register_comm_hook(None, local_step_hook)
@@ -97,12 +96,12 @@ class PacRank(EpochLoop):
         # usual linear scaling keeps the per-epoch progress (measured on Wikipedia, TGN, P=4:
         # test AP 0.810 -> 0.836 after 2 epochs, unpartitioned 0.857).
         lr = config.lr * (world if config.lr_scaling else 1)
-        self.optimizer = make_optimizer(self.model, lr, config.static_lr)
+        self.optimizer = make_optimizer(net, lr, config.static_lr)
         self.engine = Engine(self.model, self.optimizer, forward=self.ddp,
                              progress=config.progress if self.is_main else False, pipeline=config.pipeline,
                              staleness=config.staleness)
         self.graph: Optional[RankGraph] = None
-        self._eval_model: Optional[TemporalGNN] = None
+        self._eval_model: Optional[StatefulModel] = None
         self._evaluator: Optional[Evaluator] = None
         self._val_pool: Optional[np.ndarray] = None
         self._best_state: Optional[Dict] = None
@@ -123,7 +122,7 @@ class PacRank(EpochLoop):
         ev = rg.events
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
-        self.model.resize(rg.nodes.size)
+        self.model.state.resize(rg.nodes.size)
         learned = self.static is not None and self.static.trainable
         if self.static is not None:
             self.static.map_rows(rg.nodes)
@@ -155,7 +154,7 @@ class PacRank(EpochLoop):
         static_s = merge_static(self.static, start, self.world, self.host_group,
                                 optimizer=self.optimizer.sparse) if learned else 0.0
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
-                "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.node_state_bytes(),
+                "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.state.nbytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
                 "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads(),
                 **({"static_merge_seconds": static_s} if learned else {}),
@@ -211,16 +210,15 @@ class PacRank(EpochLoop):
                                         protocol=cfg.protocol_name)
         return self._evaluator
 
-    def eval_model(self) -> TemporalGNN:
+    def eval_model(self) -> StatefulModel:
         """Rank 0's full-graph model (weights and state are loaded by :meth:`prepare_eval`)."""
         if self._eval_model is None:
             # building (and seeding) the model must not move this rank's RNG streams, or a
             # resumed run would diverge from an uninterrupted one
             rng = ckpt.rng_state()
             self._eval_model = model_for(self.config, self.shards.num_nodes, self.events, self._train).to(self.device)
-            self._eval_model.set_edge_features(self.events.msg)
             # the full-graph state stays in host memory; each batch moves only its rows
-            self._eval_model.keep_node_state_on("cpu")
+            self._eval_model.keep_state_on("cpu")
             ckpt.set_rng_state(rng)
         return self._eval_model
 
@@ -236,8 +234,8 @@ class PacRank(EpochLoop):
         state = assemble(payloads, own, self.shards.shared, self.shards.num_nodes, rule)
         model = self.eval_model()
         model.load_params(self.model.params_state_dict())
-        model.reset_state()
-        model.load_node_state(torch.arange(self.shards.num_nodes, device=self.device), state)
+        model.state.reset()
+        model.state.load_rows(torch.arange(self.shards.num_nodes, device=self.device), state)
         self.evaluator.prepare(model)
 
     def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
@@ -246,13 +244,13 @@ class PacRank(EpochLoop):
         cfg = self.config
         log.seconds["exchange"] = 0.0  # only a best epoch gathers state (on_best)
         t0 = time.perf_counter()
-        backup = self.model.backup()  # the state at the end of training, for a best-epoch exchange
+        backup = self.model.state.backup()  # the state at the end of training, for a best-epoch exchange
         if self._val_pool is None:
             self._val_pool = negative_pool(self._train.src[self.split.train_mask], self._train.dst[self.split.train_mask],
                                            self.events.bipartite)
         scores = local_validation(self.model, self.shards, self.graph, self.split, self._val_pool, cfg.seed,
                                   cfg.batch_size, self.device, self.rank, self.world, self.host_group)
-        self.model.restore(backup)
+        self.model.state.restore(backup)
         log.seconds["validate"] = time.perf_counter() - t0
         return scores
 
@@ -265,7 +263,7 @@ class PacRank(EpochLoop):
         log.seconds["exchange"] += time.perf_counter() - t0
         if self.is_main:
             self.best_params = self._params_copy()
-            self._best_state = self.eval_model().backup()
+            self._best_state = self.eval_model().state.backup()
             self.best = {"val": log.val}
 
     def final_results(self) -> Dict:
@@ -273,7 +271,7 @@ class PacRank(EpochLoop):
             return super().final_results()
         model = self.eval_model()
         model.load_params(self.best_params)
-        model.restore(self._best_state)
+        model.state.restore(self._best_state)
         if self.config.eval == "replay":
             result = self.evaluator.replay(model)
         else:
@@ -314,7 +312,7 @@ class PacRank(EpochLoop):
                 "num_shared": int(self.shards.shared.size), "source": str(self.shards.path)}
 
     def extra_metrics(self) -> Dict:
-        return {"memory_bytes_unpartitioned": self.model.node_state_bytes(self.shards.num_nodes)}
+        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes)}
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()

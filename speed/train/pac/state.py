@@ -16,7 +16,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..models import NodeState, TemporalGNN
+from ..models import StatefulModel
+from ..state.components import COMPONENTS
+from ..state.nodes import StateRows
 from .sync import combine_shared
 
 
@@ -46,39 +48,39 @@ def gather_rows(x: torch.Tensor, world: int, rank: int, group=None) -> Optional[
     return [o[:s] for o, s in zip(out, sizes)]
 
 
-def local_payload(model: TemporalGNN, nodes: np.ndarray) -> NodeState:
+def local_payload(model: StatefulModel, nodes: np.ndarray) -> StateRows:
     """This rank's whole node state, pending events in global ids (host memory)."""
-    local = torch.arange(model.num_nodes, device=model.memory.memory.device)
-    st = model.node_state(local).to("cpu")
+    st = model.state.all_rows().to("cpu")
     g = torch.from_numpy(nodes)
     node, other, t, eid = st.pending
-    values = None if st.values is None else (st.values[0], g[st.values[1]], st.values[2])
-    return NodeState(st.memories, (g[node], g[other], t, eid), values)
+    # a component's export is (eid, node, ...) with the node in local ids (TIGE's values)
+    extras = {k: (v[0], g[v[1]]) + tuple(v[2:]) for k, v in st.extras.items()}
+    return StateRows(st.memories, (g[node], g[other], t, eid), extras)
 
 
-def gather_state(model: TemporalGNN, nodes: np.ndarray, num_shared: int, world: int, rank: int,
-                 group=None) -> Optional[List[NodeState]]:
+def gather_state(model: StatefulModel, nodes: np.ndarray, num_shared: int, world: int, rank: int,
+                 group=None) -> Optional[List[StateRows]]:
     """Every rank's :func:`local_payload`, on rank 0 (None elsewhere)."""
     st = local_payload(model, nodes)
     mems = {}
     for name, (s, lu) in st.memories.items():
         mems[name] = (gather_rows(s, world, rank, group), gather_rows(lu, world, rank, group))
     pending = [gather_rows(x, world, rank, group) for x in st.pending]
-    values = None if st.values is None else [gather_rows(x, world, rank, group) for x in st.values]
+    extras = {k: [gather_rows(x, world, rank, group) for x in v] for k, v in st.extras.items()}
     if rank != 0:
         return None
-    return [NodeState({k: (v[0][r], v[1][r]) for k, v in mems.items()}, tuple(p[r] for p in pending),
-                      None if values is None else tuple(v[r] for v in values))
+    return [StateRows({k: (v[0][r], v[1][r]) for k, v in mems.items()}, tuple(p[r] for p in pending),
+                      {k: tuple(x[r] for x in v) for k, v in extras.items()})
             for r in range(world)]
 
 
-def assemble(payloads: Sequence[NodeState], own: Sequence[np.ndarray], shared: np.ndarray, num_nodes: int,
-             rule: str) -> NodeState:
+def assemble(payloads: Sequence[StateRows], own: Sequence[np.ndarray], shared: np.ndarray, num_nodes: int,
+             rule: str) -> StateRows:
     """One full-graph state from every rank's payload.
 
     Parameters
     ----------
-    payloads : list of NodeState
+    payloads : list of StateRows
         Rank r's local rows (shared first, then ``own[r]``).
     own : list of int64 ndarray
         Global ids of each rank's own nodes, in local order.
@@ -88,7 +90,7 @@ def assemble(payloads: Sequence[NodeState], own: Sequence[np.ndarray], shared: n
 
     Returns
     -------
-    NodeState
+    StateRows
         Rows for global ids ``0..num_nodes-1``.
     """
     ns = int(shared.size)
@@ -120,14 +122,6 @@ def assemble(payloads: Sequence[NodeState], own: Sequence[np.ndarray], shared: n
             keep |= is_shared & (winner[pos] == r)
         parts.append((node[keep], other[keep], t[keep], eid[keep]))
     pending = tuple(torch.cat([q[i] for q in parts]) for i in range(4))
-    values = None
-    if payloads[0].values is not None:  # TIGE: the kept embeddings of every pending event that stays
-        eid, src, vals = (torch.cat([p.values[i] for p in payloads]) for i in range(3))
-        keep = torch.isin(eid, pending[3])
-        eid, src, vals = eid[keep], src[keep], vals[keep]
-        order = torch.argsort(eid, stable=True)
-        eid, src, vals = eid[order], src[order], vals[order]
-        first = torch.ones_like(eid, dtype=torch.bool)
-        first[1:] = eid[1:] != eid[:-1]
-        values = (eid[first], src[first], vals[first])
-    return NodeState(memories, pending, values)
+    # each component combines what the ranks exported for the pending events that stay
+    extras = {k: COMPONENTS[k].combine([p.extras[k] for p in payloads], pending[3]) for k in payloads[0].extras}
+    return StateRows(memories, pending, extras)

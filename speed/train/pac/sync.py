@@ -11,7 +11,11 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..models import NodeState, TemporalGNN
+# the rules combine_shared applies ("none" never combines)
+SYNC_RULES = ("last", "mean")
+
+from ..models import StatefulModel
+from ..state.nodes import StateRows
 
 
 def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: float = float("inf"),
@@ -27,6 +31,8 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: flo
     valid = last <= now
     valid[own] = True
     latest = torch.where(valid, last, torch.full_like(last, -float("inf")))
+    if mode not in SYNC_RULES:
+        raise ValueError(f"unknown sync rule {mode!r} (choose from {', '.join(SYNC_RULES)})")
     if mode == "mean":
         w = valid.to(states.dtype).unsqueeze(-1)
         return (states * w).sum(0) / w.sum(0), latest.max(0).values
@@ -35,7 +41,7 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: flo
     return states[winner, cols], last[winner, cols]
 
 
-def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, group=None,
+def sync_shared(model: StatefulModel, num_shared: int, mode: str, world: int, group=None,
                 before: float = float("inf")) -> float:
     """Synchronise the first ``num_shared`` local rows (the shared nodes) across ranks.
 
@@ -48,10 +54,10 @@ def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, grou
     start = time.perf_counter()
     if mode == "none" or num_shared == 0 or world == 1:
         return time.perf_counter() - start
-    shared = torch.arange(num_shared, device=model.memory.memory.device)
+    shared = torch.arange(num_shared, device=model.state.device)
     with torch.no_grad():
         model.settle(shared, before)
-        state = model.node_state(shared)
+        state = model.state.rows(shared)
         merged = {}
         for name, (s, lu) in state.memories.items():
             all_s = [torch.empty_like(s) for _ in range(world)]
@@ -60,5 +66,5 @@ def sync_shared(model: TemporalGNN, num_shared: int, mode: str, world: int, grou
             dist.all_gather(all_lu, lu.contiguous(), group=group)
             merged[name] = combine_shared(torch.stack(all_s), torch.stack(all_lu), mode, now=before,
                                           own=dist.get_rank(group))
-        model.load_node_state(shared, NodeState(merged, state.pending))
+        model.state.load_rows(shared, StateRows(merged, state.pending))
     return time.perf_counter() - start

@@ -27,9 +27,9 @@ from ...data.split import Split
 from ...partition import _kernels
 from ...partition.shards import Shards
 from ..loader import EventStream
-from ..evaluate import link_metrics
-from ..evaluator import stream_scores
-from ..negatives import RandomNegatives, eval_seed
+from ..eval.metrics import link_metrics
+from ..eval.evaluator import stream_scores
+from ..eval.negatives import RandomNegatives, eval_seed
 from .groups import RankGraph
 from .state import gather_rows
 

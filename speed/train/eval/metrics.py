@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from .modules import NodeClassifier
+from ..modules import NodeClassifier
 
 
 def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:

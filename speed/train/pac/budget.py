@@ -40,12 +40,10 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     check_world(shards.num_parts, nproc)
     split = shards.split()
     train_events = int(split.train_mask.sum())
-    model = build_model(config.model, 1, memory_dim=config.memory_dim, time_dim=config.time_dim,
-                        embedding_dim=config.embedding_dim, neighbors=config.neighbors,
-                        static_memory=config.static_memory)
-    per_node = model.node_state_bytes(1)
+    model = build_model(config.model, 1, **config.architecture())
+    per_node = model.state.nbytes(1)
     # the static table has a row per node of the log on every rank (speed.train.static)
-    static_bytes = 0 if model.static is None else model.static.state_bytes() * shards.num_nodes
+    static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
     epochs: List[Dict] = []
     for epoch in range(1, config.epochs + 1):

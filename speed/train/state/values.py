@@ -37,6 +37,9 @@ class EventValues:
         self.src = torch.empty(0, dtype=torch.long, device=device)
         self.values = torch.empty(0, 2, self.dim, device=device)
 
+    def to(self, device) -> None:
+        self.eid, self.src, self.values = (x.to(device) for x in (self.eid, self.src, self.values))
+
     def __len__(self) -> int:
         return int(self.eid.numel())
 
@@ -65,14 +68,18 @@ class EventValues:
         zero = torch.zeros_like(h_self)
         return torch.where(found, h_self, zero), torch.where(found, h_other, zero)
 
+    def _kept(self, alive: np.ndarray) -> torch.Tensor:
+        """Mask of the events in ``alive`` and of any newer than all of them."""
+        alive = torch.from_numpy(np.asarray(alive, dtype=np.int64)).to(self.eid.device)
+        newest = int(alive.max()) if alive.numel() else -1
+        return torch.isin(self.eid, alive) | (self.eid > newest)
+
     def prune(self, alive: np.ndarray) -> None:
         """Keep the events in ``alive`` (a superset of the pending events' ids, e.g. every id in
         the store's arrays) and any newer than all of them."""
         if self.eid.numel() == 0:
             return
-        alive = torch.from_numpy(np.asarray(alive, dtype=np.int64)).to(self.eid.device)
-        newest = int(alive.max()) if alive.numel() else -1
-        keep = torch.isin(self.eid, alive) | (self.eid > newest)
+        keep = self._kept(alive)
         self.eid, self.src, self.values = self.eid[keep], self.src[keep], self.values[keep]
 
     def select(self, eid: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -92,8 +99,11 @@ class EventValues:
         self.src = torch.cat([self.src, src.to(dev)])[order][first]
         self.values = torch.cat([self.values, values.to(dev, self.values.dtype)])[order][first]
 
-    def state_dict(self) -> dict:
-        return {"eid": self.eid.cpu().clone(), "src": self.src.cpu().clone(), "values": self.values.cpu().clone()}
+    def state_dict(self, alive: Optional[np.ndarray] = None) -> dict:
+        """Copies of the kept events (with ``alive``: only those :meth:`prune` would keep)."""
+        keep = self._kept(alive) if alive is not None and self.eid.numel() else slice(None)
+        return {"eid": self.eid[keep].cpu().clone(), "src": self.src[keep].cpu().clone(),
+                "values": self.values[keep].cpu().clone()}
 
     def load_state_dict(self, state: dict) -> None:
         dev = self.values.device

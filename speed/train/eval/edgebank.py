@@ -6,7 +6,7 @@ A learned model that does not beat it on the same negatives has learned nothing 
 repetitions do not already give.
 
 :class:`EdgeBank` speaks the evaluator's model interface (``plan``, ``compute``, ``score``,
-``observe``, ``reset_state``), so it is scored by the same :class:`~speed.train.evaluator.Evaluator`,
+``absorb``, and a ``state`` with ``reset``, ``backup`` and ``restore``), so it is scored by the same :class:`~speed.train.eval.evaluator.Evaluator`,
 on the same negatives, as the temporal GNNs: its "embedding" of a node is the node id and
 the query time.
 """
@@ -20,10 +20,10 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from ..data.events import Events
-from ..data.split import Split
+from ...data.events import Events
+from ...data.split import Split
 from .evaluator import Evaluator
-from .report import write_run
+from ..report import write_run
 
 EDGEBANK_MODES = ("unlimited", "window")
 
@@ -48,16 +48,7 @@ class EdgeBank:
         self.mode, self.window = mode, window
         self.base = np.int64(events.num_nodes)
         self.keys = np.unique(events.src * self.base + events.dst)  # every pair of the log, sorted
-        self.reset_state()
-
-    def reset_state(self) -> None:
-        self.last_seen = np.full(self.keys.size, -np.inf)
-
-    def backup(self) -> np.ndarray:
-        return self.last_seen.copy()
-
-    def restore(self, state: np.ndarray) -> None:
-        self.last_seen = state.copy()
+        self.state = SeenPairs(self.keys.size)
 
     def eval(self) -> "EdgeBank":
         return self
@@ -68,7 +59,7 @@ class EdgeBank:
         pos = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
         return np.where(self.keys[pos] == k, pos, -1)
 
-    # -- the evaluator's model interface (see speed.train.plan and TemporalGNN.compute) ---------
+    # -- the evaluator's model interface (see speed.train.state.batch_plan and TemporalGNN.compute) ---------
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
@@ -89,17 +80,44 @@ class EdgeBank:
         dst = zb[:, 0].cpu().numpy().astype(np.int64)
         t = za[:, 1].cpu().numpy()
         pair = self._pair(src, dst)
-        seen = np.where(pair >= 0, self.last_seen[np.maximum(pair, 0)], -np.inf)
+        seen = np.where(pair >= 0, self.state.last_seen[np.maximum(pair, 0)], -np.inf)
         hit = seen > -np.inf if self.mode == "unlimited" else seen >= t - self.window
         return torch.from_numpy(hit.astype(np.float32))
 
-    def observe(self, plan, states=None, lasts=None, z=None) -> None:
+    def absorb(self, plan, states=None, lasts=None, z=None) -> None:
         """Remember a batch of events (after it has been scored: no event sees itself)."""
         if plan.events is None:
             return
         s, d, tt = (np.asarray(x) for x in plan.events[:3])
         pair = self._pair(s.astype(np.int64), d.astype(np.int64))
-        np.maximum.at(self.last_seen, pair, tt.astype(np.float64))
+        np.maximum.at(self.state.last_seen, pair, tt.astype(np.float64))
+
+
+class SeenPairs:
+    """EdgeBank's state: when each pair of the log was last seen (the evaluator's state verbs;
+    it keeps no neighbours)."""
+
+    def __init__(self, num_pairs: int):
+        self.num_pairs = int(num_pairs)
+        self.reset()
+
+    def reset(self) -> None:
+        self.last_seen = np.full(self.num_pairs, -np.inf)
+
+    def backup(self) -> np.ndarray:
+        return self.last_seen.copy()
+
+    def restore(self, state: np.ndarray) -> None:
+        self.last_seen = state.copy()
+
+    def push_events(self, *events) -> None:
+        pass
+
+    def reset_neighbors(self) -> None:
+        pass
+
+    def insert_neighbors(self, *events) -> None:
+        pass
 
 
 class _Plan:

@@ -5,22 +5,23 @@ from __future__ import annotations
 from typing import Dict
 
 import torch
-from torch import nn
 
 
-class NodeMemory(nn.Module):
+class NodeMemory:
     """Per-node memory ``s_i`` and the time of its last update.
 
-    Both are buffers (they move with ``.to(device)`` and are saved in ``state_dict`` but
-    receive no optimiser updates) and always hold detached values: the model computes
-    gradient-carrying states on the fly from pending messages (see
-    :meth:`speed.train.models.TemporalGNN.memory_of`) and writes them back detached.
+    Plain tensors, not module buffers: node state is owned by
+    :class:`~speed.train.state.nodes.NodeStates`, apart from the weights, so it never enters
+    a module's ``state_dict``, DDP or an optimiser.  The stored values are always detached:
+    the model computes gradient-carrying states on the fly from pending messages and they are
+    written back detached.
 
     Parameters
     ----------
     num_nodes : int
         Rows of the memory (the rank's local nodes under PAC, every node otherwise).
     memory_dim : int
+    device : torch.device, optional
 
     Attributes
     ----------
@@ -28,12 +29,20 @@ class NodeMemory(nn.Module):
     last_update : float64 tensor, shape (num_nodes,)
     """
 
-    def __init__(self, num_nodes: int, memory_dim: int):
-        super().__init__()
+    def __init__(self, num_nodes: int, memory_dim: int, device=None):
         self.num_nodes = int(num_nodes)
         self.memory_dim = int(memory_dim)
-        self.register_buffer("memory", torch.zeros(self.num_nodes, self.memory_dim))
-        self.register_buffer("last_update", torch.zeros(self.num_nodes, dtype=torch.float64))
+        self.memory = torch.zeros(self.num_nodes, self.memory_dim, device=device)
+        self.last_update = torch.zeros(self.num_nodes, dtype=torch.float64, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.memory.device
+
+    def to(self, device) -> "NodeMemory":
+        self.memory = self.memory.to(device)
+        self.last_update = self.last_update.to(device)
+        return self
 
     def reset_state(self) -> None:
         """Zero every state and timestamp (the start of a pass over the data)."""
@@ -58,16 +67,18 @@ class NodeMemory(nn.Module):
         """``(memory[n_id], last_update[n_id])`` as stored, on the device of ``n_id``.
 
         The rows may live on another device than the computation (host memory for a
-        full-graph evaluation model, see :meth:`TemporalGNN.keep_node_state_on`): only the
-        requested rows move.
+        full-graph evaluation state): only the requested rows move.
         """
         i = n_id.to(self.memory.device)
         return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
 
-    def detach(self) -> None:
-        """Cut any autograd history from the stored states (they are stored detached, so
-        this is a guarantee, e.g. after values were assigned by hand)."""
-        self.memory = self.memory.detach()
+    def read_host(self, rows: torch.Tensor):
+        """:meth:`read` from another thread: host rows are gathered with numpy, so that thread
+        starts no torch thread pool of its own beside the step's."""
+        if self.memory.device.type != "cpu" or rows.device.type != "cpu":
+            return self.read(rows)
+        r = rows.numpy()
+        return torch.from_numpy(self.memory.numpy()[r]), torch.from_numpy(self.last_update.numpy()[r])
 
     def write(self, n_id: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> None:
         """Store detached states of ``n_id`` and their update times."""
@@ -76,14 +87,18 @@ class NodeMemory(nn.Module):
         self.memory = self.memory.index_copy(0, i, values.detach().to(dev, self.memory.dtype))
         self.last_update = self.last_update.index_copy(0, i, t.to(dev, self.last_update.dtype))
 
+    def nbytes(self, num_nodes: int) -> int:
+        """Bytes of ``num_nodes`` rows (states and timestamps)."""
+        return int(num_nodes) * (self.memory_dim * self.memory.element_size() + self.last_update.element_size())
+
     def backup(self) -> Dict[str, torch.Tensor]:
         """A detached copy of the state, for :meth:`restore`."""
         return {"memory": self.memory.clone(), "last_update": self.last_update.clone()}
 
     def restore(self, state: Dict[str, torch.Tensor]) -> None:
-        self.memory = state["memory"].clone().to(self.memory.device)
-        self.last_update = state["last_update"].clone().to(self.last_update.device)
+        self.memory = state["memory"].clone().to(self.memory.device, self.memory.dtype)
+        self.last_update = state["last_update"].clone().to(self.last_update.device, self.last_update.dtype)
         self.num_nodes = int(self.memory.shape[0])
 
-    def extra_repr(self) -> str:
-        return f"num_nodes={self.num_nodes}, memory_dim={self.memory_dim}"
+    def __repr__(self) -> str:
+        return f"NodeMemory(num_nodes={self.num_nodes}, memory_dim={self.memory_dim})"

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ..errors import InputError
+from ...errors import InputError
 
 
 class NodeIndex:

@@ -3,7 +3,7 @@
 Training draws one random negative destination per event from the pool of the training
 events' destinations (items of a bipartite log, every endpoint otherwise), as TGN does.
 
-Evaluation negatives follow the reference code of each protocol (:mod:`speed.train.protocols`):
+Evaluation negatives follow the reference code of each protocol (:mod:`speed.train.eval.protocols`):
 
 * :func:`random_destinations` -- TGN's ``RandEdgeSampler`` and DyGLib's ``random``: each event's
   own source and a destination drawn uniformly from the distinct destinations of the data;
@@ -94,7 +94,7 @@ class RandomNegatives(NegativeSampler):
 
 
 # ----------------------------------------------------------------- evaluation negatives
-from .config import EVAL_STRATEGIES  # noqa: E402,F401  (the names live with the config)
+from ..config import EVAL_STRATEGIES  # noqa: E402,F401  (the names live with the config)
 
 
 class FixedNegatives(NegativeSampler):

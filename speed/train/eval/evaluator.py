@@ -1,8 +1,8 @@
 """Full-graph evaluation of a model: continue its state through the val and test events.
 
-:class:`Evaluator` owns the evaluation protocol (:mod:`speed.train.protocols`): the periods of
+:class:`Evaluator` owns the evaluation protocol (:mod:`speed.train.eval.protocols`): the periods of
 the split, the neighbour graph evaluation sees, the seeded negatives of each period
-(:func:`~speed.train.negatives.eval_seed`), the new-node pass, the scores (AP/AUC per batch and
+(:func:`~speed.train.eval.negatives.eval_seed`), the new-node pass, the scores (AP/AUC per batch and
 pooled, MRR), the count of negatives that are real edges, dynamic node classification, and
 :meth:`Evaluator.replay`.
 
@@ -20,12 +20,12 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .._util import progress_bar
-from ..data.events import Events
-from ..data.split import Split
-from .engine import Batches
-from .loader import EventStream, PlanLoader
-from .evaluate import batch_link_metrics, node_classification_auroc, ranking_metrics
+from ..._util import progress_bar
+from ...data.events import Events
+from ...data.split import Split
+from ..engine import Batches
+from ..loader import EventStream, PlanLoader
+from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
     random_candidates, random_destinations
 from .protocols import PROTOCOLS
@@ -77,8 +77,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     loader = PlanLoader(model, stream, Batches(index, batch_size),
                         negatives.next_edges if negatives is not None else None, pipeline=pipeline,
                         extra_queries=extra, push=graph is None)
-    if graph is not None and hasattr(model, "sampler"):  # the neighbour graph holds more events than the scored ones
-        model.sampler.push(*(x[graph] for x in (stream.src, stream.dst, stream.t, stream.eid)))
+    if graph is not None:  # the neighbour graph holds more events than the scored ones
+        model.state.push_events(*(x[graph] for x in (stream.src, stream.dst, stream.t, stream.eid)))
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
@@ -93,7 +93,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                 mrr.append(model.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k).cpu())
             if collect_z:
                 zs.append(z[:n].cpu())
-            model.observe(step.plan, states, lasts, z)
+            model.absorb(step.plan, states, lasts, z)
             bar.update(n)
     cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
     return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
@@ -125,7 +125,7 @@ class Evaluator:
         Keep the model's state as the test period begins (:attr:`test_start`), for the
         checkpoint that :func:`speed.load_run` reads.
     protocol : {"tgn", "dyglib", "tgb"}
-        See :mod:`speed.train.protocols`.
+        See :mod:`speed.train.eval.protocols`.
 
     Attributes
     ----------
@@ -193,7 +193,7 @@ class Evaluator:
 
         ``random``: each event's own source and a destination drawn from the distinct
         destinations of the sampler's data; ``historical`` / ``inductive``: whole edges
-        (:func:`~speed.train.negatives.edge_negatives`).  The sampler's data is the whole log,
+        (:func:`~speed.train.eval.negatives.edge_negatives`).  The sampler's data is the whole log,
         or, for the new-node pass, the period's new-node events (DyGLib; TGN validates new nodes
         with its whole-log sampler).  Seeded by the evaluation seed, so every model and run on
         the same data gets the same ones.
@@ -288,11 +288,9 @@ class Evaluator:
         """Give the model the neighbour graph evaluation sees at the end of training: every
         training-period event, the held-out nodes' included (TGN and DyGLib evaluate with a
         neighbour finder over the whole log; the memory stays what training made it)."""
-        if not hasattr(model, "sampler"):  # a baseline without neighbours (EdgeBank)
-            return
         e, n = self.events, self.split.num_train
-        model.sampler.reset()
-        model.insert_neighbors(e.src[:n], e.dst[:n], e.t_float()[:n], e.eid[:n])
+        model.state.reset_neighbors()
+        model.state.insert_neighbors(e.src[:n], e.dst[:n], e.t_float()[:n], e.eid[:n])
 
     def evaluate(self, model, period: str, collect_z: bool = False):
         """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives;
@@ -313,8 +311,8 @@ class Evaluator:
         if period == "test" and self.keep_test_start:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
-            self.test_start = {"t": t, "state": model.backup()}
-        start = model.backup() if self.new_node_pass else None
+            self.test_start = {"t": t, "state": model.state.backup()}
+        start = model.state.backup() if self.new_node_pass else None
         idx = self.period(period)
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
         scores = {"transductive": self._scores(res.pos, res.neg)}
@@ -322,13 +320,13 @@ class Evaluator:
             scores["transductive"].update({k: v for k, v in ranking_metrics(res.pos, res.mrr_neg, valid).items()
                                            if k != "count"}, candidates=int(res.mrr_neg.shape[1]))
         if self.new_node_pass:
-            end = model.backup()
-            model.restore(start)
+            end = model.state.backup()
+            model.state.restore(start)
             new = idx[self.inductive(period)]
             nn = self.stream(model, new, self.negatives(period, new_nodes=True), desc=f"{period} new nodes",
                              graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
             scores["inductive"] = self._scores(nn.pos, nn.neg)
-            model.restore(end)
+            model.state.restore(end)
         return scores, res
 
     def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:
@@ -337,7 +335,7 @@ class Evaluator:
     def replay(self, model) -> Dict:
         """Rebuild ``model``'s state from scratch on the training events with its current
         weights, then score val and test (and node classification where labels exist)."""
-        model.reset_state()
+        model.state.reset()
         collect = self.with_node_classification
         tr = self.stream(model, self.train_index, collect_z=collect, desc="replay train")
         self.prepare(model)

@@ -6,9 +6,9 @@ weights or on the stored memory is planned here, on the host, in numpy and numba
 
 * the distinct queries (two queries of one node at one time see the same memory and the same
   neighbours, so their embeddings are equal and are computed once);
-* their recent neighbours (:class:`~speed.train.sampler.RecentNeighborSampler`);
+* their recent neighbours (:class:`~speed.train.state.sampler.RecentNeighborSampler`);
 * the memory *keys*: a node's memory as seen at time ``t`` is its stored memory with its
-  pending events before ``t`` applied (:mod:`speed.train.store`), so it is determined by the
+  pending events before ``t`` applied (:mod:`speed.train.state.store`), so it is determined by the
   node and how many of its pending events are earlier -- one key per distinct pair;
 * the pending events those keys apply, each once, with their edge features;
 * for the batch's own events, the keys their endpoints store (the memory at the batch's last
@@ -26,6 +26,29 @@ from typing import Optional, Tuple
 
 import numpy as np
 import torch
+
+
+@dataclass(frozen=True)
+class PlanNeeds:
+    """What a model's plans must gather, declared by the model
+    (:meth:`~speed.train.models.TemporalGNN.plan_needs`).
+
+    Attributes
+    ----------
+    neighbors : bool
+        The embedding reads recent neighbours (graph attention).
+    mean : bool
+        A key applies all its pending events (the mean aggregator), not only the latest.
+    other_embedding : bool
+        A message carries its other endpoint as a graph-attention embedding (DyRep).
+    msg_dim : int
+        Edge features per event.
+    """
+
+    neighbors: bool
+    mean: bool
+    other_embedding: bool
+    msg_dim: int
 
 
 @dataclass
@@ -174,15 +197,15 @@ def _features(features: Optional[torch.Tensor], eid: np.ndarray, msg_dim: int) -
     return out.reshape(*eid.shape, msg_dim)
 
 
-def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: bool = True,
+def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: bool = True,
                neighbors: bool = True, push: bool = True) -> BatchPlan:
     """Plan the step that embeds ``(nodes[i], times[i])`` and, with ``events``, observes them.
 
     Parameters
     ----------
-    model : TemporalGNN
-        Its sampler and pending store are read and, with ``events``, advanced; its weights and
-        memory are not touched.
+    state : NodeStates
+        Its sampler and pending store are read and, with ``events``, advanced; its memories
+        are not touched.
     nodes : int64 ndarray, shape (Q,)
     times : float64 ndarray, shape (Q,)
     events : tuple of 4 int64/float64 ndarrays ``(src, dst, t, eid)``, optional
@@ -207,7 +230,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     """
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     times = np.ascontiguousarray(times, dtype=np.float64)
-    sampler, store = model.sampler, model.store
+    sampler, store, needs = state.sampler, state.store, state.needs
     if events is not None:
         src, dst, t_ev, eid = (np.asarray(x) for x in events)
         if push:
@@ -216,7 +239,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     m, k = uq_node.size, sampler.k
 
     # neighbours of the distinct queries
-    if neighbors and model.embedding.needs_neighbors:
+    if neighbors and needs.neighbors:
         nb_node, nb_t, nb_eid, nb_mask = sampler.sample_arrays(uq_node, uq_t)
     else:
         nb_node = np.zeros((m, 0), dtype=np.int64)
@@ -261,7 +284,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     ob_key = read_key[m + slot.size:]
 
     # the pending events the keys apply, each once
-    mean = getattr(model.aggregator, "kind", "last") == "mean"
+    mean = needs.mean
     has = np.flatnonzero(key_c > 0)
     key_nodes_u, key_nodes_inv = np.unique(key_node[has], return_inverse=True)
     p_row, p_other, p_t, p_eid = store.gather(key_nodes_u)
@@ -281,7 +304,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     # DyRep: the other endpoint of each pending event as an attention embedding at its time
     dy_nodes = np.empty(0, dtype=np.int64)
     dy = None
-    if model.message_embedding is not None and pe_node.size:
+    if needs.other_embedding and pe_node.size:
         d_inv, d_node, d_t = _distinct(pe_other, pe_t, dedup)
         dn_node, dn_t, dn_eid, dn_mask = sampler.sample_arrays(d_node, d_t)
         dy_nodes = np.concatenate([d_node, dn_node[dn_mask]])
@@ -294,7 +317,7 @@ def build_plan(model, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     pe_row = rows_inv[r:r + p]
     pe_other_row = rows_inv[r + p:r + 2 * p]
 
-    feats, msg_dim = model.edge_features, model.msg_dim
+    feats, msg_dim = state.edge_features, needs.msg_dim
     plan = BatchPlan(
         q_inv=torch.from_numpy(q_inv), uq_t=torch.from_numpy(uq_t), uq_key=torch.from_numpy(uq_key),
         nb_keys=torch.from_numpy(nb_keys.astype(np.int64)), nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),

@@ -1,0 +1,15 @@
+"""Per-node state, apart from the weights: memories, pending events, neighbour rings, edge
+features and the extra state a recipe declares, owned by :class:`~speed.train.state.nodes.NodeStates`.
+
+=================  ==========================================================
+``nodes``          :class:`NodeStates`, the owner, and :class:`StateRows`
+``memory``         :class:`NodeMemory`, rows of states and their update times
+``store``          :class:`MessageStore`, each node's pending events
+``sampler``        :class:`RecentNeighborSampler`, the neighbour rings
+``components``     extra state a recipe declares (TIGE's dual memory)
+``values``         TIGE's kept event values
+``batch_plan``     the host work of a step, planned on the state
+``node_index``     original ids to rows (the Predictor)
+``_kernels``       numba kernels of the rings and the store
+=================  ==========================================================
+"""

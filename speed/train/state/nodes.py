@@ -1,0 +1,322 @@
+"""The owner of a model's per-node state, apart from its weights.
+
+:class:`NodeStates` holds every per-node structure a memory-based temporal GNN reads and
+writes as events stream by -- the dynamic memory, the pending events
+(:class:`~speed.train.state.store.MessageStore`), the neighbour rings
+(:class:`~speed.train.state.sampler.RecentNeighborSampler`), the edge features, and the
+extra state a recipe declares (:mod:`speed.train.state.components`, e.g. TIGE's dual
+memory).  The model (:class:`~speed.train.models.TemporalGNN`) is weights only; PAC sync,
+the evaluator, the Predictor, ``speed plan`` and checkpoints speak to the state through the
+verbs below, never to its parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .batch_plan import BatchPlan, PlanNeeds, build_plan
+from .components import COMPONENTS
+from .memory import NodeMemory
+from .sampler import RecentNeighborSampler
+from .store import MessageStore
+
+
+@dataclass
+class StateRows:
+    """Rows of the node state, detached: what PAC synchronises, gathers and checkpoints.
+
+    Attributes
+    ----------
+    memories : dict of str to (float32 tensor (n, d), float64 tensor (n,))
+        For each memory (:meth:`NodeStates.memories`), the states and ``last_update`` of the
+        rows, in the order of the ids they were read for.
+    pending : tuple of 4 tensors, each shape (M,)
+        ``(node, other, t, eid)``: the rows' pending events (int64, int64, float64, int64),
+        ``node`` and ``other`` in the same id space as the ids.
+    extras : dict of str to tuple of tensors
+        What each component exports with the rows (:meth:`StateComponent.export`), e.g. TIGE's
+        ``(eid, src, values)`` of the pending events (``src`` in the same id space).
+    """
+
+    memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]
+    pending: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+    extras: Dict[str, Tuple[torch.Tensor, ...]] = field(default_factory=dict)
+
+    def to(self, device) -> "StateRows":
+        return StateRows({k: (s.to(device), t.to(device)) for k, (s, t) in self.memories.items()},
+                         tuple(x.to(device) for x in self.pending),
+                         {k: tuple(x.to(device) for x in v) for k, v in self.extras.items()})
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class NodeStates:
+    """Every per-node structure of a model, with the verbs a run needs.
+
+    Parameters
+    ----------
+    num_nodes : int
+    memory_dim, embedding_dim : int
+    neighbors : int
+        Neighbours kept per node by the sampler.
+    needs : PlanNeeds
+        What the model's plans must gather (from :meth:`TemporalGNN.plan_needs`).
+    components : sequence of str
+        The recipe's extra state (names in :data:`~speed.train.state.components.COMPONENTS`).
+    device : torch.device, optional
+        Where the memories are held.
+    """
+
+    def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, neighbors: int, needs: PlanNeeds,
+                 components=(), device=None):
+        self.num_nodes = int(num_nodes)
+        self.needs = needs
+        self.memory = NodeMemory(num_nodes, memory_dim, device)
+        self.components = [COMPONENTS[c](num_nodes, memory_dim, embedding_dim, device) for c in components]
+        self.sampler = RecentNeighborSampler(num_nodes, neighbors)
+        self.store = MessageStore(num_nodes)
+        self.edge_features: Optional[torch.Tensor] = None
+        self.dedup = True  # plan each distinct query and memory key once (see batch_plan)
+
+    # ------------------------------------------------------------------ structure
+    def memories(self) -> Dict[str, NodeMemory]:
+        """The node memories by name: ``memory``, and the components' (TIGE's ``left_memory``)."""
+        out = {"memory": self.memory}
+        for c in self.components:
+            out.update(c.memories())
+        return out
+
+    @property
+    def device(self) -> torch.device:
+        """Where the memories are held."""
+        return self.memory.device
+
+    @property
+    def takes_unscored_events(self) -> bool:
+        """Whether events may be taken in without being scored (not with TIGE's event values)."""
+        return all(c.takes_unscored_events for c in self.components)
+
+    def to(self, device) -> "NodeStates":
+        """Hold the memories on ``device`` (pending events, neighbour rings and edge features
+        always live in host memory).  A full-graph evaluation state stays on ``"cpu"`` while the
+        weights compute elsewhere: each step moves only the rows it reads or writes."""
+        self.memory.to(device)
+        for c in self.components:
+            c.to(device)
+        return self
+
+    def set_edge_features(self, msg) -> None:
+        """Edge features of the whole log, indexed by event id (kept out of checkpoints)."""
+        self.edge_features = None if msg is None else torch.as_tensor(msg, dtype=torch.float32).cpu()
+
+    def add_edge_features(self, msg: np.ndarray) -> None:
+        """Append the features of new events (ids continue after the held ones)."""
+        new = torch.from_numpy(np.ascontiguousarray(msg, dtype=np.float32))
+        self.edge_features = new if self.edge_features is None else torch.cat([self.edge_features, new])
+
+    def reset(self) -> None:
+        """Start of a pass: zero memory, forget pending messages and neighbours."""
+        self.reset_memories()
+        self.reset_structures()
+
+    def reset_memories(self) -> None:
+        """Zero the memories (what the steps write; see :meth:`reset_structures`)."""
+        self.memory.reset_state()
+        for c in self.components:
+            c.reset()
+
+    def reset_structures(self) -> None:
+        """Forget pending messages and neighbours (what the plans advance)."""
+        self.sampler.reset()
+        self.store.reset()
+
+    def resize(self, num_nodes: int) -> None:
+        """Hold ``num_nodes`` fresh rows (a PAC rank's local nodes)."""
+        self.num_nodes = int(num_nodes)
+        self.memory.resize(self.num_nodes)
+        for c in self.components:
+            c.resize(self.num_nodes)
+        self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
+        self.store = MessageStore(self.num_nodes)
+
+    def grow(self, num_nodes: int) -> None:
+        """Make room for nodes up to ``num_nodes``, keeping every existing row: new nodes start
+        with zero memory, no pending events and no neighbours."""
+        if int(num_nodes) <= self.num_nodes:
+            return
+        self.num_nodes = int(num_nodes)
+        self.memory.grow(self.num_nodes)
+        for c in self.components:
+            c.grow(self.num_nodes)
+        self.sampler.grow(self.num_nodes)
+        self.store.grow(self.num_nodes)
+
+    def nbytes(self, num_nodes: Optional[int] = None) -> int:
+        """Bytes of memories and timestamps for ``num_nodes`` rows (default: as held)."""
+        n = self.num_nodes if num_nodes is None else int(num_nodes)
+        return int(sum(m.nbytes(n) for m in self.memories().values()))
+
+    # ------------------------------------------------------------------ steps
+    def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True) -> BatchPlan:
+        """The plan of a step (see :func:`~speed.train.state.batch_plan.build_plan`), on the host:
+        advances the sampler and the store with ``events``."""
+        return build_plan(self, _np(nodes), _np(times).astype(np.float64),
+                          None if events is None else tuple(_np(x) for x in events), dedup=self.dedup,
+                          neighbors=neighbors, push=push)
+
+    def read(self, plan: BatchPlan):
+        """The stored ``(states, last_update)`` of ``plan.rows``, on the plan's device."""
+        return self.memory.read(plan.rows)
+
+    def read_ahead(self, plan: BatchPlan):
+        """:meth:`read` from the planning thread, ahead of the step (bounded staleness)."""
+        return self.memory.read_host(plan.rows)
+
+    def message_inputs(self, plan: BatchPlan):
+        """``(s_self, s_other)`` of the plan's pending events when a component supplies them
+        (TIGE's event values), else None: messages read the stored memories."""
+        for c in self.components:
+            out = c.message_inputs(plan)
+            if out is not None:
+                return out
+        return None
+
+    @torch.no_grad()
+    def absorb(self, plan: BatchPlan, states: torch.Tensor, lasts: torch.Tensor,
+               z: Optional[torch.Tensor] = None) -> None:
+        """The batch has been scored: its endpoints store their memory as seen at the batch's
+        last time; ``z`` are the embeddings of the plan's queries, for the components (TIGE
+        keeps each endpoint's latest as ``h(t-)``).  (The plan already made the batch's events
+        pending and gave them to the sampler.)"""
+        if plan.ob_node.numel() == 0:
+            return
+        self.memory.write(plan.ob_node, states.index_select(0, plan.ob_key), lasts.index_select(0, plan.ob_key))
+        for c in self.components:
+            c.absorb(plan, z)
+            if c.needs_prune(self.store.alive):  # drop what belongs to events no longer pending
+                c.prune(np.unique(self.store.eid))
+
+    def push_events(self, src, dst, t, eid) -> None:
+        """Give events to the neighbour sampler ahead of the plans that query them."""
+        self.sampler.push(src, dst, t, eid)
+
+    def insert_neighbors(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        """Record events in the neighbour sampler without touching memory (e.g. the training
+        events before evaluation continues from a gathered memory)."""
+        self.sampler.insert(src, dst, t, eid)
+
+    def reset_neighbors(self) -> None:
+        self.sampler.reset()
+
+    @torch.no_grad()
+    def settle(self, model, n_id: torch.Tensor, before: float = np.inf) -> None:
+        """Apply the pending events of the distinct nodes ``n_id`` earlier than ``before`` (all by
+        default) to their stored memory with ``model``'s weights, so the stored rows are complete
+        states, e.g. before they are synchronised.  Events at ``before`` or later stay pending."""
+        ids = _np(n_id).astype(np.int64)
+        if ids.size == 0:
+            return
+        t = np.full(ids.size, before, dtype=np.float64)
+        plan = self.plan(ids, t, neighbors=False).to(model.device)
+        states, lasts = model.key_states(plan, self.read(plan), self.message_inputs(plan))
+        keys = plan.uq_key.index_select(0, plan.q_inv)
+        self.memory.write(n_id, states.index_select(0, keys), lasts.index_select(0, keys))
+        self.store.clear(ids, before)
+
+    # ------------------------------------------------------------------ exchange
+    def rows(self, n_id: torch.Tensor) -> StateRows:
+        """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
+        ids = _np(n_id)
+        row, other, t, eid = self.store.gather(ids)
+        pending = tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
+        extras = {}
+        for c in self.components:
+            out = c.export(pending[3])
+            if out is not None:
+                extras[c.name] = out
+        return StateRows({k: tuple(x.detach().clone() for x in m.read(n_id)) for k, m in self.memories().items()},
+                         pending, extras)
+
+    def load_rows(self, n_id: torch.Tensor, rows: StateRows) -> None:
+        """Overwrite the rows ``n_id`` with ``rows`` (as returned by :meth:`rows`); their pending
+        events become exactly ``rows.pending``."""
+        for k, mem in self.memories().items():
+            values, last = rows.memories[k]
+            mem.write(n_id, values.to(mem.device), last.to(mem.device))
+        self.store.clear(_np(n_id))
+        node, other, t, eid = (_np(x) for x in rows.pending)
+        if node.size:
+            self.store.replace(node, other, t, eid)
+        for c in self.components:
+            c.import_(rows.extras.get(c.name))
+
+    def all_rows(self) -> StateRows:
+        """:meth:`rows` of every node."""
+        return self.rows(torch.arange(self.num_nodes, device=self.device))
+
+    def pending_events(self) -> Tuple[torch.Tensor, ...]:
+        """``(node, other, t, eid)`` of every pending event, in host memory."""
+        return tuple(x.cpu() for x in self.all_rows().pending)
+
+    def structures(self) -> dict:
+        """The pending events, neighbour rings and components' state (no memories): what a
+        checkpoint needs besides the memories to go on from here."""
+        out = {"store": self.store.state_dict(), "sampler": self.sampler.state_dict()}
+        self._components_into(out, out["store"]["eid"])
+        return out
+
+    def load_structures(self, state: dict) -> None:
+        self.store.load_state_dict(state["store"])
+        self.sampler.load_state_dict(state["sampler"])
+        self._components_from(state)
+
+    def _components_into(self, out: dict, alive) -> None:
+        for c in self.components:  # (the store is compacted: its ids are the pending events')
+            st = c.state_dict(alive)
+            if st is not None:
+                out[c.state_key] = st
+
+    def _components_from(self, state: dict) -> None:
+        for c in self.components:
+            c.load_state_dict(state.get(c.state_key))
+
+    def memory_prefixes(self) -> Tuple[str, ...]:
+        """The key prefixes of :meth:`memory_dict`, one per memory."""
+        return tuple(f"{k}." for k in self.memories())
+
+    def memory_dict(self) -> Dict[str, torch.Tensor]:
+        """The memories as flat entries ``{name}.memory`` and ``{name}.last_update`` (host memory),
+        as a best checkpoint stores them beside the weights."""
+        out = {}
+        for k, m in self.memories().items():
+            out[f"{k}.memory"], out[f"{k}.last_update"] = m.memory.detach().cpu(), m.last_update.detach().cpu()
+        return out
+
+    def load_memory_dict(self, entries: Dict[str, torch.Tensor]) -> None:
+        """Load :meth:`memory_dict` entries; the state takes their number of rows."""
+        for k, m in self.memories().items():
+            m.restore({"memory": entries[f"{k}.memory"], "last_update": entries[f"{k}.last_update"]})
+        if self.memory.num_nodes > self.num_nodes:
+            self.grow(self.memory.num_nodes)
+
+    # ------------------------------------------------------------------ snapshots
+    def backup(self) -> dict:
+        """Memories, pending messages, neighbours and components, detached (see :meth:`restore`)."""
+        out = {"memories": {k: m.backup() for k, m in self.memories().items()}}
+        out.update(self.structures())
+        return out
+
+    def restore(self, state: dict) -> None:
+        for k, mem in self.memories().items():
+            mem.restore(state["memories"][k])
+        self.num_nodes = self.memory.num_nodes
+        self.load_structures(state)
+
+    state_dict = backup  # a checkpoint holds exactly a back-up
+    load_state_dict = restore
