@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Dict
 
 import torch
@@ -34,6 +35,9 @@ class NodeMemory:
         self.memory_dim = int(memory_dim)
         self.memory = torch.zeros(self.num_nodes, self.memory_dim, device=device)
         self.last_update = torch.zeros(self.num_nodes, dtype=torch.float64, device=device)
+        # a planning thread may read rows ahead (read_host) while the step writes in place:
+        # the lock keeps each read from seeing half of a write
+        self._lock = threading.Lock()
 
     @property
     def device(self) -> torch.device:
@@ -45,9 +49,10 @@ class NodeMemory:
         return self
 
     def reset_state(self) -> None:
-        """Zero every state and timestamp (the start of a pass over the data)."""
-        self.memory = torch.zeros_like(self.memory)
-        self.last_update = torch.zeros_like(self.last_update)
+        """Zero every state and timestamp (the start of a pass over the data), in place."""
+        with self._lock:
+            self.memory.zero_()
+            self.last_update.zero_()
 
     def resize(self, num_nodes: int) -> None:
         """Hold ``num_nodes`` fresh (zero) rows, on the same device."""
@@ -78,14 +83,22 @@ class NodeMemory:
         if self.memory.device.type != "cpu" or rows.device.type != "cpu":
             return self.read(rows)
         r = rows.numpy()
-        return torch.from_numpy(self.memory.numpy()[r]), torch.from_numpy(self.last_update.numpy()[r])
+        with self._lock:
+            return torch.from_numpy(self.memory.numpy()[r]), torch.from_numpy(self.last_update.numpy()[r])
 
     def write(self, n_id: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> None:
-        """Store detached states of ``n_id`` and their update times."""
+        """Store detached states of ``n_id`` and their update times, in place: O(rows written),
+        whatever the number of nodes.
+
+        In place is safe under autograd: the stored tensors never require gradients, and every
+        read (:meth:`read`, :meth:`read_host`, :meth:`backup`) returns a copy, so no graph and
+        no plan read ahead (``--staleness``) holds a view that a later write could change."""
         dev = self.memory.device
         i = n_id.to(dev)
-        self.memory = self.memory.index_copy(0, i, values.detach().to(dev, self.memory.dtype))
-        self.last_update = self.last_update.index_copy(0, i, t.to(dev, self.last_update.dtype))
+        values, t = values.detach().to(dev, self.memory.dtype), t.to(dev, self.last_update.dtype)
+        with self._lock:
+            self.memory.index_copy_(0, i, values)
+            self.last_update.index_copy_(0, i, t)
 
     def nbytes(self, num_nodes: int) -> int:
         """Bytes of ``num_nodes`` rows (states and timestamps)."""
@@ -96,8 +109,15 @@ class NodeMemory:
         return {"memory": self.memory.clone(), "last_update": self.last_update.clone()}
 
     def restore(self, state: Dict[str, torch.Tensor]) -> None:
-        self.memory = state["memory"].clone().to(self.memory.device, self.memory.dtype)
-        self.last_update = state["last_update"].clone().to(self.last_update.device, self.last_update.dtype)
+        """Take the rows of a :meth:`backup` (copied in place when the shape is the same)."""
+        memory, last = state["memory"], state["last_update"]
+        with self._lock:
+            if memory.shape == self.memory.shape:
+                self.memory.copy_(memory)
+                self.last_update.copy_(last)
+            else:
+                self.memory = memory.clone().to(self.memory.device, self.memory.dtype)
+                self.last_update = last.clone().to(self.last_update.device, self.last_update.dtype)
         self.num_nodes = int(self.memory.shape[0])
 
     def __repr__(self) -> str:

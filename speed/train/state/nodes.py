@@ -200,7 +200,7 @@ class NodeStates:
         for c in self.components:
             c.absorb(plan, z)
             if c.needs_prune(self.store.alive):  # drop what belongs to events no longer pending
-                c.prune(np.unique(self.store.eid))
+                c.prune(np.unique(self.store.event_ids()))
 
     def push_events(self, src, dst, t, eid) -> None:
         """Give events to the neighbour sampler ahead of the plans that query them."""
@@ -295,7 +295,8 @@ class NodeStates:
         as a best checkpoint stores them beside the weights."""
         out = {}
         for k, m in self.memories().items():
-            out[f"{k}.memory"], out[f"{k}.last_update"] = m.memory.detach().cpu(), m.last_update.detach().cpu()
+            # copies: the rows are written in place afterwards
+            out[f"{k}.memory"], out[f"{k}.last_update"] = m.memory.detach().cpu().clone(), m.last_update.cpu().clone()
         return out
 
     def load_memory_dict(self, entries: Dict[str, torch.Tensor]) -> None:

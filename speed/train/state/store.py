@@ -20,8 +20,10 @@ class MessageStore:
 
     A node's pending events are one segment of flat arrays (``start``/``count`` per node), in
     time order (ties in event order), so "the latest event" is the segment's last and "the
-    events before ``t``" are a prefix of it.  Superseded segments are dropped by an occasional
-    compaction.
+    events before ``t``" are a prefix of it.  A write appends new segments to the arrays, which
+    grow by doubling; superseded segments are dropped by a compaction once the arrays hold four
+    times the live events.  So a step costs O(its nodes' events), amortised, whatever the number
+    of nodes or of events before it.
 
     Parameters
     ----------
@@ -33,15 +35,46 @@ class MessageStore:
         self.reset()
 
     def reset(self) -> None:
-        self.other = np.empty(0, dtype=np.int64)
-        self.t = np.empty(0, dtype=np.float64)
-        self.eid = np.empty(0, dtype=np.int64)
+        self._set_arrays(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64))
         self.start = np.zeros(self.num_nodes, dtype=np.int64)
         self.count = np.zeros(self.num_nodes, dtype=np.int64)
+        self._alive = 0
 
     @property
     def alive(self) -> int:
-        return int(self.count.sum())
+        """Pending events (kept as a running count: summing ``count`` costs O(nodes))."""
+        return self._alive
+
+    @property
+    def used(self) -> int:
+        """Entries of the flat arrays in use (live and superseded)."""
+        return self.end
+
+    def event_ids(self) -> np.ndarray:
+        """Ids of the entries in use: a superset of the pending events' (a view)."""
+        return self.eid[:self.end]
+
+    def _set_arrays(self, other: np.ndarray, t: np.ndarray, eid: np.ndarray, spare: int = 1024) -> None:
+        """Hold exactly these entries, with room for ``spare`` more."""
+        n = int(t.shape[0])
+        cap = max(n + spare, 1024)
+        self.other, self.t, self.eid = (np.empty(cap, dtype=dt) for _, dt in _FIELDS)
+        self.other[:n], self.t[:n], self.eid[:n] = other, t, eid
+        self.end = n
+
+    def _append(self, other: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        """Append entries, doubling the arrays when full (amortised O(1) per entry)."""
+        n = int(t.shape[0])
+        need = self.end + n
+        if need > self.t.shape[0]:
+            cap = max(need, 2 * self.t.shape[0])
+            for name, dt in _FIELDS:
+                old = getattr(self, name)
+                new = np.empty(cap, dtype=dt)
+                new[:self.end] = old[:self.end]
+                setattr(self, name, new)
+        self.other[self.end:need], self.t[self.end:need], self.eid[self.end:need] = other, t, eid
+        self.end = need
 
     def grow(self, num_nodes: int) -> None:
         """Room for ``num_nodes`` nodes; the new ones have no pending events."""
@@ -108,44 +141,51 @@ class MessageStore:
         order = np.lexsort((eid, t, node))  # by node, then time, then event order
         node, other, t, eid = node[order], other[order], t[order], eid[order]
         counts = np.bincount(np.searchsorted(uniq, node), minlength=uniq.size)
-        base = self.t.shape[0]
+        base = self.end
+        self._alive += int(counts.sum()) - int(self.count[uniq].sum())
         self.start[uniq] = base + np.cumsum(counts) - counts
         self.count[uniq] = counts
-        self.other = np.concatenate([self.other, other])
-        self.t = np.concatenate([self.t, t])
-        self.eid = np.concatenate([self.eid, eid])
-        if self.t.shape[0] > max(4 * self.alive, 1 << 15):
+        self._append(other, t, eid)
+        if self.end > max(4 * self._alive, 1 << 15):
             self._compact()
 
     def clear(self, n_id: np.ndarray, before: float = np.inf) -> None:
         """Forget the pending events of the distinct nodes ``n_id`` earlier than ``before`` (all
         by default), e.g. once they are applied."""
-        n_id = np.asarray(n_id, dtype=np.int64)
+        n_id = np.unique(np.asarray(n_id, dtype=np.int64))
         if np.isinf(before):
+            self._alive -= int(self.count[n_id].sum())
             self.count[n_id] = 0
             return
         row, other, t, eid = self.gather(n_id)
         keep = t >= before
+        self._alive -= int(self.count[n_id].sum())
         self.count[n_id] = 0
         if keep.any():
             self._write(np.unique(n_id[row[keep]]), n_id[row[keep]], other[keep], t[keep], eid[keep])
 
     def _compact(self) -> None:
+        """Drop superseded entries: O(nodes + live events), once per 3x live events appended."""
         nodes = np.flatnonzero(self.count > 0)
         row, other, t, eid = self.gather(nodes)
         counts = self.count[nodes]
         self.start[nodes] = np.cumsum(counts) - counts
-        self.other, self.t, self.eid = other, t, eid
+        self._set_arrays(other, t, eid, spare=max(1024, t.shape[0]))
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         self._compact()
-        return {"other": self.other.copy(), "t": self.t.copy(), "eid": self.eid.copy(),
+        e = self.end
+        return {"other": self.other[:e].copy(), "t": self.t[:e].copy(), "eid": self.eid[:e].copy(),
                 "start": self.start.copy(), "count": self.count.copy()}
 
     def load_state_dict(self, state: dict) -> None:
+        arrays = {}
         for name in ("other", "t", "eid", "start", "count"):
             value = state[name]
             value = value.cpu().numpy() if hasattr(value, "cpu") else value
-            setattr(self, name, np.asarray(value).astype(np.float64 if name == "t" else np.int64, copy=True))
+            arrays[name] = np.asarray(value).astype(np.float64 if name == "t" else np.int64, copy=True)
+        self._set_arrays(arrays["other"], arrays["t"], arrays["eid"])
+        self.start, self.count = arrays["start"], arrays["count"]
+        self._alive = int(self.count.sum())
         self.num_nodes = int(self.count.shape[0])
