@@ -442,3 +442,11 @@ def test_observe_shared_trains_the_same_events(shards4, tmp_path):
     for bad, match in ((dict(subgraph="induced"), "assigned"), (dict(model="tige"), "tige")):
         with pytest.raises(ConfigError, match=match):
             speed.TrainConfig(**{"observe": "shared", **bad}).validate()
+
+
+def test_max_steps_cuts_every_rank_at_the_same_step(shards4, tmp_path):
+    m = speed.train(shards4, model="tgn", epochs=1, seed=0, nproc=2, max_steps=2, out=tmp_path, **TINY)
+    (ep,) = m["epochs"]
+    assert ep["cut"] and [r["steps"] for r in ep["ranks"]] == [2, 2]
+    assert ep["train_events"] <= 2 * 2 * TINY["batch_size"] and m["best_epoch"] is None and "test" not in m
+    assert all(r["peak_rss_bytes"] > 0 for r in ep["ranks"])

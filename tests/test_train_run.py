@@ -214,3 +214,19 @@ def test_the_pipeline_changes_nothing_and_staleness_does(model):
     assert outcome(speed.train(ev, pipeline=True, staleness=2, **kw)) != plain
     with pytest.raises(speed.InputError, match="staleness needs the pipeline"):
         speed.train(ev, staleness=1, **kw)
+
+
+def test_max_steps_cuts_each_epoch_and_never_makes_it_the_best(tmp_path, capsys):
+    ev = periodic_log()
+    plain = speed.train(ev, epochs=1, seed=0, deterministic=True, **SMALL)
+    wide = speed.train(ev, epochs=1, seed=0, deterministic=True, max_steps=10_000, **SMALL)
+    assert [e["loss"] for e in wide["epochs"]] == [e["loss"] for e in plain["epochs"]]  # not cut: the same run
+    assert not wide["epochs"][0]["cut"]
+    m = speed.train(ev, epochs=2, seed=0, max_steps=3, out=tmp_path, **SMALL)
+    assert all(e["cut"] and e["train_events"] == 3 * SMALL["batch_size"] and not e["val"] for e in m["epochs"])
+    assert m["best_epoch"] is None and "test" not in m
+    assert (tmp_path / "last.pt").exists() and not (tmp_path / "checkpoint.pt").exists()
+    from speed.cli.summaries import format_train_summary
+
+    text = format_train_summary(m, tmp_path)
+    assert "cut after 60 events" in text and "no epoch was validated or tested" in text

@@ -62,10 +62,16 @@ def format_train_summary(m: dict, out: Path) -> str:
             v = e["val"]["transductive"] if e.get("val") else None
             val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
             lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
-                         f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}")
+                         f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}"
+                         + (f"  cut after {e['train_events']:,} events (--max-steps)" if e.get("cut") else ""))
         lines.append("")
         head = f"best epoch {m['best_epoch']} ({m['model']})"
         files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
+    if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
+        lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
+                     "validated or tested, and no checkpoint.pt was written")
+        lines.append(f"wrote {out}/metrics.json, curves.png, last.pt")
+        return "\n".join(lines)
     tt, ti = m["test"]["transductive"], m["test"].get("inductive")
     how = {"per_batch": "mean over batches", "pooled": "pooled"}.get(tt.get("aggregate"), "pooled")
     other = {"per_batch": "pooled", "pooled": "per batch"}.get(tt.get("aggregate"))

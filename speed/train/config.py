@@ -125,6 +125,10 @@ class TrainConfig:
                                   "weights; not scaled with the ranks, whose rows are not averaged)", interval=POSITIVE)
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     seed: int = _opt(0, "seed of weights, negatives and the split")
+    max_steps: Optional[int] = _opt(None, "stop each epoch after N training steps (per rank under PAC), to measure "
+                                          "steady-state speed on a large log without a whole epoch; such an epoch "
+                                          "is reported as cut, and is neither validated nor saved as the best",
+                                    metavar="N", interval=POSITIVE_INT)
     patience: int = _opt(5, "epochs without validation AP gain before stopping", interval=POSITIVE_INT)
     mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
                                  "(TGB's ranking: filtered, ties count half)", metavar="K", interval=COUNT)

@@ -85,7 +85,8 @@ class EpochLog:
 
     ``train_events`` are the distinct training events of the epoch (over all ranks);
     ``seconds`` splits the epoch's wall time into stages (train, sync, exchange, validate);
-    ``ranks`` has one entry per PAC rank.
+    ``ranks`` has one entry per PAC rank; ``cut``: the epoch stopped after ``max_steps`` steps
+    (it is neither validated nor a candidate for the best epoch).
     """
 
     epoch: int
@@ -96,6 +97,7 @@ class EpochLog:
     val: Dict = field(default_factory=dict)
     seconds: Dict[str, float] = field(default_factory=dict)
     ranks: List[Dict] = field(default_factory=list)
+    cut: bool = False
 
 
 class EarlyStopping:
@@ -223,7 +225,7 @@ class Engine:
                     model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-        if not ended:  # stopped inside a pass: keep the last complete one
+        if not ended and backup is not None:  # stopped inside a pass: keep the last complete one
             model.state.restore(backup)
         return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
                           passes=getattr(batches, "passes", 1.0))

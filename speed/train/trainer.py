@@ -51,6 +51,15 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far, in bytes (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
 def time_scale(events: Events) -> float:
     """Mean gap between a node's consecutive events (JODIE's Δt normaliser), vectorised."""
     nodes = np.concatenate([events.src, events.dst])
@@ -186,7 +195,8 @@ class EpochLoop:
             log = self.train_epoch(epoch)
             if self.is_main:
                 self.history.append(log)
-            if epoch % cfg.val_every == 0 or epoch == cfg.epochs:  # known to every process
+            # (a cut epoch is known to every process: PAC ranks agree on the steps)
+            if not log.cut and (epoch % cfg.val_every == 0 or epoch == cfg.epochs):
                 val = self.validate_epoch(log)
                 improved = False
                 if self.is_main:
@@ -202,7 +212,8 @@ class EpochLoop:
         if not self.is_main:
             return None
         t0 = time.perf_counter()
-        final = self.final_results()
+        # no best epoch when every epoch was cut (--max-steps): nothing was validated or tested
+        final = self.final_results() if self.stopping.best_epoch is not None else {}
         metrics = {
             "model": cfg.model,
             "protocol": cfg.protocol_name,
@@ -220,6 +231,7 @@ class EpochLoop:
             "negatives_true_edges": self.evaluator.true_negative_counts(),
             "seconds": {"total": time.perf_counter() - started, "train": train_seconds,
                         "final_evaluation": time.perf_counter() - t0},
+            "peak_rss_bytes": peak_rss_bytes(),  # of this process (PAC: rank 0; each rank's is in its epochs)
         }
         if self.out is not None:
             write_run(self.out, metrics)
@@ -337,12 +349,17 @@ class Trainer(EpochLoop):
         self._init_loop()
 
     def train_epoch(self, epoch: int) -> EpochLog:
-        """Reset memory, then one pass over the training events."""
+        """Reset memory, then one pass over the training events (its first ``max_steps``
+        batches when the config bounds the epoch)."""
         self._z_train = [] if self.evaluator.with_node_classification else None
-        stats = self.engine.run_epoch(self.stream, Batches(self.train_index, self.config.batch_size),
-                                      RandomNegatives(self.neg_pool, train_seed(self.config.seed, epoch)),
+        index, cfg = self.train_index, self.config
+        cut = bool(cfg.max_steps) and index.size > cfg.max_steps * cfg.batch_size
+        if cut:
+            index = index[:cfg.max_steps * cfg.batch_size]
+        stats = self.engine.run_epoch(self.stream, Batches(index, cfg.batch_size),
+                                      RandomNegatives(self.neg_pool, train_seed(cfg.seed, epoch)),
                                       desc=f"epoch {epoch}", collect=self._z_train)
-        n = int(self.train_index.size)
+        n = int(index.size)
         return EpochLog(epoch=epoch, train_seconds=stats.seconds, train_events=n,
                         train_events_per_s=n / max(stats.seconds, 1e-9), loss=stats.loss,
-                        seconds={"train": stats.seconds})
+                        seconds={"train": stats.seconds}, cut=cut)

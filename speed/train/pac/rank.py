@@ -33,7 +33,7 @@ from ..loader import EventStream
 from ..eval.evaluator import Evaluator
 from ..models import StatefulModel
 from ..eval.negatives import RandomNegatives, negative_pool, train_seed
-from ..trainer import EpochLoop, model_for, resolve_device, seed_everything
+from ..trainer import EpochLoop, model_for, peak_rss_bytes, resolve_device, seed_everything
 from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
@@ -131,7 +131,9 @@ class PacRank(EpochLoop):
         index = np.arange(len(ev))
         steps = torch.tensor([Batches(index, cfg.batch_size).num_batches], dtype=torch.long, device=self.device)
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)  # every rank takes the same number of steps
-        batches = CyclingBatches(index, cfg.batch_size, int(steps.item()))
+        full = int(steps.item())
+        cut = bool(cfg.max_steps) and cfg.max_steps < full  # the same on every rank
+        batches = CyclingBatches(index, cfg.batch_size, min(full, cfg.max_steps) if cut else full)
         negatives = RandomNegatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
         periodic = [0.0, 0]  # seconds and rounds of the in-epoch syncs
 
@@ -157,12 +159,15 @@ class PacRank(EpochLoop):
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.state.nbytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
                 "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads(),
+                "peak_rss_bytes": peak_rss_bytes(),
                 **({"static_merge_seconds": static_s} if learned else {}),
                 **({"average_seconds": averager.seconds, "average_rounds": averager.rounds} if averager else {})}
         ranks = [None] * self.world
         dist.all_gather_object(ranks, mine)  # a few numbers per rank
         slowest = max(r["train_seconds"] for r in ranks)  # in-epoch syncs are reported apart
-        return EpochLog(epoch=epoch, train_seconds=slowest, train_events=sum(r["events"] for r in ranks),
+        # a cut epoch trained each rank's first steps only
+        trained = sum(round(r["events"] * min(r["passes"], 1.0)) if cut else r["events"] for r in ranks)
+        return EpochLog(epoch=epoch, train_seconds=slowest, train_events=trained, cut=cut,
                         train_events_per_s=sum(r["events"] * r["passes"] for r in ranks) / max(slowest, 1e-9),
                         loss=float(np.mean([r["loss"] for r in ranks])), ranks=ranks,
                         seconds={"train": slowest, "sync": max(r["sync_seconds"] + r.get("static_merge_seconds", 0.0)
