@@ -84,3 +84,16 @@ def test_tige_event_values_grow_by_doubling():
         changes += dual.values._eid is not last
         last = dual.values._eid
     assert changes <= 16, changes
+
+
+def test_allocator_tuning_applies_once_and_can_be_turned_off():
+    import subprocess
+    import sys
+
+    code = "from speed._util import tune_allocator as t; print(t(), t())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "SPEED_MALLOC_TUNING": "0"}).stdout.split()
+    if sys.platform.startswith("linux"):
+        assert on == ["True", "True"]
+    assert off == ["False", "False"]

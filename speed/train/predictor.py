@@ -28,6 +28,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from .._util import tune_allocator
 from ..data.events import Events
 from ..errors import InputError
 from . import checkpoint as ckpt
@@ -441,6 +442,7 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
         if model is not None and model.startswith("edgebank"):
             raise InputError(f"{model} is a baseline with no trained model to load", run)
         raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
+    tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
     state = ckpt.load_checkpoint(path)
     payload = state.extra.get("predictor") if isinstance(state.extra, dict) else None
     if not payload or payload.get("format") != PAYLOAD_FORMAT:

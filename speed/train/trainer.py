@@ -23,6 +23,7 @@ import torch
 
 from ..data.events import Events
 from ..data.split import Split
+from .._util import tune_allocator
 from ..errors import InputError
 from . import checkpoint as ckpt
 from .config import TrainConfig
@@ -331,6 +332,7 @@ class Trainer(EpochLoop):
         self.device = resolve_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
+        tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
         self.train_index = np.flatnonzero(split.train_mask)
         self.model = (model or model_for(config, events.num_nodes, events, split.train(events))).to(self.device)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..._util import tune_allocator
 from ...partition.shards import Shards
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
@@ -65,6 +66,7 @@ class PacRank(EpochLoop):
         self.device = resolve_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
+        tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
         self.events = shards.events()
         self.split = shards.split(self.events)
@@ -231,6 +233,9 @@ class PacRank(EpochLoop):
         """Gather every rank's node state into rank 0's full-graph model."""
         rg = self.graph
         payloads = gather_state(self.model, rg.nodes, rg.num_shared, self.world, self.rank, self.host_group)
+        # the rank's own state is not read again before the next epoch sizes it afresh: let it
+        # go, so rank 0 does not hold it beside the full-graph evaluation state
+        self.model.state.resize(0)
         if not self.is_main:
             return
         groups = self.groups(log.epoch)
