@@ -104,12 +104,15 @@ def format_plan(p: dict) -> str:
              + (f", static memory ({p['static_memory']}) {p['static_memory_bytes'] / mib:,.1f} MiB on every rank"
                 if p.get("static_memory_bytes") else ""),
              "", f"{'epoch':>5}  {'rank':>4}  {'parts':<12}  {'events':>12}  {'share':>6}  {'nodes':>10}  "
-                 f"{'memory MiB':>10}"]
+                 f"{'memory MiB':>10}  {'peak MiB':>9}"]
     for e in p["epochs"]:
         for r in e["ranks"]:
+            peak = f"{r['peak_bytes'] / mib:>9,.0f}" if "peak_bytes" in r else f"{'-':>9}"
             lines.append(f"{e['epoch']:>5}  {r['rank']:>4}  {','.join(map(str, r['parts'])):<12}  {r['events']:>12,}  "
-                         f"{100 * r['share']:>5.1f}%  {r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}")
+                         f"{100 * r['share']:>5.1f}%  {r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}  {peak}")
         lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
                      f"of the training events: an epoch ≈ {e['expected_epoch_time']:.2f}x one process's "
                      f"(at one process's speed per rank)")
+    lines.append("peak MiB: a rank's expected peak resident memory (runtime, the log, its sub-graph, its node state; "
+                 "rank 0 also the full-graph evaluation state)")
     return "\n".join(lines)

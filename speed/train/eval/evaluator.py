@@ -308,25 +308,28 @@ class Evaluator:
         """
         ranked = self.ranks(period)
         cand, valid = self.ranking_candidates(period) if ranked else (None, None)
-        if period == "test" and self.keep_test_start:
+        keep = period == "test" and self.keep_test_start
+        # one back-up of the period's start serves both the new-node pass and the checkpoint
+        start = model.state.backup() if self.new_node_pass or keep else None
+        if keep:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
-            self.test_start = {"t": t, "state": model.state.backup()}
-        start = model.state.backup() if self.new_node_pass else None
+            self.test_start = {"t": t, "state": start}
         idx = self.period(period)
+        inductive = None
+        if self.new_node_pass:  # first, from the start: then the model ends after the whole period
+            new = idx[self.inductive(period)]
+            nn = self.stream(model, new, self.negatives(period, new_nodes=True), desc=f"{period} new nodes",
+                             graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
+            inductive = self._scores(nn.pos, nn.neg)
+            model.state.restore(start)
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
         scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
             scores["transductive"].update({k: v for k, v in ranking_metrics(res.pos, res.mrr_neg, valid).items()
                                            if k != "count"}, candidates=int(res.mrr_neg.shape[1]))
-        if self.new_node_pass:
-            end = model.state.backup()
-            model.state.restore(start)
-            new = idx[self.inductive(period)]
-            nn = self.stream(model, new, self.negatives(period, new_nodes=True), desc=f"{period} new nodes",
-                             graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
-            scores["inductive"] = self._scores(nn.pos, nn.neg)
-            model.state.restore(end)
+        if inductive is not None:
+            scores["inductive"] = inductive
         return scores, res
 
     def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:

@@ -15,6 +15,35 @@ from ..models import build_model
 from .groups import check_world, part_groups, part_loads, rank_graph
 
 
+def _event_bytes(shards: Shards) -> int:
+    """Bytes of one event of the log as a rank holds it in memory (ids widened to int64)."""
+    return sum(max(a.dtype.itemsize, 8 if name in ("src", "dst", "eid") else a.dtype.itemsize)
+               * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards._arrays.items())
+
+
+def rank_peak_bytes(runtime: int, shards: Shards, train_events: int, rank_events: int, rank_state: int,
+                    full_state: int, main: bool) -> Dict[str, int]:
+    """What a rank holds at its peak, by part (bytes): the interpreter with torch and speed
+    loaded (``runtime``, measured in this process), the log (every rank reads the whole log and
+    keeps a copy of its training period), its training sub-graph (the events and their stream),
+    its node state, and on rank 0 the full-graph evaluation state with the back-ups the
+    evaluation keeps at once (the best epoch's, and the start of a period, which the new-node
+    pass and, for the test period, the checkpoint need)."""
+    per_event = _event_bytes(shards)
+    out = {"runtime": int(runtime), "log": per_event * (shards.num_events + train_events),
+           "rank_events": 2 * 32 * rank_events, "rank_state": int(rank_state)}
+    if main:
+        out["evaluation"] = EVAL_STATE_COPIES * int(full_state)
+    out["total"] = sum(out.values())
+    return out
+
+
+# full-graph states rank 0 holds at once during evaluation: the evaluation model's, the best
+# epoch's back-up, and a period's start (kept for the new-node pass; for the test period also
+# for load_run(at="test"))
+EVAL_STATE_COPIES = 3
+
+
 def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     """Per epoch and rank: parts, events, nodes and node-state bytes; and the work inflation.
 
@@ -31,7 +60,8 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     -------
     dict
         ``epochs``: one entry per epoch with ``ranks`` (rank, parts, events, nodes,
-        memory_bytes), ``work_inflation`` (Σ rank events / training events) and
+        memory_bytes, and ``peak_bytes``: the rank's expected peak resident memory, with its
+        parts in ``peak_parts``, see :func:`rank_peak_bytes`), ``work_inflation`` (Σ rank events / training events) and
         ``largest_share`` (the largest rank's events / training events); plus the run's
         constants (training events, node-state bytes per node, unpartitioned bytes, and
         ``static_memory_bytes``: the static table every rank holds, with a learned table's
@@ -42,6 +72,11 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     train_events = int(split.train_mask.sum())
     model = build_model(config.model, 1, **config.architecture())
     per_node = model.state.nbytes(1)
+    # every per-node structure (memories, neighbour rings, pending index), per node
+    state_per_node = sum(model.state.footprint(1).values())
+    from ..trainer import peak_rss_bytes
+
+    runtime = peak_rss_bytes()  # this process has loaded what a rank loads before its data
     # the static table has a row per node of the log on every rank (speed.train.static)
     static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
@@ -50,8 +85,11 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
         ranks = []
         for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
             rg = rank_graph(shards, group, split.new_nodes, config.subgraph)
+            peak = rank_peak_bytes(runtime, shards, train_events, len(rg.events), int(rg.nodes.size) * state_per_node,
+                                   shards.num_nodes * state_per_node, main=r == 0)
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
-                          "memory_bytes": int(rg.nodes.size) * per_node})
+                          "memory_bytes": int(rg.nodes.size) * per_node, "peak_bytes": peak["total"],
+                          "peak_parts": peak})
         total = sum(x["events"] for x in ranks)
         for x in ranks:
             x["share"] = x["events"] / max(train_events, 1)

@@ -162,6 +162,14 @@ class NodeStates:
         n = self.num_nodes if num_nodes is None else int(num_nodes)
         return int(sum(m.nbytes(n) for m in self.memories().values()))
 
+    def footprint(self, num_nodes: Optional[int] = None) -> Dict[str, int]:
+        """Bytes of every per-node structure for ``num_nodes`` rows (default: as held): the
+        memories, the neighbour rings and the pending-event index (the pending events
+        themselves are a few per node, kept in arrays compacted at 4x the live ones)."""
+        n = self.num_nodes if num_nodes is None else int(num_nodes)
+        return {"memories": self.nbytes(n), "neighbours": self.sampler.bytes_per_node() * n,
+                "pending": self.store.bytes_per_node() * n}
+
     # ------------------------------------------------------------------ steps
     def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True) -> BatchPlan:
         """The plan of a step (see :func:`~speed.train.state.batch_plan.build_plan`), on the host:

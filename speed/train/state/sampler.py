@@ -86,6 +86,11 @@ class RecentNeighborSampler:
             self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
             self.num_nodes = int(num_nodes)
 
+    def bytes_per_node(self) -> int:
+        """Bytes of one node's ring (neighbour, time and event of k slots) and its head and count."""
+        return self.k * (self.nbr.itemsize + self.nbr_t.itemsize + self.nbr_e.itemsize) + \
+            self.head.itemsize + self.count.itemsize
+
     @property
     def held(self) -> int:
         """Events pushed but not yet in the rings."""

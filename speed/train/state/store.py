@@ -45,6 +45,10 @@ class MessageStore:
         """Pending events (kept as a running count: summing ``count`` costs O(nodes))."""
         return self._alive
 
+    def bytes_per_node(self) -> int:
+        """Bytes of the per-node index (``start`` and ``count``)."""
+        return self.start.itemsize + self.count.itemsize
+
     @property
     def used(self) -> int:
         """Entries of the flat arrays in use (live and superseded)."""
