@@ -63,6 +63,8 @@ def run_speed(a) -> dict:
     for e in range(1, a.epochs + 1):
         log = tr.train_epoch(e)
         epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss})
+    if a.train_only:
+        return {"epochs": epochs, "num_nodes": int(events.num_nodes)}
     tr.evaluator.evaluate(tr.model, "val")
     test, _ = tr.evaluator.evaluate(tr.model, "test")
     return {"epochs": epochs, "test": test["transductive"]}
@@ -160,6 +162,9 @@ def run_pyg(a) -> dict:
         sec = time.perf_counter() - start
         epochs.append({"seconds": sec, "events_per_s": train_index.size / sec, "loss": float(np.mean(losses))})
 
+    if a.train_only:
+        return {"epochs": epochs, "num_nodes": int(num_nodes)}
+
     @torch.no_grad()
     def stream(index, seed):
         memory.eval(); gnn.eval(); link_pred.eval()
@@ -189,6 +194,7 @@ def main() -> int:
     ap.add_argument("--log", action="append", default=None)
     ap.add_argument("--out", default=str(HERE / "results" / "train_vs_pyg.json"))
     ap.add_argument("--worker", choices=["speed", "pyg"], help=argparse.SUPPRESS)
+    ap.add_argument("--train-only", action="store_true", help="time training alone (no val/test; benchmarks/scale.py)")
     a = ap.parse_args()
     a.log = a.log or [str(DATA)]
     if a.worker:

@@ -37,12 +37,17 @@ from ...partition.shards import Shards
 from ..config import TrainConfig
 
 
+# how long the other ranks may wait for rank 0's full-graph evaluation (a day)
+WAIT_FOR_MAIN_S = 24 * 3600
+
+
 class RankFailedError(RuntimeError):
     """A rank of a parallel run raised or died; the message names it."""
 
 
 def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None):
-    """Start the process group; returns the rank's config (its device) and a host group.
+    """Start the process group; returns the rank's config (its device), a host group (NCCL
+    runs), and the group of waits on rank 0's evaluation.
 
     A CPU rank's default thread count is the machine's cores over the ranks *on this machine*,
     counted by host name once the group is up: torchrun's ``LOCAL_WORLD_SIZE`` counts only the
@@ -65,17 +70,22 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
         config = replace(config, device="cpu",
                          num_threads=config.num_threads or max(1, (os.cpu_count() or 1) // on_host))
     host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
-    return config, host_group
+    # Rank 0 evaluates on the full graph alone while the others wait for its decisions; on a
+    # large log that takes longer than any step (300k val/test events: over the 300 s default,
+    # and rank 1 failed at the final barrier).  Those waits get a group of their own with a
+    # long timeout; a rank that dies is still caught by the launcher (spawn, torchrun).
+    wait_group = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
+    return config, host_group, wait_group
 
 
 def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
                out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
     from .rank import PacRank
 
-    config, host_group = _setup(rank, world, local_rank, config, init_method)
+    config, host_group, wait_group = _setup(rank, world, local_rank, config, init_method)
     _maybe_fault(rank)
     result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
-                     host_group=host_group).run()
+                     host_group=host_group, wait_group=wait_group).run()
     if teardown and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

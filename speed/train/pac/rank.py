@@ -54,15 +54,20 @@ class PacRank(EpochLoop):
     rank, world : int
     out : path-like, optional
         Run directory (written by rank 0).
+    wait_group : ProcessGroup, optional
+        Where the ranks wait for rank 0's decisions and its final evaluation: a gloo group with a
+        long timeout (default: the host group).
     host_group : ProcessGroup, optional
         A gloo group for host-memory exchanges when the default group is NCCL.
     """
 
-    def __init__(self, shards: Shards, config: TrainConfig, rank: int, world: int, out=None, host_group=None):
+    def __init__(self, shards: Shards, config: TrainConfig, rank: int, world: int, out=None, host_group=None,
+                 wait_group=None):
         self.shards, self.config = shards, config
         self.rank, self.world, self.is_main = rank, world, rank == 0
         self.out = None if out is None else Path(out)
         self.host_group = host_group
+        self.wait_group = wait_group if wait_group is not None else host_group
         self.device = resolve_device(config.device)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
@@ -300,7 +305,7 @@ class PacRank(EpochLoop):
     def agree(self, flag: bool) -> bool:
         """Rank 0's decision, broadcast."""
         t = torch.tensor([int(flag)], dtype=torch.long)
-        dist.broadcast(t, src=0, group=self.host_group)
+        dist.broadcast(t, src=0, group=self.wait_group)  # rank 0 may have evaluated meanwhile
         return bool(t.item())
 
     def _last_extra(self) -> Dict:
@@ -326,5 +331,5 @@ class PacRank(EpochLoop):
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()
-        dist.barrier(group=self.host_group)  # the others wait for rank 0's final evaluation
+        dist.barrier(group=self.wait_group)  # the others wait for rank 0's final evaluation
         return metrics
