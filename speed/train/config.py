@@ -194,7 +194,8 @@ class TrainConfig:
     eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
                      choices=EVAL_MODES, group="pac")
     lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
-    timeout: float = _opt(300.0, "seconds a collective may wait", group="pac", interval=POSITIVE)
+    timeout: float = _opt(300.0, "seconds a collective of training may wait (the waits on rank 0's full-graph "
+                                 "evaluation may take up to a day)", group="pac", interval=POSITIVE)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> "TrainConfig":
