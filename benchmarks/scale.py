@@ -101,6 +101,9 @@ def pac_run(a, work: Path, events: int, nodes: int) -> dict:
            "ranks": [{"rank": r["rank"], "events": r["events"], "nodes": r["nodes"],
                       "peak_rss_bytes": r.get("peak_rss_bytes"), "planned_peak_bytes": planned.get(r["rank"])}
                      for r in ranks],
+           # each rank's peak_rss_bytes above is at the end of its training; rank 0's whole run
+           # (its full-graph evaluation included) is the run's top-level figure
+           "rank0_run_peak_rss_bytes": m.get("peak_rss_bytes"),
            "test_ap": (m.get("test") or {}).get("transductive", {}).get("ap")}
     s = out["epoch_seconds"]
     evaluation = (s.get("validate", 0.0) + s.get("exchange", 0.0) + (out["final_evaluation_seconds"] or 0.0))
@@ -109,9 +112,12 @@ def pac_run(a, work: Path, events: int, nodes: int) -> dict:
           f"evaluation {evaluation:7.1f} ({100 * out['evaluation_share']:.0f}%)", flush=True)
     for r in out["ranks"]:
         rss, pl = r["peak_rss_bytes"], r["planned_peak_bytes"]
-        print(f"    rank {r['rank']}: {r['events']:,} events, {r['nodes']:,} nodes, peak RSS "
+        print(f"    rank {r['rank']}: {r['events']:,} events, {r['nodes']:,} nodes, peak RSS in training "
               f"{rss / 2**30 if rss else float('nan'):.2f} GiB, planned {pl / 2**30 if pl else float('nan'):.2f} GiB",
               flush=True)
+    if out["rank0_run_peak_rss_bytes"]:
+        print(f"    rank 0's peak over the whole run (evaluation included): "
+              f"{out['rank0_run_peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
     return out
 
 
