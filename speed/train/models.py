@@ -68,12 +68,8 @@ from .config import TrainConfig
 from .recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
 from .state.batch_plan import BatchPlan, PlanNeeds
 from .state.components import COMPONENTS
-from .state.nodes import NodeStates
+from .state.nodes import NodeStates, as_numpy
 from .static import StaticMemory
-
-
-def _np(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 class TemporalGNN(nn.Module):
@@ -322,8 +318,9 @@ class StatefulModel:
         """Embed a batch of events (and ``extra`` queries, a list of ``(nodes, times)``: negatives,
         ranking candidates), then take the batch in: the evaluation's and the predictor's step
         without a loss.  Returns the embeddings of ``cat([src, dst, *extra nodes])``."""
-        t = _np(t).astype(np.float64)
-        groups = [(_np(src), t), (_np(dst), t)] + [(_np(n), _np(q).astype(np.float64)) for n, q in (extra or [])]
+        t = as_numpy(t).astype(np.float64)
+        groups = [(as_numpy(src), t), (as_numpy(dst), t)] + \
+            [(as_numpy(n), as_numpy(q).astype(np.float64)) for n, q in (extra or [])]
         plan = self.plan(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]),
                          events=(src, dst, t, eid))
         z, states, lasts = self.compute(plan)

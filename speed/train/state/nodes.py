@@ -52,7 +52,8 @@ class StateRows:
                          {k: tuple(x.to(device) for x in v) for k, v in self.extras.items()})
 
 
-def _np(x) -> np.ndarray:
+def as_numpy(x) -> np.ndarray:
+    """A tensor (detached, on the host) or array-like as an ndarray."""
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
@@ -174,8 +175,8 @@ class NodeStates:
     def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True) -> BatchPlan:
         """The plan of a step (see :func:`~speed.train.state.batch_plan.build_plan`), on the host:
         advances the sampler and the store with ``events``."""
-        return build_plan(self, _np(nodes), _np(times).astype(np.float64),
-                          None if events is None else tuple(_np(x) for x in events), dedup=self.dedup,
+        return build_plan(self, as_numpy(nodes), as_numpy(times).astype(np.float64),
+                          None if events is None else tuple(as_numpy(x) for x in events), dedup=self.dedup,
                           neighbors=neighbors, push=push)
 
     def read(self, plan: BatchPlan):
@@ -227,7 +228,7 @@ class NodeStates:
         """Apply the pending events of the distinct nodes ``n_id`` earlier than ``before`` (all by
         default) to their stored memory with ``model``'s weights, so the stored rows are complete
         states, e.g. before they are synchronised.  Events at ``before`` or later stay pending."""
-        ids = _np(n_id).astype(np.int64)
+        ids = as_numpy(n_id).astype(np.int64)
         if ids.size == 0:
             return
         t = np.full(ids.size, before, dtype=np.float64)
@@ -238,11 +239,14 @@ class NodeStates:
         self.store.clear(ids, before)
 
     # ------------------------------------------------------------------ exchange
+    def _pending_of(self, ids: np.ndarray) -> Tuple[torch.Tensor, ...]:
+        """``(node, other, t, eid)`` of the pending events of the distinct nodes ``ids``."""
+        row, other, t, eid = self.store.gather(ids)
+        return tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
+
     def rows(self, n_id: torch.Tensor) -> StateRows:
         """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
-        ids = _np(n_id)
-        row, other, t, eid = self.store.gather(ids)
-        pending = tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
+        pending = self._pending_of(as_numpy(n_id))
         extras = {}
         for c in self.components:
             out = c.export(pending[3])
@@ -257,8 +261,8 @@ class NodeStates:
         for k, mem in self.memories().items():
             values, last = rows.memories[k]
             mem.write(n_id, values.to(mem.device), last.to(mem.device))
-        self.store.clear(_np(n_id))
-        node, other, t, eid = (_np(x) for x in rows.pending)
+        self.store.clear(as_numpy(n_id))
+        node, other, t, eid = (as_numpy(x) for x in rows.pending)
         if node.size:
             self.store.replace(node, other, t, eid)
         for c in self.components:
@@ -269,8 +273,8 @@ class NodeStates:
         return self.rows(torch.arange(self.num_nodes, device=self.device))
 
     def pending_events(self) -> Tuple[torch.Tensor, ...]:
-        """``(node, other, t, eid)`` of every pending event, in host memory."""
-        return tuple(x.cpu() for x in self.all_rows().pending)
+        """``(node, other, t, eid)`` of every pending event, in host memory (no memory copied)."""
+        return self._pending_of(np.arange(self.num_nodes, dtype=np.int64))
 
     def structures(self) -> dict:
         """The pending events, neighbour rings and components' state (no memories): what a
