@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import math
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -112,13 +115,108 @@ def _umask() -> int:
     return mask
 
 
+# errno values that mean "the output does not fit": a full disk, a quota, a file-size limit
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _raise_if_no_room(exc: BaseException, target: Path) -> None:
+    """A write that ran out of room is the user's to fix (exit 2, one line), not a crash.
+
+    Python reports it as :class:`OSError`; ``torch.save`` as a :class:`RuntimeError` from
+    its zip writer (``file write failed``, or ``unexpected pos`` after a short write), which
+    carries no errno.
+    """
+    if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+        raise InputError(f"cannot write: {os.strerror(exc.errno)}", target) from None
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("write failed", "inline_container")):
+        raise InputError("cannot write (is the disk full, or a file-size limit reached?)", target) from None
+
+
+def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kind: str = "output") -> None:
+    """Raise :class:`~speed.InputError` unless ``target`` may be written.
+
+    It may when it does not exist or is an empty folder; with ``overwrite``, also when it
+    holds one of ``markers`` (a file only ``speed`` writes there: ``manifest.json`` of a
+    shards folder, ``metrics.json`` or ``last.pt`` of a run).  ``--overwrite`` therefore
+    replaces what ``speed`` wrote and never a folder of the user's.
+
+    Parameters
+    ----------
+    target : path-like
+    overwrite : bool
+    markers : tuple of str
+        File names that mark a folder as ``speed``'s own; empty: any folder may be replaced.
+    kind : str
+        What the folder should be, for the message ("shards folder", "run folder").
+    """
+    target = Path(target)
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise InputError(f"output exists and is not a folder; expected a {kind}", target)
+    if not any(target.iterdir()):
+        return
+    if not overwrite:
+        raise InputError("output already exists (pass overwrite=True or --overwrite)", target)
+    if markers and not any((target / m).exists() for m in markers):
+        raise InputError(f"refusing to replace a folder that is not a {kind} (no {' or '.join(markers)} in it); "
+                         "remove it yourself or choose another output", target)
+
+
+def check_output_file(target, overwrite: bool) -> None:
+    """Raise :class:`~speed.InputError` if ``target`` exists and ``overwrite`` is not set."""
+    target = Path(target)
+    if target.is_dir():
+        raise InputError("output is a folder; give a file name", target)
+    if target.exists() and not overwrite:
+        raise InputError("output already exists (pass overwrite=True or --overwrite)", target)
+
+
+def _owner_tag() -> str:
+    """``host-pid`` of this process, written into temporary names so a later run can tell
+    which leftovers belong to a process that no longer exists (a ``kill -9``)."""
+    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:32] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _sweep_leftovers(parent: Path, name: str) -> None:
+    """Remove ``.NAME.tmp-*``/``.NAME.old-*`` left in ``parent`` by a killed process of this host.
+
+    A leftover is removed only when its process is gone: a writer still running (this
+    host) or on another host sharing the folder keeps its files.
+    """
+    host = _owner_tag().rsplit("-", 1)[0]
+    for kind in ("tmp", "old"):
+        for entry in parent.glob(f".{glob.escape(name)}.{kind}-{host}-*-*"):
+            pid = entry.name[len(f".{name}.{kind}-{host}-"):].split("-", 1)[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
 @contextlib.contextmanager
-def atomic_dir(target, overwrite: bool = False) -> Iterator[Path]:
+def atomic_dir(target, overwrite: bool = False, markers: Tuple[str, ...] = (),
+               kind: str = "output") -> Iterator[Path]:
     """Build a directory under a temporary name and move it into place on success.
 
     The temporary directory sits next to ``target`` so the final ``os.replace`` is a
     rename on the same file system.  On any exception it is removed, so a failed run
-    leaves nothing behind.
+    leaves nothing behind; what a ``kill -9`` leaves (a hidden ``.NAME.tmp-HOST-PID-*``)
+    is never taken for the output, and the next write of the same target removes it.
 
     Parameters
     ----------
@@ -127,26 +225,29 @@ def atomic_dir(target, overwrite: bool = False) -> Iterator[Path]:
     overwrite : bool
         Replace ``target`` if it exists; otherwise an existing non-empty ``target``
         raises :class:`~speed.InputError` before anything is written.
+    markers, kind
+        See :func:`check_output_dir`: with them, ``overwrite`` replaces only a folder
+        ``speed`` wrote.
     """
     target = Path(target)
-    if target.exists() and not overwrite:
-        if not target.is_dir() or any(target.iterdir()):
-            raise InputError("output already exists (pass overwrite=True or --overwrite)", target)
+    check_output_dir(target, overwrite, markers, kind)
     parent = target.parent if str(target.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    _sweep_leftovers(parent, target.name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{_owner_tag()}-", dir=parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result should look like mkdir's
     try:
         yield tmp
         old = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{_owner_tag()}-", dir=parent))
             os.replace(target, old / "x")
         os.replace(tmp, target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _raise_if_no_room(exc, target)
         raise
 
 
@@ -156,16 +257,18 @@ def atomic_file(target) -> Iterator[Path]:
     target = Path(target)
     parent = target.parent if str(target.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=parent)
+    _sweep_leftovers(parent, target.name)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.tmp-{_owner_tag()}-", dir=parent)
     os.close(fd)
     os.chmod(tmp_name, 0o666 & ~_umask())
     tmp = Path(tmp_name)
     try:
         yield tmp
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        _raise_if_no_room(exc, target)
         raise
 
 

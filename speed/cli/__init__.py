@@ -7,9 +7,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from typing import List, Optional
 
+from .._signals import Stopped, stop_on_signals, under_torchrun
 from ..errors import InputError, MissingDependencyError
 from .commands import COMMANDS
 from .parser import EXIT_INPUT, UNSET, build_parser
@@ -36,16 +40,38 @@ def _flag_hint(exc: Exception) -> str:
     return ""
 
 
+def _signal_handlers():
+    """SIGTERM/SIGHUP end the command cleanly (:mod:`speed._signals`) -- except in a rank
+    under torchrun: a rank blocked in a collective would not run a Python handler until the
+    collective returns, so there the default action (die at once) is the right one, and
+    torchrun's agent reports it."""
+    return contextlib.nullcontext() if under_torchrun() else stop_on_signals()
+
+
+def _quiet_broken_pipe() -> None:
+    """stdout's reader went away (``speed ... | head``): send the rest nowhere, quietly."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "train" and args.config is not None:
-            _apply_config_file(args, argv)
-        return COMMANDS[args.command](args)
+        with _signal_handlers():
+            if args.command == "train" and args.config is not None:
+                _apply_config_file(args, argv)
+            return COMMANDS[args.command](args)
     except (InputError, MissingDependencyError) as exc:
         print(f"speed {args.command}: error: {exc}{_flag_hint(exc)}", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         print(f"speed {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Stopped as exc:
+        print(f"speed {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -36,9 +36,11 @@ def partition_command(args) -> int:
         raise InputError(f"--parts must be >= 1, got {args.parts}")
     if not 0.0 <= args.topk <= 100.0:
         raise InputError(f"--topk is a percent in [0, 100], got {args.topk}")
+    from .._util import check_output_dir
+    from ..partition.shards import SHARDS_MARKERS
+
     out = Path(args.output)
-    if out.exists() and not args.overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("output already exists (pass --overwrite)", out)
+    check_output_dir(out, args.overwrite, SHARDS_MARKERS, "shards folder")  # before any work
     progress = False if args.no_progress else None
     if args.max_memory is not None:
         _partition_out_of_core(args, out, progress)
@@ -107,7 +109,9 @@ def generate_command(args) -> int:
 def train_command(args) -> int:
     from dataclasses import fields
 
+    from .._util import check_output_dir
     from ..train.api import train
+    from ..train.checkpoint import RUN_MARKERS
     from ..train.config import TrainConfig
     from ..train.pac.launch import RankFailedError, under_torchrun
     from ..train.pac.validate import TransferWarning
@@ -115,6 +119,7 @@ def train_command(args) -> int:
     out = Path(args.out)
     if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
         raise InputError("run directory already exists (pass --overwrite, or --resume to continue it)", out)
+    check_output_dir(out, True, RUN_MARKERS, "run folder")
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)
@@ -146,7 +151,7 @@ def embed_command(args) -> int:
     from ..train.apply import embed_file
 
     r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
-                   progress=False if args.no_progress else None)
+                   progress=False if args.no_progress else None, overwrite=args.overwrite)
     more = f" after {r['new_events']:,} new events" if args.events else ""
     print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={r['t']:g}{more} -> {r['out']} "
           f"(row ids in {r['ids']})")
@@ -157,7 +162,7 @@ def score_command(args) -> int:
     from ..train.apply import score_file
 
     r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
-                   progress=False if args.no_progress else None)
+                   progress=False if args.no_progress else None, overwrite=args.overwrite)
     more = f" after {r['new_events']:,} new events" if args.events else ""
     unseen = f"; {r['unseen']:,} involve nodes the run never saw (empty memory)" if r["unseen"] else ""
     print(f"scored {r['pairs']:,} pairs{more} -> {r['out']}{unseen}")

@@ -151,7 +151,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     _add_split_times(p)
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the table")
     p.add_argument("--dgl", action="store_true", help="also write OUT/dgl/part{p}.bin (DGL graphs; dgl extra)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing shards folder (one with a manifest.json; never another folder)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--max-memory", default=None, metavar="SIZE",
                    help="partition out of core within SIZE (e.g. 3G): the log streams from disk, memory is per-node "
@@ -161,7 +162,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a temporal GNN on an event log or a shards directory")
     t.add_argument("input", help="event log (same formats as partition) or a shards directory")
     t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
-    t.add_argument("--overwrite", action="store_true", help="reuse an existing run directory")
+    t.add_argument("--overwrite", action="store_true",
+                   help="reuse an existing run folder (one with metrics.json or last.pt; never another folder)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_split_times(t)
     t.add_argument("--config", default=None, metavar="FILE",
@@ -187,6 +189,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--at", type=_split_time, default=None, metavar="T",
                    help="time of the embeddings, a number or an ISO-8601 date-time (default: the latest event)")
     e.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    e.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT (and its .nodes.csv)")
     e.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
@@ -195,6 +198,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score in the pairs' order")
     sc.add_argument("--events", default=None, metavar="FILE", help="new events to continue the memory with first")
     sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    sc.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     sc.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")

@@ -61,7 +61,7 @@ def save_dgl_parts(shards, out_dir, period: str = "all", overwrite: bool = False
     dgl, _ = require_dgl("speed.save_dgl_parts")
     sh = shards if isinstance(shards, Shards) else load_shards(shards)
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, markers=("part0.bin",), kind="folder of DGL parts") as tmp:
         for p in range(sh.num_parts):
             ev = sh.part(p, period)
             dgl.save_graphs(str(tmp / f"part{p}.bin"), [part_graph(ev, sh.node_parts, [p])])

@@ -48,7 +48,7 @@ from .centrality import decay_span, select_hubs
 from .sep import SepStream
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
-from .shards import build_manifest, part_chunk, write_manifest, write_node_files
+from .shards import SHARDS_MARKERS, build_manifest, part_chunk, write_manifest, write_node_files
 
 NODE_STATE_BYTES = 40  # per node: id map, marks, centrality, SEP code, parts, hold-out masks
 CHUNK_BYTES_PER_EVENT = 160  # per event of a chunk: spilled columns, ids, bucket order, gathers
@@ -256,7 +256,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
                          "or partition without max_memory", path)
     source = BlockStream(path, **reader)
     source.check_streamable(has_split_times=split_times is not None)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, markers=SHARDS_MARKERS, kind="shards folder") as tmp:
         spill = _Spill(tmp / ".spill")
         try:
             with timer.stage("read"):

@@ -125,6 +125,10 @@ def part_chunk(event_part: Optional[np.ndarray], a: int, b: int) -> np.ndarray:
     return part
 
 
+# a folder holding this is a shards folder: --overwrite may replace it
+SHARDS_MARKERS = ("manifest.json",)
+
+
 def write_shards(path, result, events: Optional[Events] = None, split=None, overwrite: bool = False,
                  progress: Optional[bool] = None, extra: Optional[dict] = None) -> Path:
     """Write ``result`` (a :class:`~speed.partition.sep.PartitionResult`) as shards.
@@ -140,7 +144,7 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     n = len(events)
     bid = np.empty(n, dtype=_kernels.bucket_dtype(result.num_parts))
     counts = _kernels.bucket_ids(events.src, events.dst, node_parts, result.num_parts, bid)
-    with atomic_dir(path, overwrite=overwrite) as tmp:
+    with atomic_dir(path, overwrite=overwrite, markers=SHARDS_MARKERS, kind="shards folder") as tmp:
         (tmp / "events").mkdir()
         specs = column_specs(events)
         with BucketColumns(tmp / "events", counts, specs) as cols, \

@@ -64,6 +64,10 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         config = config.for_data(shards.manifest.get("input", {}).get("format"))
         check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
+        if config.resume:
+            from .checkpoint import require_resumable
+
+            require_resumable(out)
         metrics = run_parallel(shards, config, out)
         if metrics:  # rank 0 (torchrun) or the launcher
             from .pac.validate import TransferWarning

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .._util import atomic_file
+from .._util import atomic_file, check_output_file
 from ..data.readers import event_line, read_events
 from ..errors import InputError
 from .predictor import load_run
@@ -30,7 +30,7 @@ def _continued(run, events, device: str, progress: Optional[bool]):
 
 
 def embed_file(run, out, events=None, at: Optional[float] = None, device: str = "cpu",
-               progress: Optional[bool] = None) -> Dict:
+               progress: Optional[bool] = None, overwrite: bool = False) -> Dict:
     """Embed every node the run knows at time ``at`` and save the matrix as ``.npy``.
 
     Parameters
@@ -46,6 +46,9 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
     at : float, optional
         Time of the embeddings (default: the latest event in the memory).
 
+    overwrite : bool
+        Replace an existing ``out`` (and its ids file); otherwise that is an error.
+
     Returns
     -------
     dict
@@ -54,6 +57,8 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
     out = Path(out)
     if out.suffix != ".npy":
         raise InputError("the embeddings file must end in .npy", out)
+    check_output_file(out, overwrite)
+    check_output_file(out.with_suffix(".nodes.csv"), overwrite)
     pred, new = _continued(run, events, device, progress)
     t = pred.t_last if at is None else float(at)
     if t < pred.t_last:
@@ -95,7 +100,8 @@ def _write_csv(table, path) -> None:
                 pcsv.write_csv(table, f, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
 
 
-def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Optional[bool] = None) -> Dict:
+def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Optional[bool] = None,
+               overwrite: bool = False) -> Dict:
     """Score the pairs of a file and write ``src,dst,t,score`` (a probability) per line, in
     the file's order.
 
@@ -110,11 +116,15 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     events : path-like, optional
         New events to continue the memory with first.
 
+    overwrite : bool
+        Replace an existing ``out``; otherwise that is an error.
+
     Returns
     -------
     dict
         ``pairs``, ``unseen`` (pairs with a node the run never saw), ``new_events``, ``out``.
     """
+    check_output_file(out, overwrite)
     import pyarrow as pa
 
     pred, new = _continued(run, events, device, progress)

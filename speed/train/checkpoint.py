@@ -27,6 +27,8 @@ from ..errors import InputError
 FORMAT = 1
 BEST = "checkpoint.pt"
 LAST = "last.pt"
+# a folder holding one of these is a run folder: --overwrite may reuse it
+RUN_MARKERS = ("metrics.json", LAST, BEST)
 
 
 @dataclass
@@ -79,6 +81,22 @@ class Checkpoint:
         with atomic_file(path) as tmp:
             torch.save(asdict(self), tmp)
         return path
+
+
+def require_resumable(out) -> Path:
+    """``out/last.pt`` exists and is a torch archive: cheap checks a launcher makes before any
+    rank starts, so ``--resume`` on the wrong folder is a one-line error (exit 2), not a
+    failure inside every rank.  The ranks still read it fully (:func:`load_checkpoint`)."""
+    import zipfile
+
+    if out is None:
+        raise InputError("resume needs the run directory (out=...)")
+    path = Path(out) / LAST
+    if not path.exists():
+        raise InputError("no checkpoint here to resume from", path)
+    if not zipfile.is_zipfile(path):
+        raise InputError("not a readable checkpoint (not a torch archive)", path)
+    return path
 
 
 def load_checkpoint(path) -> Checkpoint:

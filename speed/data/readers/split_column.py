@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 
 from ...errors import InputError
 from .columns import resolve_column
-from .text import CleanStream, damaged_gzip, row_to_line
+from .text import CleanStream, clean_tables, damaged_gzip, row_to_line
 from .textio import Column, Layout
 
 _PERIOD_NAMES = {"0": 0, "train": 0, "1": 1, "val": 1, "valid": 1, "validation": 1, "2": 2, "test": 2}
@@ -35,13 +35,14 @@ def split_column_times(path: Path, gz: bool, lay: Optional[Layout], split_col: C
             raw = pa.OSFile(str(path), "rb")
             stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
             # comments, blank lines and runs of spaces go as the event reader skips them
-            stream = pa.PythonFile(CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " "), mode="r")
+            clean = CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " ")
             try:
-                column = pacsv.read_csv(
-                    stream, read_options=pacsv.ReadOptions(column_names=names),
+                chunks = [table.column(0) for table in clean_tables(
+                    clean, 1 << 24, read_options=pacsv.ReadOptions(column_names=names),
                     parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
                     convert_options=pacsv.ConvertOptions(include_columns=[names[k]],
-                                                         column_types={names[k]: pa.string()})).column(0)
+                                                         column_types={names[k]: pa.string()}))]
+                column = pa.chunked_array([c for ch in chunks for c in ch.chunks], type=pa.string())
             finally:
                 raw.close()
         line_of = (lambda row: row_to_line(path, gz, lay.first_data_line, row))

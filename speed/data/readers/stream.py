@@ -14,7 +14,7 @@ from . import blocks
 from .columns import WHAT, check_distinct, id_column, resolve_column, time_column
 from .formats import FORMAT_SPECS, FORMATS
 from .read import text_source
-from .text import CleanStream, damaged_gzip, diagnose, row_to_line
+from .text import CleanStream, clean_tables, damaged_gzip, diagnose, row_to_line
 from .textio import is_parquet
 
 RESTART = object()  # from BlockStream.blocks(): drop the blocks so far, they come again
@@ -141,20 +141,19 @@ class BlockStream:
         raw = pa.OSFile(str(self.path), "rb")
         stream = pa.CompressedInputStream(raw, "gzip") if self.gz else raw
         # comments and separator runs are filtered out as the blocks stream (see CleanStream)
-        stream = pa.PythonFile(CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " "), mode="r")
+        clean = CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " ")
         row0, last = 0, 0
         try:
             with damaged_gzip(self.path, self.gz):
-                reader = pacsv.open_csv(
-                    stream,
-                    read_options=pacsv.ReadOptions(column_names=names, block_size=self.block_size),
-                    parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
-                    convert_options=pacsv.ConvertOptions(include_columns=[names[k] for k in include],
-                                                         column_types=types, null_values=[""],
-                                                         strings_can_be_null=False, quoted_strings_can_be_null=False))
-                for batch in reader:
-                    yield self._block(lambda k: batch.column(names[k]), row0, batch.num_rows)
-                    row0 += batch.num_rows
+                for table in clean_tables(
+                        clean, self.block_size,
+                        read_options=pacsv.ReadOptions(column_names=names),
+                        parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
+                        convert_options=pacsv.ConvertOptions(include_columns=[names[k] for k in include],
+                                                             column_types=types, null_values=[""],
+                                                             strings_can_be_null=False, quoted_strings_can_be_null=False)):
+                    yield self._block(lambda k: table.column(names[k]), row0, table.num_rows)
+                    row0 += table.num_rows
                     if on_bytes is not None:
                         on_bytes(raw.tell() - last)
                         last = raw.tell()

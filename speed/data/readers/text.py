@@ -12,7 +12,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -64,21 +64,62 @@ class CleanStream:
             data = _LINE_EDGES.sub(b"", _WHITESPACE.sub(b" ", data))
         return data
 
+    def read_lines(self, n: int) -> bytes:
+        """At least ``n`` bytes of whole cleaned lines (fewer only at the end; b"" once done)."""
+        while not self.eof and len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf, b""
+        return out
+
+    def _fill(self) -> None:
+        chunk = self.raw.read(self.block)
+        if not chunk:
+            self.eof, data, self.tail = True, self.tail, b""
+        else:
+            data = self.tail + chunk
+            cut = data.rfind(b"\n") + 1  # whole lines only; the rest waits for the next block
+            data, self.tail = data[:cut], data[cut:]
+        self.buf += self._clean(data)
+
     def read(self, n: int = -1) -> bytes:
         while not self.eof and (n < 0 or len(self.buf) < n):
-            chunk = self.raw.read(self.block)
-            if not chunk:
-                self.eof, data, self.tail = True, self.tail, b""
-            else:
-                data = self.tail + chunk
-                cut = data.rfind(b"\n") + 1  # whole lines only; the rest waits for the next block
-                data, self.tail = data[:cut], data[cut:]
-            self.buf += self._clean(data)
+            self._fill()
         if n < 0 or n >= len(self.buf):
             out, self.buf = self.buf, b""
         else:
             out, self.buf = self.buf[:n], self.buf[n:]
         return out
+
+
+def clean_tables(clean: CleanStream, block_size: int, **csv_options) -> Iterator[pa.Table]:
+    """The records of a cleaned stream, parsed by Arrow one block of whole lines at a time.
+
+    Arrow must not read a Python file object itself: its read-ahead threads then hold
+    Python-owned buffers, and one released after an error, while the interpreter exits,
+    takes the GIL from a finalising interpreter: ``terminate called without an active
+    exception`` and SIGABRT instead of a clean exit 2 (issue 30; apache/arrow#34314).  Here
+    the Python side reads and filters on the calling thread, each block is copied into
+    Arrow-owned memory, and Arrow parses it synchronously: no Arrow thread ever sees a
+    Python object.
+
+    Parameters
+    ----------
+    clean : CleanStream
+    block_size : int
+        Bytes of text per parsed block (whole lines, so a block may be a line longer).
+    **csv_options
+        ``read_options``, ``parse_options``, ``convert_options`` for :func:`pyarrow.csv.read_csv`.
+    """
+    while True:
+        data = clean.read_lines(block_size)
+        if not data:
+            return
+        if not data.strip():
+            continue
+        buf = pa.allocate_buffer(len(data))
+        np.frombuffer(buf, dtype=np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+        del data
+        yield pacsv.read_csv(pa.BufferReader(buf), **csv_options)
 
 
 def row_to_line(path: Path, gz: bool, first_data_line: int, row: int) -> int:
@@ -161,6 +202,10 @@ def _system_pool():
         pa.system_memory_pool().release_unused()
 
 
+def _empty_table(names, include, types) -> pa.Table:
+    return pa.table({names[k]: pa.array([], type=types.get(names[k], pa.string())) for k in include})
+
+
 def read_text(path: Path, gz: bool, lay: Layout, cols: dict, msg_cols: List[int], block_size: int,
               progress: Optional[bool], text_time: bool = False):
     names = [f"c{k}" for k in range(lay.ncols)]
@@ -177,30 +222,38 @@ def read_text(path: Path, gz: bool, lay: Layout, cols: dict, msg_cols: List[int]
             types[names[cols[what]]] = id_type
         raw = pa.OSFile(str(path), "rb")
         stream = pa.CompressedInputStream(raw, "gzip") if gz else raw
-        skip = lay.first_data_line - 1
-        if clean:
-            stream, skip = pa.PythonFile(CleanStream(stream, skip, squeeze=lay.sep == " "), mode="r"), 0
-        reader = pacsv.open_csv(
-            stream,
-            memory_pool=pa.system_memory_pool(),
-            read_options=pacsv.ReadOptions(
-                skip_rows=skip, column_names=names, block_size=block_size,
-            ),
-            parse_options=pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=[names[k] for k in include], column_types=types,
-                # only an empty field is missing; "nan" must stay a (rejected) NaN time
-                null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False,
-            ),
+        convert = pacsv.ConvertOptions(
+            include_columns=[names[k] for k in include], column_types=types,
+            # only an empty field is missing; "nan" must stay a (rejected) NaN time
+            null_values=[""], strings_can_be_null=False, quoted_strings_can_be_null=False,
         )
-        batches = []
+        parse = pacsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True)
         size = os.path.getsize(path)
-        with progress_bar(size, f"read {path.name}", unit="B", progress=progress) as bar:
-            for batch in reader:
-                batches.append(batch)
-                bar.update(raw.tell() - bar.n)
-        raw.close()
-        return pa.Table.from_batches(batches, schema=reader.schema)
+        try:
+            with progress_bar(size, f"read {path.name}", unit="B", progress=progress) as bar:
+                if clean:
+                    tables = []
+                    for table in clean_tables(CleanStream(stream, lay.first_data_line - 1, squeeze=lay.sep == " "),
+                                              block_size, read_options=pacsv.ReadOptions(column_names=names),
+                                              parse_options=parse, convert_options=convert,
+                                              memory_pool=pa.system_memory_pool()):
+                        tables.append(table)
+                        bar.update(raw.tell() - bar.n)
+                    return pa.concat_tables(tables) if tables else _empty_table(names, include, types)
+                reader = pacsv.open_csv(
+                    stream, memory_pool=pa.system_memory_pool(), parse_options=parse, convert_options=convert,
+                    read_options=pacsv.ReadOptions(skip_rows=lay.first_data_line - 1, column_names=names,
+                                                   block_size=block_size))
+                try:
+                    batches = []
+                    for batch in reader:
+                        batches.append(batch)
+                        bar.update(raw.tell() - bar.n)
+                    return pa.Table.from_batches(batches, schema=reader.schema)
+                finally:
+                    reader.close()
+        finally:
+            raw.close()
 
     def read_any(clean: bool):
         try:

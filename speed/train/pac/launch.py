@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..._signals import Stopped, die_with_parent, stop_on_signals, under_torchrun
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
@@ -104,7 +107,13 @@ def _maybe_fault(rank: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank}")
 
 
-def _spawned(index: int, world: int, store: str, shards_path: str, config: TrainConfig, out: Optional[str]):
+def _spawned(index: int, world: int, store: str, shards_path: str, config: TrainConfig, out: Optional[str],
+             launcher_pid: int):
+    # A rank never outlives its launcher (kill -9 of the launcher included), and leaves
+    # Ctrl-C and SIGTERM to it: the launcher stops every rank, so a rank blocked in a
+    # collective cannot keep a half-stopped job alive.
+    die_with_parent(launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=f"file://{store}")
     # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
     # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
@@ -114,8 +123,18 @@ def _spawned(index: int, world: int, store: str, shards_path: str, config: Train
     os._exit(0)
 
 
-def under_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+def _stop(procs, grace_s: float = 5.0) -> None:
+    """SIGTERM every live rank, then SIGKILL whichever is still there after ``grace_s``."""
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=grace_s)
 
 
 def torchrun_world() -> int:
@@ -146,21 +165,21 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
     rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
     store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
-    ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out)),
+    ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out), os.getpid()),
                              nprocs=nproc, join=False, start_method="spawn")
     try:
-        while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
-            pass
-    except KeyboardInterrupt:
-        # a Ctrl-C in a terminal reaches every rank; a SIGINT sent to this process alone must too
-        for proc in ctx.processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in ctx.processes:
-            proc.join(timeout=30)
+        with stop_on_signals():
+            while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
+                pass
+    except (KeyboardInterrupt, Stopped):
+        # Ctrl-C, SIGTERM or SIGHUP to this process: stop every rank, then say so
+        _stop(ctx.processes)
         raise
     except mp.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
+        if last.startswith(f"{InputError.__module__}.{InputError.__name__}: "):
+            # bad input (or a full disk) found inside a rank is still the user's to fix: exit 2
+            raise InputError(last.split(": ", 1)[1]) from None
         raise RankFailedError(f"rank {exc.error_index} failed: {last}") from None
     except mp.ProcessExitedException as exc:
         raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}); "
