@@ -11,6 +11,7 @@ import pyarrow.csv as pacsv
 
 from ...errors import InputError
 from .columns import resolve_column
+from .parquet import open_parquet
 from .text import CleanStream, clean_tables, damaged_gzip, row_to_line
 from .textio import Column, Layout
 
@@ -22,11 +23,13 @@ def split_column_times(path: Path, gz: bool, lay: Optional[Layout], split_col: C
     """A user's split column (train/val/test or 0/1/2 per event, in file order) as split
     times ``(last train time, last val time)``; periods must follow each other in time."""
     if lay is None:  # parquet
-        import pyarrow.parquet as pq
-
-        names = pq.ParquetFile(str(path)).schema_arrow.names
+        pf = open_parquet(path)
+        names = pf.schema_arrow.names
         k = resolve_column(split_col, names, len(names), "split", path, 1)
-        column = pq.read_table(str(path), columns=[names[k]]).column(0)
+        try:
+            column = pf.read(columns=[names[k]]).column(0)
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f"damaged Parquet data ({str(exc).splitlines()[0]})", path) from None
         line_of = (lambda row: None)
     else:
         k = resolve_column(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)

@@ -13,8 +13,9 @@ from ...errors import InputError
 from . import blocks
 from .columns import WHAT, check_distinct, id_column, resolve_column, time_column
 from .formats import FORMAT_SPECS, FORMATS
+from .parquet import open_parquet
 from .read import text_source
-from .text import CleanStream, clean_tables, damaged_gzip, diagnose, row_to_line
+from .text import CleanStream, arrow_reason, clean_tables, damaged_gzip, diagnose, row_to_line
 from .textio import is_parquet
 
 RESTART = object()  # from BlockStream.blocks(): drop the blocks so far, they come again
@@ -43,9 +44,7 @@ class BlockStream:
         self.time_format, self.block_size = time_format, block_size
         cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
         if fmt == "parquet" or (fmt is None and is_parquet(self.path)):
-            import pyarrow.parquet as pq
-
-            names = pq.ParquetFile(str(self.path)).schema_arrow.names
+            names = open_parquet(self.path).schema_arrow.names
             for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
                 cols_in[k] = default if cols_in[k] is None else cols_in[k]
             self.cols = {k: resolve_column(v, names, len(names), WHAT[k], self.path, 1) for k, v in cols_in.items()}
@@ -119,12 +118,17 @@ class BlockStream:
         return out
 
     def _parquet_blocks(self):
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(str(self.path))
+        pf = open_parquet(self.path)
         want = sorted({c for c in self.cols.values() if c is not None})
         row0 = 0
-        for batch in pf.iter_batches(batch_size=1 << 22, columns=[self.names[k] for k in want]):
+        batches = iter(pf.iter_batches(batch_size=1 << 22, columns=[self.names[k] for k in want]))
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as exc:
+                raise InputError(f"damaged Parquet data ({str(exc).splitlines()[0]})", self.path) from None
+            if batch is None:
+                return
             yield self._block(lambda k: batch.column(self.names[k]), row0, batch.num_rows)
             row0 += batch.num_rows
 
@@ -162,7 +166,7 @@ class BlockStream:
             if "conversion error to int64" in str(exc):
                 raise InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
                                  "read the log in memory, or map the ids to integers first", self.path) from None
-            raise InputError(f"cannot parse: {exc}", self.path) from None
+            raise InputError(f"cannot parse: {arrow_reason(exc)}", self.path) from None
         finally:
             raw.close()
 

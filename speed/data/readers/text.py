@@ -122,6 +122,13 @@ def clean_tables(clean: CleanStream, block_size: int, **csv_options) -> Iterator
         yield pacsv.read_csv(pa.BufferReader(buf), **csv_options)
 
 
+def arrow_reason(exc: Exception, limit: int = 200) -> str:
+    """The first line of an Arrow error, cut to ``limit`` characters: Arrow quotes the
+    offending rows, which may span lines and be arbitrarily long."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def row_to_line(path: Path, gz: bool, first_data_line: int, row: int) -> int:
     """1-based line of data row ``row`` (0-based), skipping blank lines like the reader does."""
     with open_text(path, gz) as f:
@@ -275,7 +282,7 @@ def read_text(path: Path, gz: bool, lay: Layout, cols: dict, msg_cols: List[int]
             table = read_any(clean=True)
     except pa.ArrowInvalid as exc:
         diagnose(path, gz, lay, cols, text_time)
-        raise InputError(f"cannot parse: {exc}", path) from None
+        raise InputError(f"cannot parse: {arrow_reason(exc)}", path) from None
 
     columns = {k: table.column(names[k]) for k in include}
     nrows = table.num_rows
