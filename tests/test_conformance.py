@@ -164,8 +164,8 @@ def test_mrr_candidates_are_distinct_and_never_true_edges():
     src, dst = rng.integers(0, 50, n), rng.integers(0, 1000, n)
     t = np.sort(rng.integers(0, 40, n)).astype(np.float64)
     pool = np.arange(1000)
-    cand = random_candidates(src, dst, t, pool, 100, seed=3)
-    assert cand.shape == (n, 100)
+    cand, valid = random_candidates(src, dst, t, pool, 100, seed=3)
+    assert cand.shape == (n, 100) and valid.all()
     assert all(len(set(row)) == 100 for row in cand.tolist())  # no repeated candidate in a row
     true = {}
     for s, d, tt in zip(src.tolist(), dst.tolist(), t.tolist()):
@@ -181,7 +181,8 @@ def test_tgb_hist_rnd_candidates():
     src, dst = rng.integers(0, 35, 400), rng.integers(0, 200, 400)  # sources 30-34 never met anyone
     t = np.sort(rng.integers(0, 20, 400)).astype(np.float64)
     k = 20
-    cand = hist_rnd_candidates(src, dst, t, np.arange(200), k, seed=0, history=(h_src, h_dst))
+    cand, valid = hist_rnd_candidates(src, dst, t, np.arange(200), k, seed=0, history=(h_src, h_dst))
+    assert valid.all()
     seen = {}
     for s, d in zip(h_src.tolist(), h_dst.tolist()):
         seen.setdefault(s, set()).add(d)
@@ -193,6 +194,52 @@ def test_tgb_hist_rnd_candidates():
         num_hist = min(int(k * 0.5), len(hist))
         assert set(row[:num_hist]) <= hist and len(set(row)) == k
         assert not (set(row[num_hist:]) & (true[(s, tt)] | seen.get(s, set())))
+
+
+def test_fewer_candidates_than_asked_are_each_given_once_as_tgb():
+    """TGB (negative_generator.py at 997ad91): when fewer than K destinations remain, all of
+    them, each once; none left is an empty list, not an error.  Padding is marked invalid."""
+    src = np.array([0, 0, 1, 2])
+    dst = np.array([10, 11, 12, 10])
+    t = np.array([5.0, 5.0, 5.0, 6.0])
+    pool = np.arange(10, 14)  # four destinations
+    cand, valid = random_candidates(src, dst, t, pool, 100, seed=0)
+    rows = [set(c[v].tolist()) for c, v in zip(cand, valid)]
+    assert [len(r) for r in rows] == [2, 2, 3, 3] and [int(v.sum()) for v in valid] == [2, 2, 3, 3]
+    assert rows[0] == rows[1] == {12, 13} and rows[2] == {10, 11, 13} and rows[3] == {11, 12, 13}
+    # a source whose true edges at the time cover the whole pool: nothing left to rank against
+    cand, valid = random_candidates(np.zeros(4, int), pool, np.zeros(4), pool, 100, seed=0)
+    assert not valid.any()
+    # hist_rnd: the history part stays, the random part is what remains (here nothing)
+    cand, valid = hist_rnd_candidates(np.array([0]), np.array([10]), np.array([9.0]), pool, 100, seed=0,
+                                      history=(np.zeros(3, int), np.array([11, 12, 13])))
+    assert sorted(cand[0][valid[0]].tolist()) == [11, 12, 13]
+
+
+def test_ranking_ignores_padding():
+    pos = np.array([0.5, 0.5])
+    negs = np.array([[0.9, 0.1, 0.99], [0.9, 0.1, 0.99]])
+    valid = np.array([[True, True, False], [False, False, False]])
+    m = ranking_metrics(pos, negs, valid)
+    assert m["mrr"] == pytest.approx((1 / 2 + 1 / 1) / 2)
+
+
+def test_tgb_protocol_on_a_log_where_a_source_met_every_destination(tmp_path, capsys):
+    """3,000 events, 150 users, 60 items: some users met every item in training.  Once a
+    ValueError and a traceback (exit 1); now a run, with the candidate count said plainly."""
+    from speed.cli import main
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    users = np.where(np.arange(n) < 600, np.arange(n) % 3, rng.integers(0, 150, n))  # users 0-2 meet all
+    items = np.where(np.arange(n) < 600, np.arange(n) // 3 % 60, rng.integers(0, 60, n)) + 1000
+    path = tmp_path / "log.csv"
+    path.write_text("src,dst,t\n" + "".join(f"{u},{i},{k}\n" for k, (u, i) in enumerate(zip(users, items))))
+    code = main(["train", str(path), "--protocol", "tgb", "--model", "jodie", "--epochs", "1", "--out",
+                 str(tmp_path / "run"), "--no-progress", "--mrr-negatives", "100"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "up to 100 candidates per event" in out
 
 
 def test_ranks_count_ties_half_as_tgb():

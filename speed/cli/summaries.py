@@ -50,6 +50,16 @@ def format_summary(m: dict) -> str:
     return "\n".join(lines)
 
 
+def _candidates_text(tt: dict, k: int) -> str:
+    """"100 candidates per event", or, when some events had fewer left to rank against (as TGB
+    gives them), "up to 100 ... (37.4 on average)"."""
+    k = tt.get("candidates", k)
+    mean = tt.get("candidates_mean")
+    if mean is not None and mean < k - 1e-9:
+        return f"up to {k} candidates per event ({mean:.1f} on average: fewer remained), none a true edge"
+    return f"{k} candidates per event, none a true edge"
+
+
 def format_train_summary(m: dict, out: Path) -> str:
     """A human-readable summary of a training run (or of a baseline's evaluation)."""
     lines = []
@@ -84,7 +94,7 @@ def format_train_summary(m: dict, out: Path) -> str:
                      "unseen in training")
     if "mrr" in tt:
         against = "the log's stored negatives (TGB)" if m["data"].get("ranking_candidates") == "stored" else \
-            f"{tt.get('candidates', m['config']['mrr_negatives'])} candidates per event, none a true edge"
+            _candidates_text(tt, m['config']['mrr_negatives'])
         lines.append(f"test MRR {tt['mrr']:.4f}, Hits@10 {tt['hits@10']:.4f} ({against})")
     if "node_classification" in m:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")

@@ -237,11 +237,22 @@ class Evaluator:
             return False
         return period == "test" or self.protocol.select_on == "mrr"
 
+    @property
+    def ranking_pool(self) -> np.ndarray:
+        """Where random ranking candidates come from: under TGB's protocol every id from the
+        smallest destination to the largest (TGB's ``arange(first_dst_id, last_dst_id + 1)``,
+        on the ids as ``speed`` holds them: the file's integer ids, or string ids in order of
+        first appearance), otherwise the log's distinct destinations."""
+        if self.protocol.name == "tgb" and self.dst_pool.size:
+            return np.arange(int(self.dst_pool[0]), int(self.dst_pool[-1]) + 1, dtype=np.int64)
+        return self.dst_pool
+
     def ranking_candidates(self, period: str):
-        """``mrr_negatives`` distinct destinations per event of ``period``, none a true
+        """Up to ``mrr_negatives`` distinct destinations per event of ``period``, none a true
         destination of the event's source at its time: uniformly random, or TGB's ``hist_rnd``
         (its history: the training events).  ``(cand, valid)``, shapes (n, K); ``valid`` marks
-        the real candidates (all here; a log with stored candidates, e.g. TGB's, pads them)."""
+        the real candidates (a row has fewer when fewer remain, as in TGB; a log with stored
+        candidates, e.g. TGB's, pads them too)."""
         if self.stored_candidates:  # already filtered by whoever made them (TGB does), used as they are
             return self.events.meta["eval_candidates"][period]
         if period not in self._candidates:
@@ -250,10 +261,10 @@ class Evaluator:
             src, dst, t = ev.src[idx], ev.dst[idx], ev.t_float()[idx]
             if self.protocol.ranking == "hist_rnd":
                 tr = slice(0, self.split.num_train)
-                cand = hist_rnd_candidates(src, dst, t, self.dst_pool, k, seed, (ev.src[tr], ev.dst[tr]))
+                self._candidates[period] = hist_rnd_candidates(src, dst, t, self.ranking_pool, k, seed,
+                                                               (ev.src[tr], ev.dst[tr]))
             else:
-                cand = random_candidates(src, dst, t, self.dst_pool, k, seed)
-            self._candidates[period] = (cand, np.ones(cand.shape, dtype=bool))
+                self._candidates[period] = random_candidates(src, dst, t, self.ranking_pool, k, seed)
         return self._candidates[period]
 
     def save_negatives(self, path) -> None:
@@ -327,7 +338,8 @@ class Evaluator:
         scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
             scores["transductive"].update({k: v for k, v in ranking_metrics(res.pos, res.mrr_neg, valid).items()
-                                           if k != "count"}, candidates=int(res.mrr_neg.shape[1]))
+                                           if k != "count"}, candidates=int(res.mrr_neg.shape[1]),
+                                          candidates_mean=float(valid.sum(axis=1).mean()) if valid.size else 0.0)
         if inductive is not None:
             scores["inductive"] = inductive
         return scores, res

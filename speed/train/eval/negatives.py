@@ -225,19 +225,27 @@ def edge_negatives(src: np.ndarray, dst: np.ndarray, t: np.ndarray, batch_size: 
 
 
 def _distinct_from(rng, pool: np.ndarray, k: int, excluded: np.ndarray) -> np.ndarray:
-    """``k`` distinct values of ``pool`` not in ``excluded`` (with repetition only when fewer
-    remain, as TGB's generator does)."""
+    """Up to ``k`` distinct values of ``pool`` not in ``excluded``: ``k`` drawn without
+    replacement, or every remaining one, each once, when fewer remain (TGB's generator at
+    commit 997ad91; none at all is a valid answer, not an error)."""
     m = min(pool.size, k + excluded.size)
     cand = pool[rng.choice(pool.size, size=m, replace=False)] if m else pool[:0]
     cand = cand[~np.isin(cand, excluded)][:k]
-    if cand.size < k:
+    if cand.size < k:  # the draw hit too many excluded values: take from what remains
         rest = pool[~np.isin(pool, excluded)]
-        if rest.size == 0:
-            raise ValueError("no candidate destination outside the event's true ones")
-        if rest.size > cand.size:  # every remaining one once, then repeats
-            cand = rest[rng.permutation(rest.size)]
-        cand = np.concatenate([cand, rest[rng.integers(0, rest.size, k - cand.size)]])
+        cand = rest[rng.permutation(rest.size)[:k]]
     return cand
+
+
+def _padded(rows, n: int, k: int, pad: np.ndarray):
+    """Ragged candidate rows as ``(cand, valid)``, shapes (n, k): a short row is filled with
+    ``pad[i]`` (the event's own destination, scored but never ranked) marked invalid."""
+    cand = np.repeat(np.asarray(pad, dtype=np.int64)[:, None], k, axis=1)
+    valid = np.zeros((n, k), dtype=bool)
+    for i, row in enumerate(rows):
+        cand[i, :row.size] = row
+        valid[i, :row.size] = True
+    return cand, valid
 
 
 def _same_source_time(src: np.ndarray, dst: np.ndarray, t: np.ndarray):
@@ -252,21 +260,23 @@ def _same_source_time(src: np.ndarray, dst: np.ndarray, t: np.ndarray):
 
 
 def random_candidates(src: np.ndarray, dst: np.ndarray, t: np.ndarray, dst_pool: np.ndarray, k: int,
-                      seed) -> np.ndarray:
-    """``k`` distinct ranking candidates per event from ``dst_pool``, none a true destination of
-    the event's source at the event's time (TGB's ``rnd`` strategy).  int64, shape (n, k)."""
+                      seed):
+    """Up to ``k`` distinct ranking candidates per event from ``dst_pool``, none a true
+    destination of the event's source at the event's time (TGB's ``rnd`` strategy): fewer when
+    fewer remain, as TGB gives.  ``(cand, valid)``: int64 and bool, shape (n, k); a row's
+    invalid entries are padding."""
     rng = np.random.default_rng(seed)
     group, members = _same_source_time(src, dst, t)
-    return np.stack([_distinct_from(rng, dst_pool, k, members[g]) for g in group]) if src.size else \
-        np.empty((0, k), dtype=np.int64)
+    return _padded([_distinct_from(rng, dst_pool, k, members[g]) for g in group], src.size, k, dst)
 
 
 def hist_rnd_candidates(src: np.ndarray, dst: np.ndarray, t: np.ndarray, dst_pool: np.ndarray, k: int, seed,
-                        history, hist_ratio: float = 0.5) -> np.ndarray:
+                        history, hist_ratio: float = 0.5):
     """TGB's ``hist_rnd`` ranking candidates: per event, up to ``int(k * hist_ratio)`` distinct
     destinations its source met in ``history`` (TGB: the training events), then random distinct
     destinations from ``dst_pool`` outside those, all excluding the true destinations of the
-    source at the event's time (``linkproppred/negative_generator.py``).  int64, shape (n, k)."""
+    source at the event's time (``linkproppred/negative_generator.py``).  Fewer when fewer
+    remain, each once, as TGB gives.  ``(cand, valid)``: int64 and bool, shape (n, k)."""
     rng = np.random.default_rng(seed)
     h_src, h_dst = (np.asarray(x, dtype=np.int64) for x in history)
     seen_keys = np.unique(h_src * np.int64(max(int(h_dst.max(initial=0)), int(dst_pool.max())) + 1) + h_dst)
@@ -275,7 +285,7 @@ def hist_rnd_candidates(src: np.ndarray, dst: np.ndarray, t: np.ndarray, dst_poo
     bounds = np.searchsorted(seen_src, np.arange(int(max(src.max(initial=0), seen_src.max(initial=0))) + 2))
     group, members = _same_source_time(src, dst, t)
     max_hist = int(k * hist_ratio)
-    out = np.empty((src.size, k), dtype=np.int64)
+    rows = []
     for i in range(src.size):
         true = members[group[i]]
         s = int(src[i])
@@ -283,5 +293,6 @@ def hist_rnd_candidates(src: np.ndarray, dst: np.ndarray, t: np.ndarray, dst_poo
         hist = seen[~np.isin(seen, true)]
         num_hist = min(max_hist, hist.size)
         chosen = hist[rng.choice(hist.size, size=num_hist, replace=False)] if num_hist else hist[:0]
-        out[i] = np.concatenate([chosen, _distinct_from(rng, dst_pool, k - num_hist, np.concatenate([true, seen]))])
-    return out
+        rows.append(np.concatenate([chosen, _distinct_from(rng, dst_pool, k - num_hist,
+                                                           np.concatenate([true, seen]))]))
+    return _padded(rows, src.size, k, dst)
