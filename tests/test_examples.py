@@ -21,15 +21,33 @@ def test_partition_and_merge_example(tmp_path):
     assert (tmp_path / "shards" / "manifest.json").exists()
 
 
-def test_readme_python_runs(tmp_path):
+def test_readme_python_runs_as_a_saved_script(tmp_path):
+    """As people run it: saved to a file and run with python (spawned ranks import that file)."""
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "the README shows Python"
-    for code in blocks:
-        code = code.replace('"runs/', f'"{tmp_path}/runs/')
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    for k, code in enumerate(blocks):
+        script = tmp_path / f"readme_{k}.py"
+        script.write_text(code.replace('"runs/', f'"{tmp_path}/runs/'))
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Predictor(tgn, 1963 nodes" in proc.stdout and "(2, 100)" in proc.stdout
+
+
+def test_a_script_without_the_main_guard_is_told_what_to_do(tmp_path):
+    shards = tmp_path / "s"
+    import speed
+
+    ev = speed.read_events(ROOT / "data" / "sample.csv", progress=False)
+    split = speed.chronological_split(ev)
+    speed.partition(split.train(ev), num_parts=2).save(shards, events=ev, split=split)
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import speed\nspeed.train({str(shards)!r}, epochs=1, nproc=2, out={str(tmp_path / 'run')!r}, "
+                      "progress=False)\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "put the code that calls it under `if __name__ == \"__main__\":`" in proc.stderr
+    assert "bootstrapping phase" not in proc.stderr
 
 
 def slug(heading: str) -> str:

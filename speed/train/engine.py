@@ -100,6 +100,16 @@ class EpochLog:
     cut: bool = False
 
 
+def epoch_line(log: "EpochLog", epochs: int, best: bool) -> str:
+    """``epoch 2/10  loss 0.9778  val AP 0.8356  AUC 0.8058  2,494 ev/s  8.6 s  (best)``."""
+    v = log.val.get("transductive") if log.val else None
+    val = f"val AP {v['ap']:.4f}  AUC {v['auc']:.4f}" if v else "not validated"
+    if log.cut:
+        val = f"cut after {log.train_events:,} events (--max-steps), not validated"
+    return (f"epoch {log.epoch}/{epochs}  loss {log.loss:.4f}  {val}  {log.train_events_per_s:,.0f} ev/s  "
+            f"{log.train_seconds:.1f} s" + ("  (best so far)" if best else ""))
+
+
 class EarlyStopping:
     """Stop after ``patience`` epochs without a better validation score."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,7 +28,7 @@ from .._util import tune_allocator
 from ..errors import InputError
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .engine import Batches, EarlyStopping, Engine, EpochLog
+from .engine import Batches, EarlyStopping, Engine, EpochLog, epoch_line
 from .loader import EventStream
 from .eval.evaluator import Evaluator
 from .models import StatefulModel, build_model
@@ -179,6 +180,12 @@ class EpochLoop:
                 best["node_classification"] = nc
         return best
 
+    def announce(self, line: str) -> None:
+        """One line of progress on stderr as it happens (also when it is a file, not a
+        terminal: a batch job's log shows each epoch as it ends); not with ``progress=False``."""
+        if self.is_main and self.config.progress is not False:
+            print(line, file=sys.stderr, flush=True)
+
     # ---------------------------------------------------------------- the loop
     def fit(self) -> Optional[Dict]:
         """Train with early stopping on validation AP.
@@ -191,6 +198,8 @@ class EpochLoop:
         cfg = self.config
         if cfg.resume:
             self.load_last()
+            self.announce(f"resumed from epoch {self.start_epoch - 1} ({Path(self.out) / 'last.pt'}); "
+                          f"training epochs {self.start_epoch} to {cfg.epochs}")
         started = time.perf_counter()
         for epoch in range(self.start_epoch, cfg.epochs + 1):
             log = self.train_epoch(epoch)
@@ -207,6 +216,8 @@ class EpochLoop:
                     self.on_best(log)
             stop = self.agree(self.stopping.should_stop)
             self.save_last(epoch)
+            if self.is_main:
+                self.announce(epoch_line(log, cfg.epochs, self.stopping.best_epoch == epoch and not log.cut))
             if stop:
                 break
         train_seconds = time.perf_counter() - started

@@ -153,6 +153,13 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
         world = torchrun_world()
         return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
                           str(shards.path), config, None if out is None else str(out))
+    if getattr(mp.current_process(), "_inheriting", False):
+        # This process is a rank being started, and importing the user's script ran the call
+        # again: it has no `if __name__ == "__main__":` guard.  Say so, once, and leave.
+        print("speed.train(nproc=...) ran again while a rank was importing your script: put the code that "
+              "calls it under `if __name__ == \"__main__\":` (ranks are spawned processes that import the "
+              "main script)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
     if out is None:
         raise InputError("a spawned parallel run needs an output directory (out=...)")
     out = Path(out)
@@ -182,7 +189,8 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
             raise InputError(last.split(": ", 1)[1]) from None
         raise RankFailedError(f"rank {exc.error_index} failed: {last}") from None
     except mp.ProcessExitedException as exc:
-        raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}); "
+        said = "; its message is above" if exc.exit_code == 2 else ""
+        raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}){said}; "
                               f"the other ranks were stopped") from None
     finally:
         shutil.rmtree(rendezvous, ignore_errors=True)
