@@ -66,6 +66,22 @@ def tune_allocator() -> bool:
     return _ALLOCATOR_TUNED
 
 
+def full_time(t: float, text: Optional[str] = None) -> str:
+    """A time in full, as a user would type it back: ``1453680000``, ``1453680000.25``; with
+    ``text="iso"`` (the log had ISO date-times) also the ISO form in UTC."""
+    t = float(t)
+    s = str(int(t)) if t.is_integer() and abs(t) < 2 ** 53 else repr(t)
+    if text == "iso":
+        import datetime as dt
+
+        try:
+            iso = dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+            s += f" ({iso})"
+        except (OverflowError, OSError, ValueError):
+            pass
+    return s
+
+
 def progress_enabled(progress: Optional[bool] = None) -> bool:
     """Whether to draw progress bars: on for an interactive stderr unless told otherwise."""
     if progress is not None:

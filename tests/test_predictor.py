@@ -1,6 +1,7 @@
 """Using a trained run: speed.load_run, the Predictor's verbs, `speed embed` and `speed score`."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,7 +110,8 @@ def test_update_embed_score_and_their_refusals(run):
     with torch.no_grad():
         want = torch.sigmoid(pred.model.score(torch.from_numpy(z_src), torch.from_numpy(z_dst))).numpy()
     np.testing.assert_allclose(p, want, atol=1e-6)  # scores are the decoder on the embeddings
-    assert pred.embed_all().shape == (events.num_nodes + 2, pred.embedding_dim)
+    # 999999 was only scored and embedded: read-only, it was not added (424242 came by update)
+    assert pred.embed_all().shape == (events.num_nodes + 1, pred.embedding_dim)
 
 
 def test_edge_features_are_required_when_the_model_uses_them(tmp_path):
@@ -228,3 +230,22 @@ def test_checkpoint_config_is_the_runs_and_an_older_payload_is_refused(run, tmp_
     torch.save(state, old / "checkpoint.pt")
     with pytest.raises(speed.InputError, match="written by an older version of speed"):
         speed.load_run(old)
+
+
+def test_scoring_and_embedding_never_add_nodes(tmp_path):
+    """Scoring is read-only: a node the run never saw is scored from a cold state (what a new
+    node starts with), and is not added; only update() adds nodes."""
+    import speed
+
+    ev = speed.read_events(Path(__file__).resolve().parents[1] / "data" / "sample.csv", progress=False)
+    speed.train(ev, model="jodie", epochs=1, out=tmp_path / "run", progress=False)
+    pred = speed.load_run(tmp_path / "run")
+    n = len(pred.node_ids)
+    t = pred.t_last
+    first = pred.score([573, 10**9], [288, 10**9 + 1], t=t + 1)
+    pred.embed([10**9 + 2], t=t + 1)
+    assert len(pred.node_ids) == n
+    again = pred.score([573, 10**9 + 7], [288, 10**9 + 8], t=t + 1)
+    np.testing.assert_allclose(first, again, rtol=1e-6)  # every unseen node reads the same cold state
+    pred.update(([10**9], [288], [t + 2]))
+    assert len(pred.node_ids) == n + 1

@@ -55,9 +55,31 @@ def _quiet_broken_pipe() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str):
+    """Warnings as ``speed CMD: warning: ...`` on one line of stderr (not Python's two-line
+    form with a source line of ours), for the duration of the command."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"speed {command}: warning: {message}", file=sys.stderr if file is None else file, flush=True)
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    with _one_line_warnings(args.command):
+        return _run(args, argv)
+
+
+def _run(args, argv) -> int:
     try:
         with _signal_handlers():
             if args.command == "train" and args.config is not None:

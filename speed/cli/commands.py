@@ -36,6 +36,10 @@ def partition_command(args) -> int:
         raise InputError(f"--parts must be >= 1, got {args.parts}")
     if not 0.0 <= args.topk <= 100.0:
         raise InputError(f"--topk is a percent in [0, 100], got {args.topk}")
+    if 0.0 < args.topk < 1.0:
+        # the Python API takes a fraction (topk=0.05 is 5%); the flag takes a percent
+        warnings.warn(f"--topk {args.topk:g} is a percent: at most {args.topk:g}% of the nodes may be replicated; "
+                      f"for {100 * args.topk:g}% pass --topk {100 * args.topk:g}", UserWarning, stacklevel=2)
     from .._util import check_output_dir
     from ..partition.shards import SHARDS_MARKERS
 

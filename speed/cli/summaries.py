@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._util import full_time
+
 
 def format_summary(m: dict) -> str:
     """A human-readable table of a shards manifest."""
@@ -17,8 +19,21 @@ def format_summary(m: dict) -> str:
         f"test {sp.get('num_test_events', 0):,})",
         f"nodes        {m['num_nodes']:,} ({m.get('num_train_nodes', 0):,} in training events)",
     ]
+    if inp.get("columns"):
+        lines.append("columns      " + ", ".join(f"{k} {v}" for k, v in inp["columns"].items()))
+    if inp.get("t_min") is not None:
+        lines.append(f"time         {full_time(inp['t_min'], inp.get('time_text'))} to "
+                     f"{full_time(inp['t_max'], inp.get('time_text'))}")
     if not inp.get("sorted_input", True):
-        lines.append("note         input was not sorted by time; events were stable-sorted")
+        moved = inp.get("out_of_order_rows")
+        lines.append("note         input was not sorted by time; events were stable-sorted"
+                     + (f" ({moved:,} rows earlier than the row before)" if moved else ""))
+    if sp.get("num_new_nodes"):
+        removed = m["num_train_events"] - sp.get("num_train_events_masked", m["num_train_events"])
+        lines.append(f"hold-out     {sp['num_new_nodes']:,} nodes held out for the new-node metric "
+                     f"(--new-node-fraction {sp.get('new_node_fraction')}): their {removed:,} training events are "
+                     f"not trained on, so training sees {sp.get('num_train_events_masked', 0):,}; "
+                     "--new-node-fraction 0 keeps them")
     if inp.get("self_loops") or inp.get("duplicate_events"):
         lines.append(f"kept         {inp.get('self_loops', 0):,} self-loops, {inp.get('duplicate_events', 0):,} "
                      "duplicate events")
@@ -65,7 +80,7 @@ def format_train_summary(m: dict, out: Path) -> str:
     lines = []
     if m.get("edgebank"):
         head = f"{m['model']} ({m['edgebank']['mode']} memory, not trained)"
-        files = "metrics.json, negatives.npz"
+        files = "metrics.json, negatives.npz, config.toml"
     else:
         lines.append(f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}")
         for e in m["epochs"]:
@@ -76,7 +91,18 @@ def format_train_summary(m: dict, out: Path) -> str:
                          + (f"  cut after {e['train_events']:,} events (--max-steps)" if e.get("cut") else ""))
         lines.append("")
         head = f"best epoch {m['best_epoch']} ({m['model']})"
-        files = "metrics.json, curves.png, checkpoint.pt, negatives.npz"
+        files = "metrics.json, curves.png, checkpoint.pt, last.pt, negatives.npz, config.toml"
+    d = m.get("data", {})
+    if d.get("num_events"):
+        cols = f" ({', '.join(f'{k} {v}' for k, v in d['columns'].items())})" if d.get("columns") else ""
+        span = (f", time {full_time(d['t_min'], d.get('time_text'))} to {full_time(d['t_max'], d.get('time_text'))}"
+                if d.get("t_min") is not None else "")
+        lines.append(f"data: {d['num_events']:,} events{cols}{span}")
+        held = d.get("num_train_period_events", 0) - d.get("num_train_events", 0)
+        if held > 0:
+            lines.append(f"trained on {d['num_train_events']:,} of the {d['num_train_period_events']:,} training-period "
+                         f"events: {held:,} touch nodes held out for the new-node metric (--new-node-fraction 0 "
+                         "keeps them)")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no checkpoint.pt was written")

@@ -35,7 +35,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .._util import StageTimer, atomic_dir, progress_bar
+from .._util import StageTimer, atomic_dir, full_time, progress_bar
 from ..data import _kernels as data_kernels
 from ..data.readers import RESTART, BlockStream
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
@@ -315,7 +315,7 @@ def _parse(source: BlockStream, spill: _Spill, progress):
 
 
 def _unsorted(source: BlockStream, row: int, t, prev) -> None:
-    raise InputError(f"time {t:g} is earlier than the previous event's {prev:g}: out-of-core partitioning "
+    raise InputError(f"time {full_time(t)} is earlier than the previous event's {full_time(prev)}: out-of-core partitioning "
                      f"(max_memory) needs the log sorted by time; sort it first (e.g. sort -t, -k3,3g) or "
                      f"partition in memory", source.path, source.line_of(row))
 

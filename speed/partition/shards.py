@@ -86,6 +86,8 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
         "bipartite": bool(events.bipartite),
         "msg_dim": events.msg_dim,
         "has_label": events.label is not None,
+        **{k: events.meta[k] for k in ("columns", "out_of_order_rows", "time_text") if k in events.meta},
+        **({"t_min": float(events.t_float()[0]), "t_max": float(events.t_float()[-1])} if len(events) else {}),
     }
     if split is not None:
         manifest["split"] = split.summary()

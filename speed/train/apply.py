@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .._util import atomic_file, check_output_file
+from .._util import atomic_file, check_output_file, full_time
 from ..data.readers import event_line, read_events
 from ..errors import InputError
 from .predictor import load_run
@@ -62,7 +62,7 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
     pred, new = _continued(run, events, device, progress)
     t = pred.t_last if at is None else float(at)
     if t < pred.t_last:
-        raise InputError(f"--at {t:g} is before the memory's last update ({pred.t_last:g}); the memory already "
+        raise InputError(f"--at {full_time(t)} is before the memory's last update ({full_time(pred.t_last)}); the memory already "
                          "holds later events")
     emb = pred.embed_all(t)
     ids_path = out.with_suffix(".nodes.csv")
@@ -132,16 +132,13 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     old = np.flatnonzero(ev.t_float() < pred.t_last)
     if old.size:
         k = int(old[0])
-        raise InputError(f"time {ev.t[k]:g} is before the memory's last update ({pred.t_last:g}); the memory "
+        raise InputError(f"time {full_time(ev.t[k])} is before the memory's last update ({full_time(pred.t_last)}); the memory "
                          "already holds later events", pairs, event_line(ev, k))
     ids = ev.node_ids
     src = ev.src if ids is None else ids[ev.src]
     dst = ev.dst if ids is None else ids[ev.dst]
-    known = len(pred.node_ids)
     score = pred.score(src, dst, ev.t_float())
-    rows_src, _ = pred.index.rows(src, "src")
-    rows_dst, _ = pred.index.rows(dst, "dst")
-    unseen = int(np.count_nonzero((rows_src >= known) | (rows_dst >= known)))
+    unseen = int(np.count_nonzero((pred.index.lookup(src, "src") < 0) | (pred.index.lookup(dst, "dst") < 0)))
     # back to the file's order
     order = ev.meta.get("input_order")
     pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")

@@ -28,7 +28,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .._util import tune_allocator
+from .._util import full_time, tune_allocator
 from ..data.events import Events
 from ..errors import InputError
 from . import checkpoint as ckpt
@@ -159,13 +159,26 @@ class Predictor:
         return int(self._model.net.embedding.out_dim)
 
     def __repr__(self) -> str:
-        return (f"Predictor({self._model.name}, {len(self.index)} nodes, t_last={self.t_last:g}"
+        return (f"Predictor({self._model.name}, {len(self.index)} nodes, t_last={full_time(self.t_last)}"
                 + (f", run={str(self.run)!r})" if self.run is not None else ")"))
 
     # ------------------------------------------------------------------ helpers
     def _rows(self, ids, side: str) -> torch.Tensor:
+        """Rows of ``ids``, adding the ids never seen (``update``'s job)."""
         rows, n = self.index.rows(ids, side)
         self._model.grow(n)
+        return torch.from_numpy(rows).to(self.device)
+
+    def _read_rows(self, ids, side: str) -> torch.Tensor:
+        """Rows of ``ids`` for reading only (``embed``, ``score``): an id the run never saw
+        reads the cold row, the first row past the known nodes, which nothing writes until
+        ``update`` gives it to a node: zero memory, no neighbours, no pending events, exactly
+        what a new node starts with.  Nothing is added."""
+        rows = self.index.lookup(ids, side)
+        if (rows < 0).any():
+            cold = len(self.index)
+            self._model.grow(cold + 1)
+            rows = np.where(rows < 0, cold, rows)
         return torch.from_numpy(rows).to(self.device)
 
     def _times(self, t, n: int, what: str) -> np.ndarray:
@@ -180,7 +193,7 @@ class Predictor:
         if n and t.min() < self.t_last:
             k = int(np.argmin(t))
             raise InputError(f"{what}: time {t[k]:g} (entry {k}) is before the memory's last update "
-                             f"({self.t_last:g}); the memory already holds later events")
+                             f"({full_time(self.t_last)}); the memory already holds later events")
         return t
 
     # ------------------------------------------------------------------ verbs
@@ -203,7 +216,7 @@ class Predictor:
         """
         nodes = np.asarray(nodes)
         nodes = nodes.reshape(-1) if nodes.ndim == 0 else nodes
-        rows = self._rows(nodes, self.index.side(side))
+        rows = self._read_rows(nodes, self.index.side(side))
         t = self._times(self.t_last if t is None else t, rows.numel(), "embed")
         return self._embed_rows(rows, t)
 
@@ -244,7 +257,7 @@ class Predictor:
         if src.shape != dst.shape or src.ndim != 1:
             raise InputError(f"score: src and dst must be two 1-D arrays of one length, got {src.shape} and "
                              f"{dst.shape}")
-        s, d = self._rows(src, "src"), self._rows(dst, "dst")
+        s, d = self._read_rows(src, "src"), self._read_rows(dst, "dst")
         t = torch.from_numpy(self._times(self.t_last if t is None else t, s.numel(), "score")).to(self.device)
         out = []
         for i in range(0, s.numel(), _CHUNK):
@@ -393,7 +406,7 @@ class Predictor:
         old = np.flatnonzero(t < self.t_last)
         if old.size:
             fail(int(old[0]), f"event at time {t[old[0]]:g} is older than the memory's last update "
-                              f"({self.t_last:g})")
+                              f"({full_time(self.t_last)})")
 
     def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
         d = self._model.net.msg_dim

@@ -37,5 +37,5 @@ def read_parquet(path: Path, cols_in: dict, progress: Optional[bool]):
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"damaged Parquet data ({str(exc).splitlines()[0]})", path) from None
     columns = {k: table.column(names[k]) for k in set(c for c in cols.values() if c is not None)}
-    return columns.pop, table.num_rows, cols
+    return columns.pop, table.num_rows, cols, names
 

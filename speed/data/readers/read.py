@@ -98,12 +98,13 @@ def read_events(
         for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
             if cols_in[k] is None:
                 cols_in[k] = default
-        col, nrows, cols = read_parquet(path, cols_in, progress)
-        fmt, gz, lay, fast = "parquet", False, None, None
+        col, nrows, cols, col_names = read_parquet(path, cols_in, progress)
+        fmt, gz, lay, fast, text_time = "parquet", False, None, None, False
         if nrows == 0:
             raise InputError("no events in the file", path)
     else:
         gz, lay, cols, msg_cols, text_time = text_source(path, fmt, cols_in, sep, header, time_format)
+        col_names = None
         if split_col is not None:  # in a JODIE-style log the split column is no feature, nor the default label
             k = resolve_column(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)
             msg_cols = [c for c in msg_cols if c != k]
@@ -143,16 +144,59 @@ def read_events(
             info, prefix = where(k)
             raise InputError(f"{prefix}time {t[k]} is earlier than the previous event's {t[k - 1]} (unsorted input)",
                              **info)
+    # the order of the times as read, before any sort: a sign of a wrongly guessed time column
+    out_of_order = int(np.count_nonzero(t[1:] < t[:-1])) if t.size > 1 else 0
     bipartite = spec.bipartite
     src, dst, node_ids = compact(ids[0], ids[1], bipartite=bipartite)
     ev = Events.from_arrays(src, dst, t, msg=msg, label=label, node_ids=node_ids,
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
+    names = lay.header if lay is not None else col_names
+    ev.meta["columns"] = {k: column_label(cols[k], names) for k in ("src", "dst", "t", "label")
+                          if cols.get(k) is not None}
+    ev.meta["out_of_order_rows"] = out_of_order
+    if lay is not None and text_time:
+        ev.meta["time_text"] = "iso"
+    if time_col is None and fmt in ("csv", "snap", "parquet"):
+        _check_guessed_time(ev, path)
     if lay is not None:
         ev.meta.update(first_data_line=lay.first_data_line, gzip=gz)
     if split_times is not None:
         ev.meta["split_times"] = split_times
     return ev
+
+
+class ColumnGuessWarning(UserWarning):
+    """A column ``speed`` chose by default looks like something else."""
+
+
+def column_label(k: int, names) -> str:
+    """``'time' (column 3)`` with a header, ``column 3`` without (0-based, as the flags take it)."""
+    name = names[k] if names is not None and k < len(names) else None
+    return f"'{name}' (column {k})" if name not in (None, "") else f"column {k}"
+
+
+def _check_guessed_time(ev: Events, path: Path) -> None:
+    """Warn, naming the flag, when the time column taken by default does not look like time:
+    many rows out of order in the file, or a few small whole numbers (a rating, a label)."""
+    n = len(ev)
+    if n < 50:
+        return
+    t = ev.t_float()
+    distinct = int(np.count_nonzero(t[1:] != t[:-1])) + 1
+    reasons = []
+    if ev.meta["out_of_order_rows"] > 0.05 * (n - 1):
+        reasons.append(f"{100 * ev.meta['out_of_order_rows'] / (n - 1):.0f}% of its rows are earlier than the row "
+                       "before")
+    if distinct <= 10 and t[0] >= -10 and t[-1] <= 10 and np.all(t == np.round(t)):
+        reasons.append(f"it holds only {distinct} distinct small whole numbers ({t[0]:g} to {t[-1]:g}), like a "
+                       "rating or a label")
+    if reasons:
+        import warnings
+
+        warnings.warn(f"{path}: the time was taken from {ev.meta['columns']['t']} by default, but "
+                      f"{' and '.join(reasons)}; if the time is in another column, pass --time-col "
+                      "(time_col=)", ColumnGuessWarning, stacklevel=3)
 
 
 def event_line(events: Events, k: int) -> Optional[int]:

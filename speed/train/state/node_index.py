@@ -85,6 +85,16 @@ class NodeIndex:
             raise InputError(f"side must be 'src' or 'dst', got {side!r}")
         return side
 
+    def lookup(self, ids, side: str = "src") -> np.ndarray:
+        """Rows of ``ids`` on ``side``, -1 for an id never seen (nothing is added).  int64, shape (n,)."""
+        return self._find(self.convert(ids), side)
+
+    def _find(self, ids: np.ndarray, side: str) -> np.ndarray:
+        keys, rows = self._tables[side]
+        pos = np.searchsorted(keys, ids).clip(max=max(keys.size - 1, 0))
+        found = (keys[pos] == ids) if keys.size else np.zeros(ids.size, dtype=bool)
+        return np.where(found, rows[pos] if keys.size else 0, -1)
+
     def rows(self, ids, side: str = "src") -> Tuple[np.ndarray, int]:
         """Rows of ``ids`` on ``side``; ids never seen get new rows (appended).
 
@@ -92,9 +102,8 @@ class NodeIndex:
         """
         ids = self.convert(ids)
         keys, rows = self._tables[side]
-        pos = np.searchsorted(keys, ids).clip(max=max(keys.size - 1, 0))
-        found = (keys[pos] == ids) if keys.size else np.zeros(ids.size, dtype=bool)
-        out = np.where(found, rows[pos] if keys.size else 0, -1)
+        out = self._find(ids, side)
+        found = out >= 0
         if not found.all():
             new, inv = np.unique(ids[~found], return_inverse=True)
             new_rows = np.arange(self.ids.size, self.ids.size + new.size, dtype=np.int64)
