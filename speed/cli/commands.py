@@ -26,8 +26,11 @@ def _read(args):
 
 def _reader_kwargs(args) -> dict:
     sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
-    return dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
-                label_col=args.label_col, sep=sep, time_format=args.time_format, split_col=args.split_col)
+    kw = dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
+              label_col=args.label_col, sep=sep, time_format=args.time_format)
+    if hasattr(args, "split_col"):
+        kw["split_col"] = args.split_col
+    return kw
 
 
 # --------------------------------------------------------------------------- partition
@@ -155,7 +158,8 @@ def embed_command(args) -> int:
     from ..train.apply import embed_file
 
     r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
-                   progress=False if args.no_progress else None, overwrite=args.overwrite)
+                   progress=False if args.no_progress else None, overwrite=args.overwrite,
+                   reader=_reader_kwargs(args))
     more = f" after {r['new_events']:,} new events" if args.events else ""
     print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={r['t']:g}{more} -> {r['out']} "
           f"(row ids in {r['ids']})")
@@ -166,7 +170,8 @@ def score_command(args) -> int:
     from ..train.apply import score_file
 
     r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
-                   progress=False if args.no_progress else None, overwrite=args.overwrite)
+                   progress=False if args.no_progress else None, overwrite=args.overwrite,
+                   reader=_reader_kwargs(args))
     more = f" after {r['new_events']:,} new events" if args.events else ""
     unseen = f"; {r['unseen']:,} involve nodes the run never saw (empty memory)" if r["unseen"] else ""
     print(f"scored {r['pairs']:,} pairs{more} -> {r['out']}{unseen}")

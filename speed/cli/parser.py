@@ -62,7 +62,9 @@ def _column(value: str):
     return int(value) if value.isdigit() else value
 
 
-def _add_reader_options(p: argparse.ArgumentParser) -> None:
+def _add_reader_options(p: argparse.ArgumentParser, log_only: bool = True) -> None:
+    """The reader's options; ``log_only=False`` leaves out those that concern a whole log (the
+    split column, the refusal of unsorted input), for files of new events or of pairs."""
     from ..data.readers import FORMATS
 
     g = p.add_argument_group("input")
@@ -75,6 +77,8 @@ def _add_reader_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-format", default=None, metavar="FMT",
                    help="strptime format of the time column, e.g. '%%d/%%m/%%Y %%H:%%M' (default: numbers, or "
                         "ISO-8601 date-times detected)")
+    if not log_only:
+        return
     g.add_argument("--split-col", type=_column, default=None, metavar="C",
                    help="column giving each event's period: train/val/test or 0/1/2 (periods must follow each "
                         "other in time; used as the split instead of --val/--test)")
@@ -191,6 +195,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     e.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT (and its .nodes.csv)")
     e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_reader_options(e, log_only=False)  # for --events
 
     sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
     sc.add_argument("run", help="run directory from `speed train`")
@@ -200,6 +205,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     sc.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     sc.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_reader_options(sc, log_only=False)  # for PAIRS and --events
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

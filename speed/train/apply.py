@@ -18,19 +18,19 @@ from ..errors import InputError
 from .predictor import load_run
 
 
-def _continued(run, events, device: str, progress: Optional[bool]):
+def _continued(run, events, device: str, progress: Optional[bool], reader: Optional[dict] = None):
     """The run's predictor after the whole log, continued with the events file if given,
     and the number of events it was continued with."""
     pred = load_run(run, device=device)
     if events is None:
         return pred, 0
-    new = read_events(events, sort=False, progress=progress)
+    new = read_events(events, sort=False, progress=progress, **(reader or {}))
     pred.update(new, progress=progress)
     return pred, len(new)
 
 
 def embed_file(run, out, events=None, at: Optional[float] = None, device: str = "cpu",
-               progress: Optional[bool] = None, overwrite: bool = False) -> Dict:
+               progress: Optional[bool] = None, overwrite: bool = False, reader: Optional[dict] = None) -> Dict:
     """Embed every node the run knows at time ``at`` and save the matrix as ``.npy``.
 
     Parameters
@@ -48,6 +48,8 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
 
     overwrite : bool
         Replace an existing ``out`` (and its ids file); otherwise that is an error.
+    reader : dict, optional
+        Options of :func:`speed.read_events` for ``events`` (columns, separator, time format).
 
     Returns
     -------
@@ -59,7 +61,7 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
         raise InputError("the embeddings file must end in .npy", out)
     check_output_file(out, overwrite)
     check_output_file(out.with_suffix(".nodes.csv"), overwrite)
-    pred, new = _continued(run, events, device, progress)
+    pred, new = _continued(run, events, device, progress, reader)
     t = pred.t_last if at is None else float(at)
     if t < pred.t_last:
         raise InputError(f"--at {full_time(t)} is before the memory's last update ({full_time(pred.t_last)}); the memory already "
@@ -101,7 +103,7 @@ def _write_csv(table, path) -> None:
 
 
 def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Optional[bool] = None,
-               overwrite: bool = False) -> Dict:
+               overwrite: bool = False, reader: Optional[dict] = None) -> Dict:
     """Score the pairs of a file and write ``src,dst,t,score`` (a probability) per line, in
     the file's order.
 
@@ -118,6 +120,8 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
 
     overwrite : bool
         Replace an existing ``out``; otherwise that is an error.
+    reader : dict, optional
+        Options of :func:`speed.read_events` for ``pairs`` and ``events`` (columns, separator, time format).
 
     Returns
     -------
@@ -127,8 +131,8 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     check_output_file(out, overwrite)
     import pyarrow as pa
 
-    pred, new = _continued(run, events, device, progress)
-    ev = read_events(pairs, progress=progress)
+    pred, new = _continued(run, events, device, progress, reader)
+    ev = read_events(pairs, progress=progress, **(reader or {}))
     old = np.flatnonzero(ev.t_float() < pred.t_last)
     if old.size:
         k = int(old[0])
