@@ -145,7 +145,8 @@ class TrainConfig:
     staleness: int = _opt(0, "with --pipeline, let a step read node memory up to K batches stale, so memory reads "
                              "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K", interval=COUNT)
     deterministic: bool = _opt(False, "deterministic torch algorithms")
-    num_threads: Optional[int] = _opt(None, "torch threads (default: torch's choice; PAC CPU ranks: cores / N)",
+    num_threads: Optional[int] = _opt(None, "torch and numba threads (default: this process's share of the cores idle at "
+                                      "start; PAC CPU ranks: of cores / N)",
                                       flag="--threads", metavar="N", interval=POSITIVE_INT)
     val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False, interval=FRACTION)
     test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False, interval=FRACTION)

@@ -24,6 +24,7 @@ import torch
 
 from ..data.events import Events
 from ..data.split import Split
+from .._threads import apply_threads, default_threads, usable_cores
 from .._util import tune_allocator
 from ..errors import InputError
 from . import checkpoint as ckpt
@@ -345,8 +346,11 @@ class Trainer(EpochLoop):
         self.events, self.split, self.config = events, split, config
         self.out = None if out is None else Path(out)
         self.device = resolve_device(config.device)
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+        self.threads = config.num_threads or default_threads(1, measure=not config.deterministic)
+        apply_threads(self.threads)
+        if self.threads < default_threads(1, measure=False) and self.device.type == "cpu":
+            self.announce(f"other processes are using the CPU: training with {self.threads} thread(s) of "
+                          f"{usable_cores()} cores (--threads to choose)")
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
         self.train_index = np.flatnonzero(split.train_mask)

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..._signals import Stopped, die_with_parent, stop_on_signals, under_torchrun
+from ..._threads import default_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
@@ -53,7 +54,8 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
     runs), and the group of waits on rank 0's evaluation.
 
     A CPU rank's default thread count is the machine's cores over the ranks *on this machine*,
-    counted by host name once the group is up: torchrun's ``LOCAL_WORLD_SIZE`` counts only the
+    counted by host name once the group is up (spawned ranks arrive with their share of the cores idle at launch,
+    :func:`speed._threads.default_threads`): torchrun's ``LOCAL_WORLD_SIZE`` counts only the
     ranks of one torchrun agent, so two "nodes" on one host would each take every core (and,
     with ``--deterministic``, give other numbers than ``--nproc 2``, whose results depend on the
     thread count).
@@ -70,8 +72,9 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())
         on_host = sum(h == hosts[rank] for h in hosts)
-        config = replace(config, device="cpu",
-                         num_threads=config.num_threads or max(1, (os.cpu_count() or 1) // on_host))
+        # spawned ranks arrive with their share of the idle cores (measured by the launcher);
+        # under torchrun each rank takes its share of the host's cores
+        config = replace(config, device="cpu", num_threads=config.num_threads or default_threads(on_host, measure=False))
     host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     # Rank 0 evaluates on the full graph alone while the others wait for its decisions; on a
     # large log that takes longer than any step (300k val/test events: over the 300 s default,
@@ -170,6 +173,9 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
     # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
+    if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
+        # measured here, before the ranks start and load the machine themselves
+        config = replace(config, num_threads=default_threads(nproc, measure=not config.deterministic))
     rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
     store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
     ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out), os.getpid()),

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..._threads import apply_threads
 from ..._util import tune_allocator
 from ...partition.shards import Shards
 from .. import checkpoint as ckpt
@@ -70,7 +71,7 @@ class PacRank(EpochLoop):
         self.wait_group = wait_group if wait_group is not None else host_group
         self.device = resolve_device(config.device)
         if config.num_threads:
-            torch.set_num_threads(config.num_threads)
+            apply_threads(config.num_threads)
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
         self.events = shards.events()

@@ -1,0 +1,85 @@
+"""How many threads a training process takes: its share of the cores that are free now.
+
+torch's CPU operators run parallel regions whose threads meet at barriers after every small
+operation.  When another job holds a core, a thread of ours waits for its descheduled partner
+at each barrier, and a step takes several times as long as with one thread (measured on the
+2-core CI machine, TGN on the sample log with a busy-loop beside it: 803 events/s with 2
+threads against 1,545 with 1; idle, 2 threads give 2,406 and 1 thread 1,649).  So the default
+is this process's share of the cores that are idle when training starts, never more than its
+share of all cores; ``--threads`` (``num_threads``) overrides it.  numba's pool is sized with
+torch's, so the two never oversubscribe the cores between them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpu_times():
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]), idle
+
+
+def idle_cores(window_s: float = 0.1) -> Optional[float]:
+    """Cores the machine left idle over the last ``window_s`` seconds (Linux ``/proc/stat``;
+    None elsewhere).  Measured while this process sleeps, so it counts the others' load."""
+    try:
+        total0, idle0 = _cpu_times()
+        time.sleep(window_s)
+        total1, idle1 = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+
+
+def default_threads(share: int = 1, measure: bool = True) -> int:
+    """Threads for one of ``share`` processes started together on this machine: its share of
+    the usable cores, lowered to its share of the idle ones when other jobs hold some.
+
+    Parameters
+    ----------
+    share : int
+        Processes of this run on this machine (PAC ranks), which divide the cores.
+    measure : bool
+        Look at the current load (False: the static share, e.g. for ``--deterministic``
+        runs, whose figures depend on the thread count).
+    """
+    share = max(1, int(share))
+    static = max(1, usable_cores() // share)
+    if not measure:
+        return static
+    free = idle_cores()
+    if free is None:
+        return static
+    return max(1, min(static, int(free / share + 0.5)))
+
+
+def apply_threads(n: int) -> None:
+    """Size numba's pool and torch's intra-op pool to ``n`` threads.
+
+    numba first: starting numba's OpenMP layer (which shares torch's libgomp) resets the
+    OpenMP thread count, so torch's must be set after it.
+    """
+    import torch
+
+    try:
+        import numba
+
+        numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    except (ImportError, ValueError):
+        pass
+    torch.set_num_threads(int(n))
