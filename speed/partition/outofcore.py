@@ -297,6 +297,8 @@ def _parse(source: BlockStream, spill: _Spill, progress):
             k = int(data_kernels.first_unsorted(t))
             if k >= 0:
                 _unsorted(source, spill.rows + k, t[k], t[k - 1])
+            if "first_t" not in state and len(t):
+                state["first_t"] = float(t[0])
             state["last_t"] = float(t[-1])
             if "label" in block:
                 lab = block["label"]
@@ -311,11 +313,13 @@ def _parse(source: BlockStream, spill: _Spill, progress):
                    label=True if "label" in spill.files else None,
                    meta={"source": str(source.path), "format": source.fmt, "sorted_input": True})
     info.meta["whole_labels"] = state["whole_labels"]
+    info.meta["t_range"] = (state.get("first_t", state["last_t"]), state["last_t"])
     return (src_marks, dst_marks), info
 
 
 def _unsorted(source: BlockStream, row: int, t, prev) -> None:
-    raise InputError(f"time {full_time(t)} is earlier than the previous event's {full_time(prev)}: out-of-core partitioning "
+    raise InputError(f"time {full_time(t)} is earlier than the previous event's {full_time(prev)}: "
+                     "out-of-core partitioning "
                      f"(max_memory) needs the log sorted by time; sort it first (e.g. sort -t, -k3,3g) or "
                      f"partition in memory", source.path, source.line_of(row))
 

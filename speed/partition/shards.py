@@ -53,6 +53,19 @@ def _fits_int32(events: Events, name: str) -> bool:
     return bound <= _INT32_MAX
 
 
+
+def _time_range(events) -> dict:
+    """``t_min``/``t_max`` of a log: from its times, or from ``meta["t_range"]`` when the log
+    was streamed (out of core) and never held."""
+    if "t_range" in events.meta:
+        lo, hi = events.meta["t_range"]
+    elif hasattr(events, "t_float") and len(events):
+        t = events.t_float()
+        lo, hi = t[0], t[-1]
+    else:
+        return {}
+    return {"t_min": float(lo), "t_max": float(hi)}
+
 def build_manifest(result, events: Events, split=None, extra: Optional[dict] = None,
                    num_train_events: Optional[int] = None) -> dict:
     """The manifest dictionary for ``result`` stored with ``events``.
@@ -87,7 +100,7 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
         "msg_dim": events.msg_dim,
         "has_label": events.label is not None,
         **{k: events.meta[k] for k in ("columns", "out_of_order_rows", "time_text") if k in events.meta},
-        **({"t_min": float(events.t_float()[0]), "t_max": float(events.t_float()[-1])} if len(events) else {}),
+        **_time_range(events),
     }
     if split is not None:
         manifest["split"] = split.summary()
