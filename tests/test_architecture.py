@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "speed"
 
 # lowest first: a module may import its own layer and the layers before it
 LAYERS = [
-    ("speed.errors", "speed.optional", "speed._util"),
+    ("speed.errors", "speed.optional", "speed._util", "speed._signals", "speed._threads"),
     ("speed.data",),
     ("speed.partition",),
     ("speed.train",),

@@ -3,6 +3,7 @@ run's metrics, a parallel run's plan."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .._util import full_time
@@ -49,6 +50,13 @@ def format_summary(m: dict) -> str:
     ]
     if "largest_part_ratio" in m:
         lines.append(f"balance      largest part {m['largest_part_ratio']:.3f} x the mean of assigned training events")
+        bound, n, parts = m["params"].get("balance"), sum(m.get("assigned_events") or []), m["num_parts"]
+        if bound is not None and n and m["largest_part_ratio"] > 1 + bound + 1e-9:
+            best = math.ceil(n / parts) / (n / parts)  # whole events: a part holds at least ceil(n / P)
+            why = (f"{n:,} training events over {parts} parts cannot be split finer (the best possible is "
+                   f"{best:.3f} x)" if m["largest_part_ratio"] <= best + 1e-9 else
+                   "shared-node events could not be spread further")
+            lines.append(f"note         the balance bound (1 + {bound}) x the mean does not hold: {why}")
     if m.get("dynamic_hubs"):
         # measured: without in-epoch syncs such shards can train weights that fail on the full
         # graph (a run then warns); the default --sync-every prevented it on every seed measured

@@ -38,10 +38,23 @@ def plot_curves(metrics: Dict, path: Path) -> None:
                    [e["val"]["inductive"]["ap"] for e in validated if "inductive" in e["val"]], "s--", label="new nodes")
     ax[1].set_xlabel("epoch")
     ax[1].set_ylabel(f"validation AP ({metrics.get('protocol', 'tgn')} protocol)")
+    best = metrics.get("best_epoch")
+    if best is not None:
+        for a in ax:  # the epoch whose weights checkpoint.pt holds
+            a.axvline(best, color="tab:red", alpha=0.5, linestyle=":", label=f"best epoch ({best})")
     ax[1].legend()
+    from matplotlib.ticker import MaxNLocator
+
     for a in ax:
         a.grid(alpha=0.3)
-    fig.suptitle(f"{metrics['model']} on {Path(str(metrics['data'].get('source'))).name}")
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+    title = f"{metrics['model']} on {Path(str(metrics['data'].get('source'))).name}"
+    test = metrics.get("test", {}).get("transductive")
+    if test:
+        title += f"; test AP {test['ap']:.4f}, AUC {test['auc']:.4f} at epoch {best}"
+        if metrics.get("test", {}).get("inductive", {}).get("count"):
+            title += f" (new nodes: AP {metrics['test']['inductive']['ap']:.4f})"
+    fig.suptitle(title)
     fig.tight_layout()
     with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)

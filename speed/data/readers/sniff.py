@@ -40,10 +40,10 @@ def sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: 
     if header is None:
         header = FORMAT_SPECS[fmt].header
     if header is None:
-        if isinstance(time_col, str):
-            header = True
-        else:
-            tpos = 2 if time_col is None else int(time_col)
+        if isinstance(time_col, str) and time_col in [f.strip() for f in fields]:
+            header = True  # the first record names the time column: it is a header
+        else:  # a name the first record does not hold says nothing: look at the time field
+            tpos = 2 if time_col is None or isinstance(time_col, str) else int(time_col)
             probe = fields[tpos] if 0 <= tpos < len(fields) else fields[-1]
             header = not looks_like_time(probe.strip(), time_format)
     names = [x.strip() for x in fields] if header else None
