@@ -311,7 +311,8 @@ def _parse(source: BlockStream, spill: _Spill, progress):
     msg_dim = int(spill.files["msg"][2][0]) if "msg" in spill.files else 0
     info = LogInfo(num_events=spill.rows, num_nodes=0, bipartite=source.bipartite, msg_dim=msg_dim,
                    label=True if "label" in spill.files else None,
-                   meta={"source": str(source.path), "format": source.fmt, "sorted_input": True})
+                   meta={"source": str(source.path), "format": source.fmt, "sorted_input": True,
+                         **source.provenance()})
     info.meta["whole_labels"] = state["whole_labels"]
     info.meta["t_range"] = (state.get("first_t", state["last_t"]), state["last_t"])
     return (src_marks, dst_marks), info

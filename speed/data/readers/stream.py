@@ -14,7 +14,7 @@ from . import blocks
 from .columns import WHAT, check_distinct, id_column, resolve_column, time_column
 from .formats import FORMAT_SPECS, FORMATS
 from .parquet import open_parquet
-from .read import text_source
+from .read import column_label, text_source
 from .text import CleanStream, arrow_reason, clean_tables, damaged_gzip, diagnose, row_to_line
 from .textio import is_parquet
 
@@ -57,6 +57,17 @@ class BlockStream:
             self.fmt = self.lay.fmt
         self.bipartite = FORMAT_SPECS[self.fmt].bipartite
         self.has_label = self.cols.get("label") is not None
+
+    def provenance(self) -> dict:
+        """What :func:`read_events` records in ``meta`` of the columns and times it read, for a
+        log read block by block (which must be sorted: no row is out of order)."""
+        names = self.lay.header if self.lay is not None else self.names
+        meta = {"columns": {k: column_label(self.cols[k], names) for k in ("src", "dst", "t", "label")
+                            if self.cols.get(k) is not None},
+                "out_of_order_rows": 0}
+        if self.text_time:
+            meta["time_text"] = "iso"
+        return meta
 
     def check_streamable(self, has_split_times: bool) -> None:
         """Refuse what this format carries beside its columns that only the in-memory reader
