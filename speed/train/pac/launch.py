@@ -153,6 +153,9 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     of a torchrun job.
     """
     if under_torchrun():
+        # torchrun's agent forwards SIGTERM to its workers, but a SIGKILLed agent cannot: then
+        # a worker would train on alone.  It ends with the agent instead (Linux).
+        die_with_parent(os.getppid())
         world = torchrun_world()
         return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
                           str(shards.path), config, None if out is None else str(out))
