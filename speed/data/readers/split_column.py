@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 
 from ...errors import InputError
 from .columns import resolve_column
-from .parquet import open_parquet
+from .parquet import open_parquet, parquet_errors
 from .text import CleanStream, clean_tables, damaged_gzip, row_to_line
 from .textio import Column, Layout
 
@@ -26,10 +26,8 @@ def split_column_times(path: Path, gz: bool, lay: Optional[Layout], split_col: C
         pf = open_parquet(path)
         names = pf.schema_arrow.names
         k = resolve_column(split_col, names, len(names), "split", path, 1)
-        try:
+        with parquet_errors(path):
             column = pf.read(columns=[names[k]]).column(0)
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError(f"damaged Parquet data ({str(exc).splitlines()[0]})", path) from None
         line_of = (lambda row: None)
     else:
         k = resolve_column(split_col, lay.header, lay.ncols, "split", path, lay.first_data_line)

@@ -13,7 +13,7 @@ from ...errors import InputError
 from . import blocks
 from .columns import WHAT, check_distinct, id_column, resolve_column, time_column
 from .formats import FORMAT_SPECS, FORMATS
-from .parquet import open_parquet
+from .parquet import open_parquet, parquet_errors
 from .read import column_label, text_source
 from .text import CleanStream, arrow_reason, clean_tables, damaged_gzip, diagnose, row_to_line
 from .textio import is_parquet
@@ -134,10 +134,8 @@ class BlockStream:
         row0 = 0
         batches = iter(pf.iter_batches(batch_size=1 << 22, columns=[self.names[k] for k in want]))
         while True:
-            try:
+            with parquet_errors(self.path):
                 batch = next(batches, None)
-            except (pa.ArrowException, OSError) as exc:
-                raise InputError(f"damaged Parquet data ({str(exc).splitlines()[0]})", self.path) from None
             if batch is None:
                 return
             yield self._block(lambda k: batch.column(self.names[k]), row0, batch.num_rows)
