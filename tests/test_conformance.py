@@ -23,6 +23,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, roc_auc_score
@@ -369,3 +370,18 @@ def test_no_inductive_metric_without_held_out_nodes(tmp_path):
     m = speed.train(ev, model="edgebank", new_node_fraction=0.0, out=tmp_path, progress=False)
     assert "inductive" not in m["test"] and m["config"]["new_node_fraction"] == 0.0
     assert math.isfinite(m["test"]["transductive"]["ap"])
+
+
+def test_reference_figure_on_float32_probabilities():
+    """TGN's and DyGLib's loops compute AP on float32 sigmoid outputs: logits near +-20 saturate
+    to 1.0 and tie.  speed keeps its figure on logits and reports the references' beside it."""
+    rng = np.random.default_rng(0)
+    pos, neg = rng.normal(20, 3, 400), rng.normal(17, 3, 400)
+    m = batch_link_metrics(pos, neg, 200, reference=True)
+    want = []
+    for a in range(0, 400, 200):
+        p = torch.sigmoid(torch.tensor(np.concatenate([pos[a:a + 200], neg[a:a + 200]]), dtype=torch.float32))
+        want.append(average_precision_score(np.r_[np.ones(200), np.zeros(200)], p.numpy()))
+    assert m["float32"]["ap"] == pytest.approx(np.mean(want), abs=1e-12)
+    assert m["float32"]["ap"] < m["ap"] - 0.05  # saturation ties cost the references' figure
+    assert "float32" not in batch_link_metrics(pos, neg, 200)

@@ -345,7 +345,9 @@ class Evaluator:
         return scores, res
 
     def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:
-        return batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate)
+        # TGN's and DyGLib's figures are computed on float32 probabilities: reported beside ours
+        return batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate,
+                                  reference=self.protocol.name in ("tgn", "dyglib"))
 
     def replay(self, model) -> Dict:
         """Rebuild ``model``'s state from scratch on the training events with its current

@@ -33,7 +33,8 @@ def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     return {"ap": float(average_precision_score(y, s)), "auc": float(roc_auc_score(y, s)), "count": int(pos.size)}
 
 
-def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggregate: str = "per_batch") -> Dict:
+def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggregate: str = "per_batch",
+                       reference: bool = False) -> Dict:
     """AP and AUC pooled over a period and averaged over its evaluation batches.
 
     TGN and DyGLib score each batch of ``batch_size`` events against its negatives and report
@@ -46,12 +47,17 @@ def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggreg
         Scores of the events and of their negatives, in event order.
     batch_size : int
     aggregate : {"per_batch", "pooled"}
+    reference : bool
+        Also the per-batch figures as TGN's and DyGLib's code computes them: on float32 sigmoid
+        probabilities, where logits beyond about +-17 saturate to 1.0 and tie (``float32``).
+        ``speed``'s own figures rank the float64 logits, which never tie that way.
 
     Returns
     -------
     dict
         ``{"ap", "auc", "aggregate", "pooled": {"ap", "auc"}, "per_batch": {"ap", "auc"},
-        "count", "batches"}``; NaN figures when there are no events.
+        "count", "batches"}`` (and ``"float32": {"ap", "auc"}`` with ``reference``); NaN
+        figures when there are no events.
     """
     pos = np.asarray(pos, dtype=np.float64)
     neg = np.asarray(neg, dtype=np.float64)
@@ -60,8 +66,14 @@ def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggreg
     per_batch = {k: float(np.mean([m[k] for m in per])) if per else float("nan") for k in ("ap", "auc")}
     pooled = {k: pooled[k] for k in ("ap", "auc")}
     head = per_batch if aggregate == "per_batch" else pooled
-    return {"ap": head["ap"], "auc": head["auc"], "aggregate": aggregate, "pooled": pooled, "per_batch": per_batch,
-            "count": int(pos.size), "batches": len(per)}
+    out = {"ap": head["ap"], "auc": head["auc"], "aggregate": aggregate, "pooled": pooled, "per_batch": per_batch,
+           "count": int(pos.size), "batches": len(per)}
+    if reference:
+        p32 = torch.sigmoid(torch.from_numpy(pos.astype(np.float32))).numpy()
+        n32 = torch.sigmoid(torch.from_numpy(neg.astype(np.float32))).numpy()
+        ref = [link_metrics(p32[a:a + batch_size], n32[a:a + batch_size]) for a in range(0, pos.size, batch_size)]
+        out["float32"] = {k: float(np.mean([m[k] for m in ref])) if ref else float("nan") for k in ("ap", "auc")}
+    return out
 
 
 def ranking_metrics(pos: np.ndarray, negs: np.ndarray, valid: Optional[np.ndarray] = None,
