@@ -92,7 +92,7 @@ def format_train_summary(m: dict, out: Path) -> str:
     else:
         lines.append(f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}")
         for e in m["epochs"]:
-            v = e["val"]["transductive"] if e.get("val") else None
+            v = e["val"].get("selection", e["val"])["transductive"] if e.get("val") else None
             val = f"{v['ap']:>7.4f}  {v['auc']:>7.4f}" if v else f"{'-':>7}  {'-':>7}"
             lines.append(f"{e['epoch']:>5}  {e['loss']:>7.4f}  {val}  "
                          f"{e['train_events_per_s']:>9,.0f}  {e['train_seconds']:>7.1f}"
@@ -122,6 +122,11 @@ def format_train_summary(m: dict, out: Path) -> str:
     also = f"; {other} {tt[other.replace(' ', '_')]['ap']:.4f}" if other and other.replace(' ', '_') in tt else ""
     lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} ({how}{also}); "
                  f"{m.get('protocol', 'tgn')} protocol, {m['config']['eval_negatives']} negatives")
+    chosen = (m.get("val") or {}).get("selection")
+    if chosen:
+        lines.append(f"best epoch chosen on validation AP with {chosen['negatives']} negatives (the epochs' val AP "
+                     f"above), as {m.get('protocol')}'s training script does; the val and test figures use "
+                     f"{m['config']['eval_negatives']} negatives")
     ref = tt.get("float32")
     if ref and abs(ref["ap"] - tt["ap"]) >= 5e-5:  # only when the reference code would print another figure
         lines.append(f"as the {m.get('protocol', 'tgn')} reference code computes it (float32 probabilities): "

@@ -102,7 +102,7 @@ class EpochLog:
 
 def epoch_line(log: "EpochLog", epochs: int, best: bool) -> str:
     """``epoch 2/10  loss 0.9778  val AP 0.8356  AUC 0.8058  2,494 ev/s  8.6 s  (best)``."""
-    v = log.val.get("transductive") if log.val else None
+    v = log.val.get("selection", log.val).get("transductive") if log.val else None  # the figure that selects
     val = f"val AP {v['ap']:.4f}  AUC {v['auc']:.4f}" if v else "not validated"
     if log.cut:
         val = f"cut after {log.train_events:,} events (--max-steps), not validated"

@@ -32,10 +32,13 @@ def plot_curves(metrics: Dict, path: Path) -> None:
     ax[0].set_ylabel("training loss (BCE)")
     validated = [e for e in metrics["epochs"] if e.get("val")]  # with val_every > 1 some epochs have none
     vep = [e["epoch"] for e in validated]
-    ax[1].plot(vep, [e["val"]["transductive"]["ap"] for e in validated], "o-", label="all events")
+    sel = validated[0]["val"].get("selection", {}).get("negatives") if validated else None
+    ax[1].plot(vep, [e["val"].get("selection", e["val"])["transductive"]["ap"] for e in validated], "o-",
+               label="all events" + (f" ({sel} negatives: selects)" if sel else ""))
     if any("inductive" in e["val"] for e in validated):  # a protocol with held-out nodes
         ax[1].plot([e["epoch"] for e in validated if "inductive" in e["val"]],
-                   [e["val"]["inductive"]["ap"] for e in validated if "inductive" in e["val"]], "s--", label="new nodes")
+                   [e["val"]["inductive"]["ap"] for e in validated if "inductive" in e["val"]], "s--",
+                   label="new nodes" + (f" ({metrics['config'].get('eval_negatives')} negatives)" if sel else ""))
     ax[1].set_xlabel("epoch")
     ax[1].set_ylabel(f"validation AP ({metrics.get('protocol', 'tgn')} protocol)")
     best = metrics.get("best_epoch")

@@ -130,9 +130,10 @@ class EpochLoop:
 
     # ------------------------------------------------------------ evaluation
     def selection_score(self, val: Dict) -> float:
-        """The validation figure that picks the best epoch: the protocol's (AP, or TGB's MRR);
-        AP where the validation ranked nothing (PAC's per-rank approximation)."""
-        scores = val["transductive"]
+        """The validation figure that picks the best epoch: the protocol's (AP, or TGB's MRR),
+        on the negatives it selects on (DyGLib's: random); AP where the validation ranked
+        nothing (PAC's per-rank approximation)."""
+        scores = val.get("selection", val)["transductive"]
         return float(scores.get(self.evaluator.protocol.select_on, scores["ap"]))
 
     def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
@@ -166,7 +167,7 @@ class EpochLoop:
         model = self.eval_model()
         if model is self.model:  # a model that just trained holds the training stream's neighbours
             self.evaluator.prepare(model)
-        scores, res = self.evaluator.evaluate(model, "val", collect_z=self._z_train is not None)
+        scores, res = self.evaluator.evaluate(model, "val", collect_z=self._z_train is not None, selection=True)
         self._val_z = res.z_src
         return scores
 

@@ -181,13 +181,26 @@ class Evaluator:
         return self.protocol.new_node_pass and self.split.new_node_fraction > 0
 
     def _last_observed(self, period: str) -> float:
-        """DyGLib's ``last_observed_time``: the end of training for validation, of validation for the test."""
+        """DyGLib's ``last_observed_time``: for validation the time of the last *trained* event
+        (``train_data.node_interact_times[-1]``, after the new-node mask: a training period
+        whose last events all touch held-out nodes ends earlier), for the test the end of
+        validation (``val_data.node_interact_times[-1]``, unmasked)."""
         sp, t = self.split, self.events.t_float()
-        end = sp.num_train if period == "val" else sp.num_train + sp.num_val
+        if period == "val":
+            return float(t[self.train_index[-1]]) if self.train_index.size else -np.inf
+        end = sp.num_train + sp.num_val
         return float(t[end - 1]) if end else -np.inf
 
     # ---------------------------------------------------------------- negatives
-    def negative_edges(self, period: str, new_nodes: bool = False):
+    @property
+    def selects_apart(self) -> bool:
+        """The best epoch is chosen on other negatives than the reported figures' (DyGLib's
+        protocol with historical or inductive negatives: its training script selects on
+        random ones)."""
+        sel = self.protocol.select_negatives
+        return sel is not None and sel != self.strategy
+
+    def negative_edges(self, period: str, new_nodes: bool = False, strategy: Optional[str] = None):
         """The negatives of ``period``'s events (or of its new-node events): ``(src or None, dst)``,
         int64 (n,) each.
 
@@ -196,9 +209,10 @@ class Evaluator:
         (:func:`~speed.train.eval.negatives.edge_negatives`).  The sampler's data is the whole log,
         or, for the new-node pass, the period's new-node events (DyGLib; TGN validates new nodes
         with its whole-log sampler).  Seeded by the evaluation seed, so every model and run on
-        the same data gets the same ones.
+        the same data gets the same ones.  ``strategy`` overrides the evaluator's.
         """
-        key = (period, new_nodes)
+        strategy = strategy or self.strategy
+        key = (period, new_nodes, strategy)
         if key not in self._negatives:
             idx = self.period(period)
             if new_nodes:
@@ -212,17 +226,17 @@ class Evaluator:
             dst_pool = self.dst_pool if use_log else np.unique(ev.dst[idx])
             if n == 0:
                 self._negatives[key] = (None, np.empty(0, dtype=np.int64))
-            elif self.strategy == "random":
+            elif strategy == "random":
                 self._negatives[key] = (None, random_destinations(dst_pool, n, seed))
             else:
                 self._negatives[key] = edge_negatives(ev.src[idx], ev.dst[idx], ev.t_float()[idx], self.batch_size,
-                                                      self.strategy, seed, src_pool, dst_pool, ref,
+                                                      strategy, seed, src_pool, dst_pool, ref,
                                                       self._last_observed(period))
         return self._negatives[key]
 
-    def negatives(self, period: str, new_nodes: bool = False) -> FixedNegatives:
+    def negatives(self, period: str, new_nodes: bool = False, strategy: Optional[str] = None) -> FixedNegatives:
         """The negatives of ``period`` as a stream handed out in event order."""
-        src, dst = self.negative_edges(period, new_nodes)
+        src, dst = self.negative_edges(period, new_nodes, strategy)
         return FixedNegatives(dst, src)
 
     @property
@@ -303,25 +317,32 @@ class Evaluator:
         model.state.reset_neighbors()
         model.state.insert_neighbors(e.src[:n], e.dst[:n], e.t_float()[:n], e.eid[:n])
 
-    def evaluate(self, model, period: str, collect_z: bool = False):
+    def evaluate(self, model, period: str, collect_z: bool = False, selection: bool = False):
         """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives;
         under TGN's and DyGLib's protocols, then score the period's new-node events in a pass of
         their own from the state at the period's start (the model ends in the state after the
         whole period).
+
+        With ``selection`` (an epoch's validation) and a protocol that selects on other
+        negatives (:attr:`selects_apart`), the period is also scored with those, in one more
+        pass from its start: ``scores["selection"]``.  Negatives never change the state, so
+        every pass ends in the same one.
 
         Returns
         -------
         scores : dict
             ``{"transductive": {...}, "inductive": {...}}`` (see :func:`batch_link_metrics`;
             MRR and Hits@k where ranked).  No ``inductive`` entry without held-out nodes.
+            ``"selection": {"negatives": str, "transductive": {...}}`` as above.
         result : StreamResult
             Of the pass over the whole period.
         """
         ranked = self.ranks(period)
         cand, valid = self.ranking_candidates(period) if ranked else (None, None)
         keep = period == "test" and self.keep_test_start
+        apart = selection and self.selects_apart
         # one back-up of the period's start serves both the new-node pass and the checkpoint
-        start = model.state.backup() if self.new_node_pass or keep else None
+        start = model.state.backup() if self.new_node_pass or keep or apart else None
         if keep:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
@@ -334,6 +355,12 @@ class Evaluator:
                              graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
             inductive = self._scores(nn.pos, nn.neg)
             model.state.restore(start)
+        chosen_on = None
+        if apart:
+            how = self.protocol.select_negatives
+            sel = self.stream(model, idx, self.negatives(period, strategy=how), desc=f"{period} ({how} negatives)")
+            chosen_on = {"negatives": how, "transductive": self._scores(sel.pos, sel.neg)}
+            model.state.restore(start)
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
         scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
@@ -342,6 +369,8 @@ class Evaluator:
                                           candidates_mean=float(valid.sum(axis=1).mean()) if valid.size else 0.0)
         if inductive is not None:
             scores["inductive"] = inductive
+        if chosen_on is not None:
+            scores["selection"] = chosen_on
         return scores, res
 
     def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:

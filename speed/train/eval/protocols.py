@@ -18,7 +18,7 @@ No torch here: the command line lists the protocols without importing it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class Protocol:
         ``hist_rnd`` (up to half from the source's training destinations).
     select_on : {"ap", "mrr"}
         The validation figure that picks the best epoch.
+    select_negatives : str or None
+        The negatives that figure is computed on, when not the evaluation's: DyGLib's training
+        script (``train_link_prediction.py``) validates every epoch with random negatives and
+        keeps the best; historical and inductive negatives only enter its separate evaluation
+        script, on the saved best model.
     default_candidates : int
         Ranking candidates per event when ``mrr_negatives`` is 0 (0: no ranking).
     """
@@ -62,6 +67,7 @@ class Protocol:
     ranking: str
     select_on: str
     default_candidates: int
+    select_negatives: Optional[str] = None
 
 
 PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
@@ -69,7 +75,7 @@ PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
              strategies=("random",), ranking="random", select_on="ap", default_candidates=0),
     Protocol("dyglib", new_node_fraction=0.1, new_node_pass=True, new_node_val_pool="new", aggregate="per_batch",
              strategies=("random", "historical", "inductive"), ranking="random", select_on="ap",
-             default_candidates=0),
+             default_candidates=0, select_negatives="random"),
     Protocol("tgb", new_node_fraction=0.0, new_node_pass=False, new_node_val_pool="new", aggregate="pooled",
              strategies=("random",), ranking="hist_rnd", select_on="mrr", default_candidates=100),
 )}
