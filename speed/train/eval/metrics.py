@@ -6,13 +6,64 @@ from typing import Dict, Optional
 
 import numpy as np
 import torch
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 from ..modules import NodeClassifier
 
 
+def grouped_ap_auc(pos: np.ndarray, neg: np.ndarray, batch_size: Optional[int] = None):
+    """AP and AUC of each batch of positives against the same batch of negatives, all batches
+    in one vectorised pass (scikit-learn's definitions: AP = sum over distinct thresholds of
+    the recall gained times the precision there; AUC = the chance a positive outranks a
+    negative, ties counting half).  scikit-learn's own functions validate their arguments on
+    each call, which cost more than the arithmetic on a period of 200-event batches.
+
+    Parameters
+    ----------
+    pos, neg : float64 ndarray, shape (n,) and (m,)
+    batch_size : int, optional
+        Events per batch: batch ``b`` holds ``pos[b*size:(b+1)*size]`` and the same slice of
+        ``neg``.  None: one batch of everything.
+
+    Returns
+    -------
+    ap, auc : float64 ndarray, shape (num_batches,)
+        NaN for a batch without positives or without negatives.
+    """
+    size = max(pos.size, neg.size, 1) if batch_size is None else int(batch_size)
+    num = -(-max(pos.size, neg.size) // size)
+    if num == 0:
+        return np.empty(0), np.empty(0)
+    s = np.concatenate([pos, neg])
+    y = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    g = np.concatenate([np.arange(pos.size) // size, np.arange(neg.size) // size])
+    order = np.lexsort((-s, g))  # by batch, then by score, highest first
+    s, y, g = s[order], y[order], g[order]
+    n = s.size
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])  # where each (non-empty) batch begins
+    k = np.repeat(np.arange(start.size), np.diff(np.r_[start, n]))
+    cum = np.cumsum(y)
+    tp = cum - (cum - y)[start][k]  # positives at or above each position, within its batch
+    fp = np.arange(n) - start[k] + 1 - tp
+    ends = np.flatnonzero(np.r_[(s[1:] != s[:-1]) | (g[1:] != g[:-1]), True])  # the last of each tie run
+    ke, tpe, fpe = k[ends], tp[ends], fp[ends]
+    first = np.r_[True, ke[1:] != ke[:-1]]
+    dp = tpe - np.where(first, 0.0, np.r_[0.0, tpe[:-1]])  # positives in each tie run
+    dn = fpe - np.where(first, 0.0, np.r_[0.0, fpe[:-1]])
+    npos = np.bincount(ke, weights=dp, minlength=start.size)
+    nneg = np.bincount(ke, weights=dn, minlength=start.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ap = np.bincount(ke, weights=dp * tpe / (tpe + fpe), minlength=start.size) / npos
+        auc = np.bincount(ke, weights=dp * (nneg[ke] - fpe) + 0.5 * dp * dn, minlength=start.size) / (npos * nneg)
+    bad = (npos == 0) | (nneg == 0)
+    ap[bad], auc[bad] = np.nan, np.nan
+    out_ap, out_auc = np.full(num, np.nan), np.full(num, np.nan)
+    out_ap[g[start]], out_auc[g[start]] = ap, auc
+    return out_ap, out_auc
+
+
 def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
-    """AP and AUC of positives against negatives (scikit-learn).
+    """AP and AUC of positives against negatives (scikit-learn's definitions, see
+    :func:`grouped_ap_auc`).
 
     Parameters
     ----------
@@ -28,9 +79,8 @@ def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     neg = np.asarray(neg, dtype=np.float64)
     if pos.size == 0 or neg.size == 0:
         return {"ap": float("nan"), "auc": float("nan"), "count": int(pos.size)}
-    y = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
-    s = np.concatenate([pos, neg])
-    return {"ap": float(average_precision_score(y, s)), "auc": float(roc_auc_score(y, s)), "count": int(pos.size)}
+    ap, auc = grouped_ap_auc(pos, neg)
+    return {"ap": float(ap[0]), "auc": float(auc[0]), "count": int(pos.size)}
 
 
 def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggregate: str = "per_batch",
@@ -62,17 +112,22 @@ def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggreg
     pos = np.asarray(pos, dtype=np.float64)
     neg = np.asarray(neg, dtype=np.float64)
     pooled = link_metrics(pos, neg)
-    per = [link_metrics(pos[a:a + batch_size], neg[a:a + batch_size]) for a in range(0, pos.size, batch_size)]
-    per_batch = {k: float(np.mean([m[k] for m in per])) if per else float("nan") for k in ("ap", "auc")}
     pooled = {k: pooled[k] for k in ("ap", "auc")}
+    batches = -(-pos.size // batch_size)
+
+    def mean_over_batches(p, n):
+        ap, auc = grouped_ap_auc(p[:batches * batch_size], n[:batches * batch_size], batch_size)
+        return {"ap": float(np.mean(ap)) if batches else float("nan"),
+                "auc": float(np.mean(auc)) if batches else float("nan")}
+
+    per_batch = mean_over_batches(pos, neg)
     head = per_batch if aggregate == "per_batch" else pooled
     out = {"ap": head["ap"], "auc": head["auc"], "aggregate": aggregate, "pooled": pooled, "per_batch": per_batch,
-           "count": int(pos.size), "batches": len(per)}
+           "count": int(pos.size), "batches": batches}
     if reference:
-        p32 = torch.sigmoid(torch.from_numpy(pos.astype(np.float32))).numpy()
-        n32 = torch.sigmoid(torch.from_numpy(neg.astype(np.float32))).numpy()
-        ref = [link_metrics(p32[a:a + batch_size], n32[a:a + batch_size]) for a in range(0, pos.size, batch_size)]
-        out["float32"] = {k: float(np.mean([m[k] for m in ref])) if ref else float("nan") for k in ("ap", "auc")}
+        p32 = torch.sigmoid(torch.from_numpy(pos.astype(np.float32))).numpy().astype(np.float64)
+        n32 = torch.sigmoid(torch.from_numpy(neg.astype(np.float32))).numpy().astype(np.float64)
+        out["float32"] = mean_over_batches(p32, n32)
     return out
 
 
@@ -178,6 +233,8 @@ def _fit_node_classifier(z, y, train, val, test, epochs, lr, batch_size, seed, d
         with torch.no_grad():
             s = clf(zt[torch.from_numpy(np.flatnonzero(mask))]).cpu().numpy()
         clf.train()
+        from sklearn.metrics import roc_auc_score  # labels of any balance, as scikit-learn checks them
+
         return float(roc_auc_score(y[mask], s))
 
     best = {"val_auroc": -1.0}
