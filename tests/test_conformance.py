@@ -18,8 +18,10 @@ The logs are small and hostile: yearly timestamps (many events share one), repea
 held-out nodes.
 """
 
+import dataclasses
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,6 +140,70 @@ def test_inductive_test_negatives_are_not_first_seen_in_validation():
     for (a, (_, fill)) in zip(range(0, idx.size, 200), report):
         got = list(zip(ns[a:a + 200].tolist(), nd[a:a + 200].tolist()))
         assert sum(e in seen_by_val for e in got) <= fill  # only random fills may have been seen
+
+
+def held_out_tail_log():
+    """Training times 0-8 among nodes 0-9; at time 9, the training period's last, every event
+    touches node 20, which is held out (so training ends at time 8); validation times 10-13 and
+    test 14-17 among nodes 0-9, and once a year node 20 with node 11."""
+    rng = np.random.default_rng(3)
+    src, dst, t = [], [], []
+    for year in range(18):
+        if year == 9:
+            s, d = np.full(10, 20), np.arange(10)
+        else:  # 20 events a year in training, 10 later: training is the first 70%
+            k = 20 if year < 9 else 10
+            s, d = rng.integers(0, 10, k), rng.integers(0, 10, k)
+            if year > 9:  # node 20 comes back, with node 11: no pair of time 9 recurs
+                s[0], d[0] = 20, 11
+        src += s.tolist()
+        dst += d.tolist()
+        t += [float(year)] * len(s)
+    ev = speed.Events.from_arrays(np.array(src), np.array(dst), np.array(t), num_nodes=21)
+    split = speed.chronological_split(ev, new_node_fraction=0.0)  # the quantiles fall at times 9 and 13
+    held = np.zeros(21, dtype=bool)
+    held[20] = True
+    return ev, dataclasses.replace(split, new_nodes=held, new_node_fraction=0.05)
+
+
+def test_validation_observes_up_to_the_last_trained_event():
+    """DyGLib's validation sampler observes up to ``train_data.node_interact_times[-1]``, the
+    last training event that survives the new-node mask: here time 8, not the training
+    period's end (9).  The pairs first seen at time 9 are inductive negatives of validation."""
+    ev, split = held_out_tail_log()
+    assert (split.val_time, split.test_time, split.num_train) == (9.0, 13.0, 190)
+    assert not split.train_mask[-10:].any()
+    evaluator = Evaluator(ev, split, 20, seed=0, strategy="inductive", protocol="dyglib")
+    assert evaluator._last_observed("val") == 8.0
+    assert evaluator._last_observed("test") == 13.0  # validation is not masked
+    idx = evaluator.period("val")
+    ns, nd = evaluator.negative_edges("val")
+    report = check_dyglib(ev.src[idx], ev.dst[idx], ev.t[idx], ns, nd, 20, "inductive", (ev.src, ev.dst, ev.t), 8.0,
+                          evaluator.src_pool, evaluator.dst_pool)
+    assert report[0][1] == 10  # the first batch: the 10 pairs of time 9, and 10 random fills
+    assert {(20, x) for x in range(10)} <= set(zip(ns[:20].tolist(), nd[:20].tolist()))
+
+
+def test_dyglib_selects_the_best_epoch_on_random_negatives():
+    """DyGLib's training script validates with random negatives and keeps the best epoch; its
+    historical and inductive negatives only score the saved model.  A run with historical
+    negatives picks its epoch on exactly the figures a run with random negatives reports."""
+    ev = yearly_log(seed=8, nodes=50, per_year=150)
+    kw = dict(model="jodie", protocol="dyglib", epochs=3, batch_size=100, memory_dim=8, time_dim=8,
+              embedding_dim=8, deterministic=True, progress=False, seed=1)
+    hist = speed.train(ev, eval_negatives="historical", **kw)
+    rand = speed.train(ev, eval_negatives="random", **kw)
+    for h, r in zip(hist["epochs"], rand["epochs"]):
+        assert h["val"]["selection"]["negatives"] == "random"
+        assert h["val"]["selection"]["transductive"]["ap"] == r["val"]["transductive"]["ap"]
+        assert "selection" not in r["val"]
+    assert hist["best_epoch"] == rand["best_epoch"]
+    best = hist["epochs"][hist["best_epoch"] - 1]["val"]
+    assert hist["val"]["transductive"]["ap"] == best["transductive"]["ap"] != best["selection"]["transductive"]["ap"]
+    from speed.cli.summaries import format_train_summary
+
+    text = format_train_summary(hist, Path("run"))
+    assert "best epoch chosen on validation AP with random negatives" in text
 
 
 def test_random_negatives_are_the_events_sources_and_the_logs_destinations():
@@ -299,6 +365,28 @@ def test_per_batch_and_pooled_metrics():
     y = np.r_[np.ones(450), np.zeros(450)]
     assert m["pooled"]["ap"] == pytest.approx(average_precision_score(y, np.r_[pos, neg]))
     assert batch_link_metrics(pos, neg, 200, "pooled")["ap"] == m["pooled"]["ap"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 500), st.integers(1, 500), st.integers(1, 300), st.booleans(), st.integers(0, 10**6))
+def test_grouped_ap_auc_is_scikit_learns(n, m, batch_size, ties, seed):
+    """The vectorised per-batch AP and AUC equal scikit-learn's on each batch, ties included
+    (a batch without negatives, when the sides differ in length, is NaN)."""
+    from speed.train.eval.metrics import grouped_ap_auc
+
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, 4, n).astype(float) if ties else rng.normal(1, 1, n)
+    neg = rng.integers(0, 4, m).astype(float) if ties else rng.normal(0, 1, m)
+    ap, auc = grouped_ap_auc(pos, neg, batch_size)
+    assert ap.size == -(-max(n, m) // batch_size)
+    for b in range(ap.size):
+        p, q = pos[b * batch_size:(b + 1) * batch_size], neg[b * batch_size:(b + 1) * batch_size]
+        if p.size == 0 or q.size == 0:
+            assert math.isnan(ap[b]) and math.isnan(auc[b])
+            continue
+        y, s = np.r_[np.ones(p.size), np.zeros(q.size)], np.r_[p, q]
+        assert ap[b] == pytest.approx(average_precision_score(y, s), abs=1e-12)
+        assert auc[b] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
 
 
 # ---------------------------------------------------------------- the new-node pass and the graph
