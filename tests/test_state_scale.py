@@ -97,3 +97,21 @@ def test_allocator_tuning_applies_once_and_can_be_turned_off():
     if sys.platform.startswith("linux"):
         assert on == ["True", "True"]
     assert off == ["False", "False"]
+
+
+def test_state_placement():
+    """--state-device auto keeps the memories on an accelerator while they take at most half of
+    its free memory, in host memory beyond; on a CPU the two are one place; an explicit setting
+    wins."""
+    from speed.train.trainer import place_state, state_placement
+
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert state_placement("auto", gpu, 400, free_bytes=800) == "device"
+    assert state_placement("auto", gpu, 401, free_bytes=800) == "host"
+    assert state_placement("auto", cpu, 10**15) == "device"
+    assert state_placement("host", cpu, 1) == "host" and state_placement("device", gpu, 10**15, 1) == "device"
+    model = build_model("tgn", 300, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2)
+    assert place_state(model, "host", cpu, 300) == "host" and model.state.device == cpu
+    with np.testing.assert_raises(speed.InputError):
+        speed.train(speed.Events.from_arrays(*_log(50, 300)), model="jodie", epochs=1, state_device="gpu",
+                    progress=False)

@@ -40,6 +40,7 @@ ARCHITECTURE_FIELDS = ("memory_dim", "time_dim", "embedding_dim", "neighbors", "
                        "static_memory")
 PLAN_FIELDS = PLAN_RUN_FIELDS + ARCHITECTURE_FIELDS
 VALIDATION_MODES = ("local", "full")
+STATE_PLACEMENTS = ("auto", "device", "host")
 
 
 class ConfigError(InputError):
@@ -124,6 +125,10 @@ class TrainConfig:
                                   "step only when its node is in a batch, so it needs a larger rate than the "
                                   "weights; not scaled with the ranks, whose rows are not averaged)", interval=POSITIVE)
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
+    state_device: str = _opt("auto", "where node memories live while the weights compute on --device: auto (on the "
+                                     "device when they take at most half of its free memory, else host memory), "
+                                     "device, or host (each step then moves only its batch's rows)",
+                             choices=STATE_PLACEMENTS)
     seed: int = _opt(0, "seed of weights, negatives and the split")
     max_steps: Optional[int] = _opt(None, "stop each epoch after N training steps (per rank under PAC), to measure "
                                           "steady-state speed on a large log without a whole epoch; such an epoch "

@@ -45,6 +45,41 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def state_placement(setting: str, device: torch.device, state_bytes: int, free_bytes: Optional[int] = None) -> str:
+    """Where a model's node memories live: ``"device"`` or ``"host"``.
+
+    ``auto`` keeps them on an accelerator while they take at most half of its free memory, and in
+    host memory otherwise (TGL's and SPEED's ``--backup_memory_to_cpu``): each step then moves only
+    its batch's rows, and the other half stays for activations and the weights.  On a CPU the two
+    are the same place.
+
+    Parameters
+    ----------
+    setting : {"auto", "device", "host"}
+    device : torch.device
+        Where the weights compute.
+    state_bytes : int
+        The memories' bytes (:meth:`NodeStates.nbytes` for the rows the run holds).
+    free_bytes : int, optional
+        The device's free memory (default: ``torch.cuda.mem_get_info``).
+    """
+    if setting != "auto":
+        return setting
+    if device.type != "cuda":
+        return "device"
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    return "device" if state_bytes <= free_bytes // 2 else "host"
+
+
+def place_state(model: StatefulModel, setting: str, device: torch.device, num_nodes: int) -> str:
+    """Put ``model``'s memories where :func:`state_placement` says, for ``num_nodes`` rows;
+    returns the choice."""
+    where = state_placement(setting, device, model.state.nbytes(num_nodes))
+    model.keep_state_on("cpu" if where == "host" else device)
+    return where
+
+
 def seed_everything(seed: int, deterministic: bool = False) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -93,6 +128,7 @@ class EpochLoop:
 
     is_main = True  # the process that evaluates and writes files
     world = 1
+    state_on = "device"  # where the node memories live (see place_state)
 
     def _init_loop(self) -> None:
         self.history: List[EpochLog] = []
@@ -243,6 +279,7 @@ class EpochLoop:
                         if len(self.events) else {}),
                      **({"ranking_candidates": "stored"} if self.evaluator.stored_candidates else {})},
             **self.extra_metrics(),
+            "node_state_on": self.state_on,  # --state-device's choice (the last epoch's, under PAC)
             "epochs": [asdict(h) for h in self.history],
             "best_epoch": self.stopping.best_epoch,
             **final,
@@ -356,6 +393,7 @@ class Trainer(EpochLoop):
         seed_everything(config.seed, config.deterministic)
         self.train_index = np.flatnonzero(split.train_mask)
         self.model = (model or model_for(config, events.num_nodes, events, split.train(events))).to(self.device)
+        self.state_on = place_state(self.model, config.state_device, self.device, events.num_nodes)
         self.neg_pool = negative_pool(events.src[self.train_index], events.dst[self.train_index], events.bipartite)
         # a pre-trained static memory learns from the training events only
         prepare_static(self.model.net, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,

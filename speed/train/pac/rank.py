@@ -35,7 +35,7 @@ from ..loader import EventStream
 from ..eval.evaluator import Evaluator
 from ..models import StatefulModel
 from ..eval.negatives import RandomNegatives, negative_pool, train_seed
-from ..trainer import EpochLoop, model_for, peak_rss_bytes, resolve_device, seed_everything
+from ..trainer import EpochLoop, model_for, peak_rss_bytes, place_state, resolve_device, seed_everything
 from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
@@ -131,6 +131,7 @@ class PacRank(EpochLoop):
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
         self.model.state.resize(rg.nodes.size)
+        self.state_on = place_state(self.model, cfg.state_device, self.device, rg.nodes.size)
         learned = self.static is not None and self.static.trainable
         if self.static is not None:
             self.static.map_rows(rg.nodes)
@@ -230,8 +231,8 @@ class PacRank(EpochLoop):
             # resumed run would diverge from an uninterrupted one
             rng = ckpt.rng_state()
             self._eval_model = model_for(self.config, self.shards.num_nodes, self.events, self._train).to(self.device)
-            # the full-graph state stays in host memory; each batch moves only its rows
-            self._eval_model.keep_state_on("cpu")
+            # the full-graph state on the device only where it fits (else each batch moves its rows)
+            place_state(self._eval_model, self.config.state_device, self.device, self.shards.num_nodes)
             ckpt.set_rng_state(rng)
         return self._eval_model
 
