@@ -12,6 +12,7 @@ from _pac_helpers import free_port
 
 import speed
 from speed.cli import main
+from speed.partition.shards import load_shards
 from speed.train.config import ConfigError
 from speed.train.pac import RankFailedError, check_world, combine_shared, part_groups
 
@@ -450,3 +451,49 @@ def test_max_steps_cuts_every_rank_at_the_same_step(shards4, tmp_path):
     assert ep["cut"] and [r["steps"] for r in ep["ranks"]] == [2, 2]
     assert ep["train_events"] <= 2 * 2 * TINY["batch_size"] and m["best_epoch"] is None and "test" not in m
     assert all(r["peak_rss_bytes"] > 0 for r in ep["ranks"])
+
+
+@pytest.fixture(scope="module")
+def feature_shards(tmp_path_factory):
+    """A bipartite JODIE-style log with 3 edge features and 10% of nodes held out, in 4 parts."""
+    tmp = tmp_path_factory.mktemp("feat")
+    rng = np.random.default_rng(2)
+    n = 2400
+    users, items = rng.integers(0, 120, n), rng.integers(0, 40, n)
+    feats = rng.normal(size=(n, 3)).round(4)
+    rows = "".join(f"{u},{i},{k},0,{a},{b},{c}\n" for k, (u, i, (a, b, c)) in enumerate(zip(users, items, feats)))
+    (tmp / "log.csv").write_text("user_id,item_id,timestamp,state_label,f1,f2,f3\n" + rows)
+    assert main(["partition", str(tmp / "log.csv"), "-o", str(tmp / "s"), "--parts", "4", "--topk", "5",
+                 "--no-progress"]) == 0
+    return tmp / "s"
+
+
+def test_ranks_read_edge_features_and_training_nodes_in_place(feature_shards):
+    """A rank other than 0 never loads the whole log: its edge features are read by event id from
+    the shards' memory map, and local validation's nodes-seen-in-training and negative pool come
+    from a chunked scan of the stored arrays.  Both equal what the whole log gives."""
+    from speed.train.eval.negatives import negative_pool
+    from speed.train.state.features import MappedFeatures
+
+    shards = load_shards(feature_shards)
+    ev = shards.events()
+    assert shards.msg_dim == 3 and ev.msg.shape == (len(ev), 3)
+    feats = MappedFeatures(*shards.feature_rows())
+    idx = torch.from_numpy(np.random.default_rng(0).integers(0, len(ev), 500))
+    assert torch.equal(feats.index_select(0, idx), torch.from_numpy(ev.msg[idx.numpy()].astype(np.float32)))
+    split = shards.split(ev)
+    assert split.new_nodes.any()
+    src_seen, dst_seen = shards.trained_endpoints(split.new_nodes)
+    assert np.array_equal(src_seen | dst_seen, split._seen_in_training)
+    train = split.train(ev)
+    pool = negative_pool(train.src[split.train_mask], train.dst[split.train_mask], ev.bipartite)
+    assert shards.bipartite and np.array_equal(np.flatnonzero(dst_seen), pool)
+    assert shards.merge([0, 1], period="train", features=False).msg is None
+
+
+def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path):
+    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **TINY)
+    m = speed.train(feature_shards, validation="local", out=tmp_path / "run", **kw)
+    again = speed.train(feature_shards, validation="local", out=tmp_path / "again", **kw)
+    assert m["data"]["msg_dim"] == 3 and 0 < m["test"]["transductive"]["ap"] <= 1
+    assert m["test"] == again["test"] and m["epochs"][0]["val"] == again["epochs"][0]["val"]

@@ -166,6 +166,6 @@ def format_plan(p: dict) -> str:
         lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
                      f"of the training events: an epoch ≈ {e['expected_epoch_time']:.2f}x one process's "
                      f"(at one process's speed per rank)")
-    lines.append("peak MiB: a rank's expected peak resident memory (runtime, the log, its sub-graph, its node state; "
-                 "rank 0 also the full-graph evaluation state)")
+    lines.append("peak MiB: a rank's expected peak resident memory (runtime, its sub-graph, its node state; rank 0 "
+                 "also the whole log and the full-graph evaluation state; the other ranks read the shards in place)")
     return "\n".join(lines)

@@ -45,6 +45,7 @@ FORMAT_VERSION = 1
 SUBGRAPHS = ("induced", "assigned")
 _EVENT_ARRAYS = ("src", "dst", "t", "eid", "label", "msg")
 _ID_ARRAYS = ("src", "dst", "eid")
+_CHUNK = 1 << 22  # events per read when a whole stored array is scanned
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -288,7 +289,8 @@ class Shards:
         codes = sorted({0} | {int(p) + 1 for p in parts})
         return [int(_kernels.bucket_id(a, b, self.num_parts)) for i, a in enumerate(codes) for b in codes[i:]]
 
-    def merge(self, parts: Iterable[int], period: str = "all", subgraph: str = "induced") -> Events:
+    def merge(self, parts: Iterable[int], period: str = "all", subgraph: str = "induced",
+              features: bool = True) -> Events:
         """The sub-graph of the union of ``parts`` and the shared nodes.
 
         Parameters
@@ -300,6 +302,9 @@ class Shards:
         subgraph : {"induced", "assigned"}
             Node-induced, or node-induced but keeping only the shared-shared events assigned
             to one of ``parts`` (see the module docstring).
+        features : bool
+            Also gather the edge features and labels (a PAC rank reads features by event id
+            instead, :meth:`feature_rows`).
 
         Returns
         -------
@@ -321,7 +326,7 @@ class Shards:
             lo, hi = int(self.offsets[shared_pair]), int(self.offsets[shared_pair + 1])
             keep = lo + np.flatnonzero(np.isin(self._part[lo:hi], parts))
             selectors[self._buckets(parts).index(shared_pair)] = keep
-        return self._gather(selectors, period)
+        return self._gather(selectors, period, None if features else ("src", "dst", "t", "eid"))
 
     def train_counts(self):
         """Training events per bucket, and the shared–shared ones per assigned part.
@@ -345,6 +350,51 @@ class Shards:
         part = np.asarray(self._part[int(lo[pair]):int(lo[pair]) + int(per_bucket[pair])])
         return per_bucket, np.bincount(part[part >= 0], minlength=self.num_parts)[:self.num_parts].astype(np.int64)
 
+    @property
+    def msg_dim(self) -> int:
+        """Edge feature width (0 without features)."""
+        msg = self._arrays.get("msg")
+        return 0 if msg is None else int(msg.shape[1]) if msg.ndim > 1 else 1
+
+    @property
+    def bipartite(self) -> bool:
+        return bool(self.manifest.get("input", {}).get("bipartite", False))
+
+    def feature_rows(self):
+        """The edge features as stored (memory-mapped, shape (E, d)) and each event id's
+        stored row (int32 or int64, shape (E,)), or None without features.  Reading a batch's
+        rows through them never loads the whole array."""
+        msg = self._arrays.get("msg")
+        if msg is None or self.msg_dim == 0:
+            return None
+        eid = self._arrays["eid"]
+        position = np.empty(self.num_events, dtype=np.int32 if self.num_events < 2**31 else np.int64)
+        for a in range(0, self.num_events, _CHUNK):
+            b = min(self.num_events, a + _CHUNK)
+            position[np.asarray(eid[a:b])] = np.arange(a, b, dtype=position.dtype)
+        return msg.reshape(self.num_events, -1), position
+
+    def trained_endpoints(self, new_nodes: Optional[np.ndarray] = None):
+        """Which nodes are a source, and which a destination, of a training-period event that
+        touches no held-out node (``new_nodes``), read in chunks from the stored arrays.
+
+        Returns
+        -------
+        src_seen, dst_seen : bool ndarray, shape (num_nodes,)
+        """
+        src_seen = np.zeros(self.num_nodes, dtype=bool)
+        dst_seen = np.zeros(self.num_nodes, dtype=bool)
+        src, dst, eid = self._arrays["src"], self._arrays["dst"], self._arrays["eid"]
+        held = new_nodes is not None and new_nodes.any()
+        for a in range(0, self.num_events, _CHUNK):
+            s, d, e = (np.asarray(x[a:a + _CHUNK]) for x in (src, dst, eid))
+            keep = e < self.num_train_events
+            if held:
+                keep &= ~(new_nodes[s] | new_nodes[d])
+            src_seen[s[keep]] = True
+            dst_seen[d[keep]] = True
+        return src_seen, dst_seen
+
     def part(self, p: int, period: str = "all") -> Events:
         """Part ``p``: its own nodes plus the shared nodes, node-induced."""
         return self.merge([p], period)
@@ -353,11 +403,13 @@ class Shards:
         """Every stored event, in time order."""
         return self._gather([slice(0, int(self.offsets[-1]))], period)
 
-    def _gather(self, selectors: List, period: str) -> Events:
-        """Events at the stored positions ``selectors`` (slices or index arrays), in time order."""
+    def _gather(self, selectors: List, period: str, names: Optional[Iterable[str]] = None) -> Events:
+        """Events at the stored positions ``selectors`` (slices or index arrays), in time order
+        (the arrays ``names``, default all)."""
         if period not in ("all", "train", "eval"):
             raise ValueError(f"period must be 'all', 'train' or 'eval', got {period!r}")
-        cat = {name: np.concatenate([arr[s] for s in selectors]) for name, arr in self._arrays.items()}
+        cat = {name: np.concatenate([arr[s] for s in selectors]) for name, arr in self._arrays.items()
+               if names is None or name in names}
         for name in _ID_ARRAYS:  # stored as int32 when they fit; Events always holds int64
             cat[name] = cat[name].astype(np.int64, copy=False)
         order = np.argsort(cat["eid"], kind="stable")

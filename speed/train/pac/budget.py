@@ -22,16 +22,19 @@ def _event_bytes(shards: Shards) -> int:
 
 
 def rank_peak_bytes(runtime: int, shards: Shards, train_events: int, rank_events: int, rank_state: int,
-                    full_state: int, main: bool) -> Dict[str, int]:
+                    full_state: int, main: bool, whole_log: bool = False) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes): the interpreter with torch and speed
-    loaded (``runtime``, measured in this process), the log (every rank reads the whole log and
-    keeps a copy of its training period), its training sub-graph (the events and their stream),
-    its node state, and on rank 0 the full-graph evaluation state with the back-ups the
-    evaluation keeps at once (the best epoch's, and the start of a period, which the new-node
-    pass and, for the test period, the checkpoint need)."""
+    loaded (``runtime``, measured in this process), the log (rank 0, and every rank of a run
+    with a static memory, reads the whole log and keeps a copy of its training period; the other
+    ranks read their sub-graphs from the shards' memory maps and keep only each event's stored
+    position for the edge features), its training sub-graph (the events and their stream), its
+    node state, and on rank 0 the full-graph evaluation state with the back-ups the evaluation
+    keeps at once (the best epoch's, and the start of a period, which the new-node pass and,
+    for the test period, the checkpoint need)."""
     per_event = _event_bytes(shards)
-    out = {"runtime": int(runtime), "log": per_event * (shards.num_events + train_events),
-           "rank_events": 2 * 32 * rank_events, "rank_state": int(rank_state)}
+    log = per_event * (shards.num_events + train_events) if main or whole_log else \
+        (4 * shards.num_events if shards.msg_dim else 0)
+    out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events, "rank_state": int(rank_state)}
     if main:
         out["evaluation"] = EVAL_STATE_COPIES * int(full_state)
     out["total"] = sum(out.values())
@@ -86,7 +89,8 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
         for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
             rg = rank_graph(shards, group, split.new_nodes, config.subgraph)
             peak = rank_peak_bytes(runtime, shards, train_events, len(rg.events), int(rg.nodes.size) * state_per_node,
-                                   shards.num_nodes * state_per_node, main=r == 0)
+                                   shards.num_nodes * state_per_node, main=r == 0,
+                                   whole_log=config.static_memory != "none")
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
                           "memory_bytes": int(rg.nodes.size) * per_node, "peak_bytes": peak["total"],
                           "peak_parts": peak})

@@ -161,7 +161,7 @@ def rank_graph(shards: Shards, group: np.ndarray, new_nodes: Optional[np.ndarray
     :meth:`speed.partition.shards.Shards.merge`)."""
     nodes = np.concatenate([shards.shared, own_nodes(shards, group)])
     g2l = local_ids(nodes, shards.num_nodes)
-    ev = shards.merge(group, period="train", subgraph=subgraph)
+    ev = shards.merge(group, period="train", subgraph=subgraph, features=False)  # features are read by event id
     if new_nodes is not None and new_nodes.any():
         ev = ev.select(~(new_nodes[ev.src] | new_nodes[ev.dst]))
     local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(nodes.size),

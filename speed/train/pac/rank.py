@@ -33,9 +33,10 @@ from ..config import TrainConfig
 from ..engine import Batches, CyclingBatches, Engine, EpochLog
 from ..loader import EventStream
 from ..eval.evaluator import Evaluator
-from ..models import StatefulModel
+from ..models import StatefulModel, build_model
+from ..state.features import MappedFeatures
 from ..eval.negatives import RandomNegatives, negative_pool, train_seed
-from ..trainer import EpochLoop, model_for, peak_rss_bytes, place_state, resolve_device, seed_everything
+from ..trainer import EpochLoop, peak_rss_bytes, place_state, resolve_device, seed_everything, time_scale
 from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
@@ -74,10 +75,18 @@ class PacRank(EpochLoop):
             apply_threads(config.num_threads)
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
-        self.events = shards.events()
-        self.split = shards.split(self.events)
-        self._train = self.split.train(self.events)
-        self.model = model_for(config, 1, self.events, self._train).to(self.device)
+        # the whole log in memory only where it is read whole: rank 0's full-graph evaluation,
+        # and a static memory's preparation; the other ranks read their sub-graphs and edge
+        # features from the shards' memory maps
+        whole = self.is_main or config.static_memory != "none"
+        self.events = shards.events() if whole else None
+        self.split = shards.split(self.events) if whole else None
+        self._train = self.split.train(self.events) if whole else None
+        self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)
+        scale = [time_scale(self._train) if self.is_main else None]
+        dist.broadcast_object_list(scale, src=0, group=host_group)  # JODIE's time unit, from rank 0's log
+        self.time_scale = float(scale[0])
+        self.model = self._build_model(1).to(self.device)
         net = self.model.net
         self.static = net.static  # DistTGL's static memory, or None (speed.train.static)
         if self.static is not None:
@@ -112,9 +121,23 @@ class PacRank(EpochLoop):
         self._eval_model: Optional[StatefulModel] = None
         self._evaluator: Optional[Evaluator] = None
         self._val_pool: Optional[np.ndarray] = None
+        self._seen: Optional[np.ndarray] = None  # nodes of the masked training events (local validation)
         self._best_state: Optional[Dict] = None
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
         self._init_loop()
+
+    def _build_model(self, num_nodes: int) -> StatefulModel:
+        """The configured model for ``num_nodes`` state rows, with the log's edge features: from
+        the log where this rank holds it, else read in place from the shards."""
+        cfg, shards = self.config, self.shards
+        model = build_model(cfg.model, num_nodes, msg_dim=shards.msg_dim, static_nodes=shards.num_nodes,
+                            time_scale=self.time_scale, **cfg.architecture())
+        if self.events is not None:
+            model.state.set_edge_features(self.events.msg)
+        else:
+            rows = shards.feature_rows()
+            model.state.edge_features = None if rows is None else MappedFeatures(*rows)
+        return model
 
     # ------------------------------------------------------------------ training
     def groups(self, epoch: int) -> List[np.ndarray]:
@@ -126,7 +149,7 @@ class PacRank(EpochLoop):
     def train_epoch(self, epoch: int) -> EpochLog:
         cfg = self.config
         group = self.groups(epoch)[self.rank]
-        rg = self.graph = rank_graph(self.shards, group, self.split.new_nodes, cfg.subgraph)
+        rg = self.graph = rank_graph(self.shards, group, self.new_nodes, cfg.subgraph)
         ev = rg.events
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
@@ -188,10 +211,10 @@ class PacRank(EpochLoop):
         own); None otherwise."""
         if self.config.observe != "shared" or rg.num_shared == 0:
             return None
-        induced = self.shards.merge(rg.parts, period="train", subgraph="induced")
+        induced = self.shards.merge(rg.parts, period="train", subgraph="induced", features=False)
         other = induced.select(~np.isin(induced.eid, rg.events.eid))  # what the rank does not train
-        new = self.split.new_nodes
-        if new is not None and new.any():
+        new = self.new_nodes
+        if new.any():
             other = other.select(~(new[other.src] | new[other.dst]))
         g2l = rg.global_to_local(self.shards.num_nodes)
         src, dst, eid = g2l[other.src], g2l[other.dst], np.asarray(other.eid, dtype=np.int64)
@@ -230,7 +253,7 @@ class PacRank(EpochLoop):
             # building (and seeding) the model must not move this rank's RNG streams, or a
             # resumed run would diverge from an uninterrupted one
             rng = ckpt.rng_state()
-            self._eval_model = model_for(self.config, self.shards.num_nodes, self.events, self._train).to(self.device)
+            self._eval_model = self._build_model(self.shards.num_nodes).to(self.device)
             # the full-graph state on the device only where it fits (else each batch moves its rows)
             place_state(self._eval_model, self.config.state_device, self.device, self.shards.num_nodes)
             ckpt.set_rng_state(rng)
@@ -262,10 +285,11 @@ class PacRank(EpochLoop):
         log.seconds["exchange"] = 0.0  # only a best epoch gathers state (on_best)
         t0 = time.perf_counter()
         backup = self.model.state.backup()  # the state at the end of training, for a best-epoch exchange
-        if self._val_pool is None:
-            self._val_pool = negative_pool(self._train.src[self.split.train_mask], self._train.dst[self.split.train_mask],
-                                           self.events.bipartite)
-        scores = local_validation(self.model, self.shards, self.graph, self.split, self._val_pool, cfg.seed,
+        if self._val_pool is None:  # the masked training events' endpoints, as negative_pool takes them
+            src_seen, dst_seen = self.shards.trained_endpoints(self.new_nodes)
+            self._seen = src_seen | dst_seen
+            self._val_pool = np.flatnonzero(dst_seen if self.shards.bipartite else self._seen)
+        scores = local_validation(self.model, self.shards, self.graph, self._seen, self._val_pool, cfg.seed,
                                   cfg.batch_size, self.device, self.rank, self.world, self.host_group)
         self.model.state.restore(backup)
         log.seconds["validate"] = time.perf_counter() - t0

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from ...data.events import Events
-from ...data.split import Split
 from ...partition import _kernels
 from ...partition.shards import Shards
 from ..loader import EventStream
@@ -34,8 +33,9 @@ from .groups import RankGraph
 from .state import gather_rows
 
 
-def local_val_events(shards: Shards, graph: RankGraph, split: Split, rank: int, world: int):
-    """The val events this rank scores, in local ids, and their inductive flags.
+def local_val_events(shards: Shards, graph: RankGraph, seen: np.ndarray, rank: int, world: int):
+    """The val events this rank scores, in local ids, and their inductive flags (an endpoint
+    not ``seen`` in the masked training events, as :attr:`Split.val_inductive`).
 
     Returns
     -------
@@ -43,26 +43,27 @@ def local_val_events(shards: Shards, graph: RankGraph, split: Split, rank: int, 
         Local ``src``/``dst``, global ``eid``, chronological.
     inductive : bool ndarray, shape (n,)
     """
-    ev = shards.merge(graph.parts, period="eval")
-    lo, hi = split.num_train, split.num_train + split.num_val
-    keep = ev.eid < hi
+    ev = shards.merge(graph.parts, period="eval", features=False)
+    sp = shards.manifest["split"]
+    keep = ev.eid < int(sp["num_train_events"]) + int(sp["num_val_events"])
     both_shared = (shards.node_parts[ev.src] == _kernels.SHARED) & (shards.node_parts[ev.dst] == _kernels.SHARED)
     keep &= ~both_shared | (ev.eid % world == rank)
     ev = ev.select(keep)
     g2l = graph.global_to_local(shards.num_nodes)
     local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(graph.nodes.size),
                    bipartite=ev.bipartite)
-    return local, split.val_inductive[ev.eid - lo]
+    return local, ~seen[ev.src] | ~seen[ev.dst]
 
 
-def local_validation(model, shards: Shards, graph: RankGraph, split: Split, pool: np.ndarray, seed: int,
+def local_validation(model, shards: Shards, graph: RankGraph, seen: np.ndarray, pool: np.ndarray, seed: int,
                      batch_size: int, device: torch.device, rank: int, world: int, group=None) -> Optional[Dict]:
     """Score this rank's val events with its own model state; AP/AUC over all ranks on rank 0.
 
-    ``pool`` holds the global candidate negatives; those living on this rank are used.
-    The model's state moves on through the val events: back it up first if it is needed.
+    ``seen`` (bool, shape (num_nodes,)) marks the nodes of the masked training events; ``pool``
+    holds the global candidate negatives, of which those living on this rank are used.  The
+    model's state moves on through the val events: back it up first if it is needed.
     """
-    events, inductive = local_val_events(shards, graph, split, rank, world)
+    events, inductive = local_val_events(shards, graph, seen, rank, world)
     local_pool = graph.global_to_local(shards.num_nodes)[pool]
     local_pool = local_pool[local_pool >= 0]
     pos = neg = torch.empty(0)
