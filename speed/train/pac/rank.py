@@ -136,7 +136,7 @@ class PacRank(EpochLoop):
             model.state.set_edge_features(self.events.msg)
         else:
             rows = shards.feature_rows()
-            model.state.edge_features = None if rows is None else MappedFeatures(*rows)
+            model.state.set_edge_features(None if rows is None else MappedFeatures(*rows))
         return model
 
     # ------------------------------------------------------------------ training

@@ -8,6 +8,7 @@ features and the extra state a recipe declares, owned by :class:`~speed.train.st
 ``sampler``        :class:`RecentNeighborSampler`, the neighbour rings
 ``components``     extra state a recipe declares (TIGE's dual memory)
 ``values``         TIGE's kept event values
+``features``       :class:`MappedFeatures`, edge features read in place by event id
 ``batch_plan``     the host work of a step, planned on the state
 ``node_index``     original ids to rows (the Predictor)
 ``_kernels``       numba kernels of the rings and the store

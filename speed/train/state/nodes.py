@@ -20,6 +20,7 @@ import torch
 
 from .batch_plan import BatchPlan, PlanNeeds, build_plan
 from .components import COMPONENTS
+from .features import MappedFeatures
 from .memory import NodeMemory
 from .sampler import RecentNeighborSampler
 from .store import MessageStore
@@ -113,8 +114,13 @@ class NodeStates:
         return self
 
     def set_edge_features(self, msg) -> None:
-        """Edge features of the whole log, indexed by event id (kept out of checkpoints)."""
-        self.edge_features = None if msg is None else torch.as_tensor(msg, dtype=torch.float32).cpu()
+        """Edge features of the whole log, indexed by event id (kept out of checkpoints): an
+        array, held in memory, or a :class:`~speed.train.state.features.MappedFeatures`, read in
+        place."""
+        if msg is None or isinstance(msg, MappedFeatures):
+            self.edge_features = msg
+        else:
+            self.edge_features = torch.as_tensor(msg, dtype=torch.float32).cpu()
 
     def add_edge_features(self, msg: np.ndarray) -> None:
         """Append the features of new events (ids continue after the held ones)."""
