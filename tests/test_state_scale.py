@@ -115,3 +115,27 @@ def test_state_placement():
     with np.testing.assert_raises(speed.InputError):
         speed.train(speed.Events.from_arrays(*_log(50, 300)), model="jodie", epochs=1, state_device="gpu",
                     progress=False)
+
+
+def test_checkpoint_arrays_are_written_as_tensors(tmp_path):
+    """A checkpoint's numpy arrays (neighbour rings, pending events) go into the archive as
+    tensor records, not pickled: pickling copies an array whole in memory (twice) first, which
+    made a run's peak at the end.  They load back as the same arrays; other values as they were."""
+    import zipfile
+
+    from speed.train import checkpoint as ckpt
+
+    big = np.arange(2_000_000, dtype=np.int64)
+    state = {"sampler": {"nbr": big, "t": big.astype(np.float64)[::2], "names": np.array(["a", "bc"])},
+             "rng": (np.uint32(5), np.arange(3, dtype=np.uint32)), "w": torch.ones(3)}
+    c = ckpt.Checkpoint(kind="best", epoch=1, model_name="tgn", config={}, model=state, optimizer={}, rng=[],
+                        history=[], stopping={}, best={}, num_nodes=1)
+    path = c.save(tmp_path / "c.pt")
+    with zipfile.ZipFile(path) as z:
+        pickled = max(i.file_size for i in z.infolist() if i.filename.endswith("data.pkl"))
+    assert pickled < 10_000  # the 24 MB of arrays are tensor records beside the pickle
+    back = ckpt.load_checkpoint(path).model
+    assert isinstance(back["sampler"]["nbr"], np.ndarray) and np.array_equal(back["sampler"]["nbr"], big)
+    assert np.array_equal(back["sampler"]["t"], big.astype(np.float64)[::2])
+    assert back["sampler"]["names"].tolist() == ["a", "bc"] and back["rng"][1].dtype == np.uint32
+    assert torch.equal(back["w"], torch.ones(3))

@@ -14,7 +14,7 @@ Both are written atomically by one process (rank 0).
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -78,9 +78,56 @@ class Checkpoint:
 
     def save(self, path) -> Path:
         path = Path(path)
+        # shallow: dataclasses.asdict would deep-copy every array of the node state first
+        state = _nested(_to_stored, {f.name: getattr(self, f.name) for f in fields(self)})
         with atomic_file(path) as tmp:
-            torch.save(asdict(self), tmp)
+            torch.save(state, tmp)
         return path
+
+
+# numpy dtypes a torch tensor can hold (torch.from_numpy shares the memory)
+_TENSOR_DTYPES = {np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                        np.float32, np.float64)}
+
+
+class StoredArray:
+    """A numpy array saved as a tensor.  ``torch.save`` writes a tensor's bytes straight into the
+    archive, while a pickled array is first copied whole into memory (twice: the pickle's bytes,
+    then its buffer); the node state's neighbour rings and pending events are arrays, and those
+    copies made a run's peak memory at the end, when the best checkpoint is written."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _to_stored(x):
+    if isinstance(x, np.ndarray) and x.dtype in _TENSOR_DTYPES:
+        return StoredArray(torch.from_numpy(np.ascontiguousarray(x)))
+    return x
+
+
+def _from_stored(x):
+    return x.tensor.numpy() if isinstance(x, StoredArray) else x
+
+
+def _nested(f, x):
+    """``x`` with ``f`` applied to every value inside its dicts, lists and tuples; containers
+    with nothing changed are returned as they are (a state dict keeps its ``_metadata``)."""
+    y = f(x)
+    if y is not x:
+        return y
+    if isinstance(x, dict):
+        items = {k: _nested(f, v) for k, v in x.items()}
+        if all(items[k] is v for k, v in x.items()):
+            return x
+        out = type(x)(items)
+        if hasattr(x, "_metadata"):
+            out._metadata = x._metadata
+        return out
+    if type(x) in (list, tuple):
+        items = [_nested(f, v) for v in x]
+        return x if all(a is b for a, b in zip(items, x)) else type(x)(items)
+    return x
 
 
 def require_resumable(out) -> Path:
@@ -105,7 +152,7 @@ def load_checkpoint(path) -> Checkpoint:
     if not path.exists():
         raise InputError("no checkpoint here", path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = _nested(_from_stored, torch.load(path, map_location="cpu", weights_only=False))
     except Exception as exc:  # truncated or not a torch file
         raise InputError(f"not a readable checkpoint ({type(exc).__name__})", path) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
