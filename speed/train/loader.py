@@ -40,11 +40,12 @@ class EventStream:
     """
 
     def __init__(self, events: Events):
-        # copies: event arrays may be read-only views (arrow, memory maps)
-        self.src = np.array(events.src, dtype=np.int64)
-        self.dst = np.array(events.dst, dtype=np.int64)
-        self.t = np.array(events.t_float(), dtype=np.float64)
-        self.eid = np.array(events.eid, dtype=np.int64)
+        # the log's own arrays where they already have these types (no second copy of a large
+        # log): a stream is only read, and :meth:`batch` hands out fresh (writable) arrays
+        self.src = np.ascontiguousarray(events.src, dtype=np.int64)
+        self.dst = np.ascontiguousarray(events.dst, dtype=np.int64)
+        self.t = np.ascontiguousarray(events.t_float(), dtype=np.float64)
+        self.eid = np.ascontiguousarray(events.eid, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
