@@ -224,6 +224,24 @@ def test_random_negatives_are_the_events_sources_and_the_logs_destinations():
 
 
 # ---------------------------------------------------------------- ranking candidates
+def test_tgb_random_candidates_come_from_every_id_between_the_first_and_last_destination():
+    """TGB's generator draws from ``arange(first_dst_id, last_dst_id + 1)``: under ``--protocol
+    tgb`` an id between two destinations that is never one is a candidate too; the other
+    protocols rank against the log's distinct destinations."""
+    rng = np.random.default_rng(4)
+    n = 600
+    ev = speed.Events.from_arrays(rng.integers(0, 30, n), rng.choice([40, 43, 47, 52], n),
+                                  np.sort(rng.integers(0, 200, n)).astype(np.float64))
+    split = speed.chronological_split(ev, new_node_fraction=0.0)
+    tgb = Evaluator(ev, split, 200, seed=0, protocol="tgb", mrr_negatives=10)
+    assert tgb.ranking_pool.tolist() == list(range(40, 53))
+    cand, valid = tgb.ranking_candidates("test")
+    assert set(cand[valid].tolist()) - {40, 43, 47, 52}  # ids no event has, as TGB draws them
+    assert set(cand[valid].tolist()) <= set(range(40, 53))
+    tgn = Evaluator(ev, split, 200, seed=0, protocol="tgn", mrr_negatives=10)
+    assert tgn.ranking_pool.tolist() == [40, 43, 47, 52]
+
+
 def test_mrr_candidates_are_distinct_and_never_true_edges():
     """TGB's ``rnd``: distinct destinations, none a true destination of the source at the time."""
     rng = np.random.default_rng(0)
