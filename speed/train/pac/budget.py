@@ -21,32 +21,36 @@ def _event_bytes(shards: Shards) -> int:
                * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards._arrays.items())
 
 
-def rank_peak_bytes(runtime: int, shards: Shards, train_events: int, rank_events: int, rank_state: int,
+def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int,
                     full_state: int, main: bool, whole_log: bool = False) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes): the interpreter with torch and speed
     loaded (``runtime``, measured in this process), the log (rank 0, and every rank of a run
-    with a static memory, reads the whole log and keeps a copy of its training period; the other
-    ranks read their sub-graphs from the shards' memory maps and keep only each event's stored
-    position for the edge features), its training sub-graph (the events and their stream), its
-    node state, and on rank 0 the full-graph evaluation state with the back-ups the evaluation
-    keeps at once (the best epoch's, and the start of a period, which the new-node pass and,
-    for the test period, the checkpoint need)."""
+    with a static memory, reads the whole log, twice over while the stored buckets are gathered
+    into time order; the other ranks read their sub-graphs from the shards' memory maps and keep
+    only each event's stored position for the edge features), its training sub-graph (the
+    events and their stream), its node state, and on rank 0 the full-graph evaluation state
+    with the copies the evaluation holds at once (:data:`RANK_STATE_COPIES` and
+    :data:`EVAL_STATE_COPIES` count them)."""
     per_event = _event_bytes(shards)
-    log = per_event * (shards.num_events + train_events) if main or whole_log else \
+    log = 2 * per_event * shards.num_events if main or whole_log else \
         (4 * shards.num_events if shards.msg_dim else 0)
-    out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events, "rank_state": int(rank_state)}
+    # the rank's state three times over at the end of an epoch: local validation backs it up,
+    # and the gather for evaluation sends a copy of its rows
+    out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events,
+           "rank_state": RANK_STATE_COPIES * int(rank_state)}
     if main:
         out["evaluation"] = EVAL_STATE_COPIES * int(full_state)
     out["total"] = sum(out.values())
     return out
 
 
-# full-graph states rank 0 holds at once during evaluation: the evaluation model's, the best
-# epoch's back-up, a period's start (kept for the new-node pass; for the test period also for
-# load_run(at="test")), and while a best epoch's state is gathered, the ranks' rows beside the
-# assembled state (counted on a 1M-event run: rank 0 measured 1.27 GiB against 0.91 planned
-# with 3 copies)
-EVAL_STATE_COPIES = 4
+# full-graph states rank 0 holds at once during evaluation: while a best epoch's state is
+# gathered, the ranks' rows, the assembled state and the evaluation model's; later the
+# evaluation model's and a period's start (kept for the new-node pass; for the test period also
+# for load_run(at="test")), with the neighbour rings copied once more while checkpoint.pt is
+# written.  (The evaluation model holds the best epoch's state itself: no back-up of it.)
+EVAL_STATE_COPIES = 3
+RANK_STATE_COPIES = 3
 
 
 def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
@@ -90,7 +94,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
         ranks = []
         for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
             rg = rank_graph(shards, group, split.new_nodes, config.subgraph)
-            peak = rank_peak_bytes(runtime, shards, train_events, len(rg.events), int(rg.nodes.size) * state_per_node,
+            peak = rank_peak_bytes(runtime, shards, len(rg.events), int(rg.nodes.size) * state_per_node,
                                    shards.num_nodes * state_per_node, main=r == 0,
                                    whole_log=config.static_memory != "none")
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),

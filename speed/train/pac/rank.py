@@ -122,7 +122,8 @@ class PacRank(EpochLoop):
         self._evaluator: Optional[Evaluator] = None
         self._val_pool: Optional[np.ndarray] = None
         self._seen: Optional[np.ndarray] = None  # nodes of the masked training events (local validation)
-        self._best_state: Optional[Dict] = None
+        self._best_state: Optional[Dict] = None  # the best epoch's full-graph state, after a resume
+        self._best_in_eval_model = False  # or held by the evaluation model itself (local validation)
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
         self._init_loop()
 
@@ -304,7 +305,11 @@ class PacRank(EpochLoop):
         log.seconds["exchange"] += time.perf_counter() - t0
         if self.is_main:
             self.best_params = self._params_copy()
-            self._best_state = self.eval_model().state.backup()
+            # with local validation nothing else loads the evaluation model before the end: it
+            # holds the best epoch's state itself (a back-up is a full-graph copy, 1 GiB on a
+            # 10M-event log)
+            self._best_state = None
+            self._best_in_eval_model = True
             self.best = {"val": log.val}
 
     def final_results(self) -> Dict:
@@ -312,7 +317,9 @@ class PacRank(EpochLoop):
             return super().final_results()
         model = self.eval_model()
         model.load_params(self.best_params)
-        model.state.restore(self._best_state)
+        if self._best_state is not None:  # a resumed run: the best epoch's state came from last.pt
+            model.state.restore(self._best_state)
+            self._best_state = None
         if self.config.eval == "replay":
             result = self.evaluator.replay(model)
         else:
@@ -336,7 +343,10 @@ class PacRank(EpochLoop):
 
     def _last_extra(self) -> Dict:
         # with local validation the best epoch's full-graph state is needed at the end
-        return {**super()._last_extra(), "best_state": self._best_state}
+        best = self._best_state
+        if best is None and self._best_in_eval_model:
+            best = self._eval_model.state.backup()
+        return {**super()._last_extra(), "best_state": best}
 
     def _load_extra(self, extra: Dict) -> None:
         super()._load_extra(extra)
