@@ -497,3 +497,19 @@ def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path
     again = speed.train(feature_shards, validation="local", out=tmp_path / "again", **kw)
     assert m["data"]["msg_dim"] == 3 and 0 < m["test"]["transductive"]["ap"] <= 1
     assert m["test"] == again["test"] and m["epochs"][0]["val"] == again["epochs"][0]["val"]
+
+
+def test_planned_peak_is_the_largest_phase_over_the_runtime_and_the_log(shards4):
+    """A rank's planned peak: runtime and log, then the largest of reading the log, the end of a
+    training epoch and (rank 0) the full-graph evaluation, never their sum; the other ranks
+    hold no log."""
+    from speed.train.pac.budget import EVAL_STATE_COPIES, RANK_STATE_COPIES, rank_peak_bytes
+
+    shards = load_shards(shards4)
+    main_rank = rank_peak_bytes(1000, shards, 10, 7, 50, main=True)
+    other = rank_peak_bytes(1000, shards, 10, 7, 50, main=False)
+    log = main_rank["log"]
+    assert log > 0 and other["log"] == 0 and "evaluation" not in other
+    phases = [log, 2 * 32 * 10 + RANK_STATE_COPIES * 7, EVAL_STATE_COPIES * 50]
+    assert main_rank["total"] == 1000 + log + max(phases)
+    assert other["total"] == 1000 + 2 * 32 * 10 + RANK_STATE_COPIES * 7

@@ -23,34 +23,44 @@ def _event_bytes(shards: Shards) -> int:
 
 def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int,
                     full_state: int, main: bool, whole_log: bool = False) -> Dict[str, int]:
-    """What a rank holds at its peak, by part (bytes): the interpreter with torch and speed
-    loaded (``runtime``, measured in this process), the log (rank 0, and every rank of a run
-    with a static memory, reads the whole log, twice over while the stored buckets are gathered
-    into time order; the other ranks read their sub-graphs from the shards' memory maps and keep
-    only each event's stored position for the edge features), its training sub-graph (the
-    events and their stream), its node state, and on rank 0 the full-graph evaluation state
-    with the copies the evaluation holds at once (:data:`RANK_STATE_COPIES` and
-    :data:`EVAL_STATE_COPIES` count them)."""
+    """What a rank holds at its peak, by part (bytes).
+
+    Always: the interpreter with torch and speed loaded and a rank started (``runtime``) and the
+    log (rank 0, and every rank of a run with a static memory, holds the whole log; the other
+    ranks read their sub-graphs from the shards' memory maps and keep only each event's stored
+    position for the edge features).  Then the largest of three phases: reading the log (a
+    second copy while the stored buckets are gathered into time order), the end of a training
+    epoch (the sub-graph's events and stream, and the rank's node state :data:`RANK_STATE_COPIES`
+    times over) and, on rank 0, the full-graph evaluation (:data:`EVAL_STATE_COPIES` states; the
+    rank's own state is freed before it).
+    """
     per_event = _event_bytes(shards)
-    log = 2 * per_event * shards.num_events if main or whole_log else \
-        (4 * shards.num_events if shards.msg_dim else 0)
-    # the rank's state three times over at the end of an epoch: local validation backs it up,
-    # and the gather for evaluation sends a copy of its rows
+    whole = main or whole_log
+    log = per_event * shards.num_events if whole else (4 * shards.num_events if shards.msg_dim else 0)
     out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events,
            "rank_state": RANK_STATE_COPIES * int(rank_state)}
+    phases = [log if whole else 0, out["rank_events"] + out["rank_state"]]
     if main:
         out["evaluation"] = EVAL_STATE_COPIES * int(full_state)
-    out["total"] = sum(out.values())
+        phases.append(out["evaluation"])
+    out["total"] = out["runtime"] + log + max(phases)
     return out
 
 
-# full-graph states rank 0 holds at once during evaluation: while a best epoch's state is
-# gathered, the ranks' rows, the assembled state and the evaluation model's; later the
-# evaluation model's and a period's start (kept for the new-node pass; for the test period also
-# for load_run(at="test")), with the neighbour rings copied once more while checkpoint.pt is
-# written.  (The evaluation model holds the best epoch's state itself: no back-up of it.)
-EVAL_STATE_COPIES = 3
+# Full-graph states rank 0 holds at once during evaluation, counted: the evaluation model's, the
+# test period's start (kept for the new-node pass and for load_run(at="test")), and while
+# checkpoint.pt is written a copy of the model's state and of its neighbour rings and pending
+# events (the predictor's end snapshot).  (The evaluation model holds the best epoch's state
+# itself: no back-up of it.)
+EVAL_STATE_COPIES = 4
+# A rank's state at the end of an epoch: its own, local validation's back-up of it, and the rows
+# the gather for evaluation sends.
 RANK_STATE_COPIES = 3
+# What a started rank holds beyond the interpreter with torch and speed loaded (the process
+# group and DDP, the numba kernels, thread pools), measured: a rank on the 1M-event log held
+# 705 MiB before training, 60 MiB of it its data, against about 450 MiB for a process that only
+# imported speed and built a model.
+RANK_STARTUP_BYTES = 192 << 20
 
 
 def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
@@ -77,15 +87,18 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
         Adam moments, 0 without static memory).
     """
     check_world(shards.num_parts, nproc)
-    split = shards.split()
-    train_events = int(split.train_mask.sum())
     model = build_model(config.model, 1, **config.architecture())
+    from ..trainer import peak_rss_bytes
+
+    # this process has loaded what a rank loads before its data, and none of the log
+    runtime = peak_rss_bytes() + RANK_STARTUP_BYTES
+    shards.require_trainable()
+    sp = shards.manifest["split"]
+    train_events = int(sp.get("num_train_events_masked", sp["num_train_events"]))
+    new_nodes = shards.new_nodes
     per_node = model.state.nbytes(1)
     # every per-node structure (memories, neighbour rings, pending index), per node
     state_per_node = sum(model.state.footprint(1).values())
-    from ..trainer import peak_rss_bytes
-
-    runtime = peak_rss_bytes()  # this process has loaded what a rank loads before its data
     # the static table has a row per node of the log on every rank (speed.train.static)
     static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
@@ -93,7 +106,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     for epoch in range(1, config.epochs + 1):
         ranks = []
         for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
-            rg = rank_graph(shards, group, split.new_nodes, config.subgraph)
+            rg = rank_graph(shards, group, new_nodes, config.subgraph)
             peak = rank_peak_bytes(runtime, shards, len(rg.events), int(rg.nodes.size) * state_per_node,
                                    shards.num_nodes * state_per_node, main=r == 0,
                                    whole_log=config.static_memory != "none")
