@@ -53,36 +53,19 @@ from speed.train.eval.metrics import ranking_metrics
 from speed.train.eval.negatives import random_candidates
 
 RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import test_conformance as conformance  # noqa: E402  (the hand-built logs the tests use, one copy)
 
 
 # ----------------------------------------------------------------------------- logs
-def yearly_log(seed=0, nodes=60, years=10, per_year=480):
-    """As in tests/test_conformance.py: yearly timestamps, many events share one."""
-    rng = np.random.default_rng(seed)
-    n = years * per_year
-    w = 1.0 / np.arange(1, nodes + 1)
-    src = rng.choice(nodes, size=n, p=w / w.sum())
-    dst = rng.choice(nodes, size=n, p=w / w.sum())
-    t = np.repeat(np.arange(years), per_year).astype(np.float64)
-    return speed.Events.from_arrays(src, dst, t, num_nodes=nodes)
+# yearly timestamps (many events share one), and a training period whose last time touches
+# only a held-out node: the conformance tests' own logs
+def yearly_log(seed=0, nodes=60):
+    return conformance.yearly_log(seed, nodes)
 
 
 def held_out_tail_log():
-    """As in tests/test_conformance.py: the training period's last time touches only held-out node 20."""
-    rng = np.random.default_rng(3)
-    src, dst, t = [], [], []
-    for year in range(18):
-        if year == 9:
-            s, d = np.full(10, 20), np.arange(10)
-        else:  # 20 events a year in training, 10 later: training is the first 70%
-            k = 20 if year < 9 else 10
-            s, d = rng.integers(0, 10, k), rng.integers(0, 10, k)
-            if year > 9:  # node 20 comes back, with node 11: no pair of time 9 recurs
-                s[0], d[0] = 20, 11
-        src += s.tolist()
-        dst += d.tolist()
-        t += [float(year)] * len(s)
-    return speed.Events.from_arrays(np.array(src), np.array(dst), np.array(t), num_nodes=21)
+    return conformance.held_out_tail_log()[0]
 
 
 def few_items_log(seed=0, users=30, items=40, times=25, n=1500):
