@@ -18,6 +18,7 @@ Per epoch (Alg. 2):
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..._threads import apply_threads
+from ..._threads import apply_threads, default_threads
 from ..._util import tune_allocator
 from ...partition.shards import Shards
 from .. import checkpoint as ckpt
@@ -124,6 +125,7 @@ class PacRank(EpochLoop):
         self._seen: Optional[np.ndarray] = None  # nodes of the masked training events (local validation)
         self._best_state: Optional[Dict] = None  # the best epoch's full-graph state, after a resume
         self._best_in_eval_model = False  # or held by the evaluation model itself (local validation)
+        self.evaluation_threads: Optional[int] = None  # rank 0's threads while it evaluates alone
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
         self._init_loop()
 
@@ -312,7 +314,36 @@ class PacRank(EpochLoop):
             self._best_in_eval_model = True
             self.best = {"val": log.val}
 
+    @contextmanager
+    def _alone(self):
+        """Rank 0 evaluating the full graph while the other ranks wait in a collective: on CPU it
+        takes the idle cores of its host for the while (its share is cores / ranks on the host),
+        then gives them back.  Not with ``--deterministic``, whose figures depend on the thread
+        count."""
+        if not self.is_main or self.world == 1 or self.device.type != "cpu" or self.config.deterministic:
+            yield
+            return
+        before = torch.get_num_threads()
+        self.evaluation_threads = max(before, default_threads(1))
+        apply_threads(self.evaluation_threads)
+        try:
+            yield
+        finally:
+            apply_threads(before)
+
+    def validate(self, log: Optional[EpochLog] = None) -> Dict:
+        with self._alone():
+            return super().validate(log)
+
+    def _best_results(self, log: EpochLog) -> Dict:
+        with self._alone():
+            return super()._best_results(log)
+
     def final_results(self) -> Dict:
+        with self._alone():
+            return self._final_results()
+
+    def _final_results(self) -> Dict:
         if self.config.validation == "full":
             return super().final_results()
         model = self.eval_model()
@@ -363,7 +394,8 @@ class PacRank(EpochLoop):
                 "num_shared": int(self.shards.shared.size), "source": str(self.shards.path)}
 
     def extra_metrics(self) -> Dict:
-        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes)}
+        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
+                "evaluation_threads": self.evaluation_threads or torch.get_num_threads()}
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()
