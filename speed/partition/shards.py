@@ -422,7 +422,7 @@ class Shards:
         return Events(
             src=out["src"], dst=out["dst"], t=out["t"], eid=out["eid"], num_nodes=self.num_nodes,
             msg=out.get("msg"), label=out.get("label"), node_ids=self.node_ids,
-            bipartite=bool(inp.get("bipartite", False)),
+            bipartite=self.bipartite,
             meta={"source": str(self.path), "format": "shards"},
         )
 

@@ -113,9 +113,16 @@ def time_scale(events: Events) -> float:
 def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> StatefulModel:
     """The configured model for ``num_nodes`` node-state rows, with the log's edge features
     (a static memory has a row for every node of ``events``)."""
-    model = build_model(config.model, num_nodes, msg_dim=events.msg_dim, static_nodes=events.num_nodes,
-                        time_scale=time_scale(train), **config.architecture())
-    model.state.set_edge_features(events.msg)
+    return configured_model(config, num_nodes, events.msg_dim, events.num_nodes, time_scale(train), events.msg)
+
+
+def configured_model(config: TrainConfig, num_nodes: int, msg_dim: int, static_nodes: int, scale: float,
+                     features) -> StatefulModel:
+    """:func:`build_model` with the config's architecture and the log's facts; ``features``: the
+    edge features by event id (an array, a :class:`MappedFeatures` read in place, or None)."""
+    model = build_model(config.model, num_nodes, msg_dim=msg_dim, static_nodes=static_nodes, time_scale=scale,
+                        **config.architecture())
+    model.state.set_edge_features(features)
     return model
 
 

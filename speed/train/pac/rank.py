@@ -34,10 +34,11 @@ from ..config import TrainConfig
 from ..engine import Batches, CyclingBatches, Engine, EpochLog
 from ..loader import EventStream
 from ..eval.evaluator import Evaluator
-from ..models import StatefulModel, build_model
+from ..models import StatefulModel
 from ..state.features import MappedFeatures
 from ..eval.negatives import RandomNegatives, negative_pool, train_seed
-from ..trainer import EpochLoop, peak_rss_bytes, place_state, resolve_device, seed_everything, time_scale
+from ..trainer import (EpochLoop, configured_model, peak_rss_bytes, place_state, resolve_device, seed_everything,
+                       time_scale)
 from ..static import make_optimizer, merge_static, prepare_static
 from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
 from .state import assemble, gather_state
@@ -132,15 +133,13 @@ class PacRank(EpochLoop):
     def _build_model(self, num_nodes: int) -> StatefulModel:
         """The configured model for ``num_nodes`` state rows, with the log's edge features: from
         the log where this rank holds it, else read in place from the shards."""
-        cfg, shards = self.config, self.shards
-        model = build_model(cfg.model, num_nodes, msg_dim=shards.msg_dim, static_nodes=shards.num_nodes,
-                            time_scale=self.time_scale, **cfg.architecture())
+        shards = self.shards
         if self.events is not None:
-            model.state.set_edge_features(self.events.msg)
+            features = self.events.msg
         else:
             rows = shards.feature_rows()
-            model.state.set_edge_features(None if rows is None else MappedFeatures(*rows))
-        return model
+            features = None if rows is None else MappedFeatures(*rows)
+        return configured_model(self.config, num_nodes, shards.msg_dim, shards.num_nodes, self.time_scale, features)
 
     # ------------------------------------------------------------------ training
     def groups(self, epoch: int) -> List[np.ndarray]:
