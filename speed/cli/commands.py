@@ -47,6 +47,8 @@ def partition_command(args) -> int:
     from ..partition.shards import SHARDS_MARKERS
 
     out = Path(args.output)
+    if args.append:
+        return _append(args, out)
     check_output_dir(out, args.overwrite, SHARDS_MARKERS, "shards folder")  # before any work
     progress = False if args.no_progress else None
     if args.max_memory is not None:
@@ -59,6 +61,22 @@ def partition_command(args) -> int:
         save_dgl_parts(out, out / "dgl", overwrite=True)
     with open(out / "manifest.json") as f:
         manifest = json.load(f)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(format_summary(manifest))
+    return 0
+
+
+def _append(args, out: Path) -> int:
+    from ..partition.append import append_file
+    from .summaries import format_appends
+
+    if args.overwrite or args.dgl:
+        raise InputError(f"--append adds to OUTPUT; it does not take {'--overwrite' if args.overwrite else '--dgl'}")
+    progress = False if args.no_progress else None
+    manifest = append_file(args.input, out, progress=progress, max_memory=args.max_memory, sort=not args.no_sort,
+                           reader=_reader_kwargs(args))
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:
@@ -178,6 +196,26 @@ def score_command(args) -> int:
     return 0
 
 
+def update_command(args) -> int:
+    from ..train.online import update
+
+    metrics = update(args.run, args.events, args.out, reader=_reader_kwargs(args), overwrite=args.overwrite,
+                     passes=args.passes, replay=args.replay, train=not args.memory_only, mrr=args.mrr,
+                     mrr_negatives=args.mrr_negatives, lr=args.lr, windows=args.windows, seed=args.seed,
+                     device=args.device, progress=False if args.no_progress else None)
+    u = metrics["updates"][-1]
+    if args.json:
+        print(json.dumps(u, indent=2))
+        return 0
+    mrr = f", MRR {u['mrr']:.4f}" if "mrr" in u else ""
+    loss = f", loss {u['loss']:.4f}" if u.get("loss") is not None else ""
+    mode = "memory only" if u["mode"] == "memory" else f"trained, {u['passes']} pass(es)"
+    print(f"increment {u['increment']}: {u['events']:,} events ({u['new_nodes']:,} new nodes), scored before "
+          f"training on them: AP {u['ap']:.4f}, AUC {u['auc']:.4f}{mrr}; {mode}{loss}; {u['seconds']:.1f} s "
+          f"-> {args.out}")
+    return 0
+
+
 def plan_command(args) -> int:
     from ..partition.shards import Shards
     from ..train.config import BASELINES, PLAN_FIELDS, TrainConfig
@@ -196,4 +234,4 @@ def plan_command(args) -> int:
 
 # the subcommand -> its function (``speed.cli.main`` dispatches on the parsed command name)
 COMMANDS = {"partition": partition_command, "train": train_command, "plan": plan_command,
-            "embed": embed_command, "score": score_command, "generate": generate_command}
+            "embed": embed_command, "score": score_command, "generate": generate_command, "update": update_command}

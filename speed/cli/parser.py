@@ -158,6 +158,10 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing shards folder (one with a manifest.json; never another folder)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--append", action="store_true",
+                   help="append INPUT's events to the SEP shards in OUTPUT: SEP goes on from their saved stream state "
+                        "(the partitioning and split options stored with them apply); the events must not be older "
+                        "than the shards' last one")
     p.add_argument("--max-memory", default=None, metavar="SIZE",
                    help="partition out of core within SIZE (e.g. 3G): the log streams from disk, memory is per-node "
                         "state plus one chunk; needs integer node ids and time-sorted input (default: in memory)")
@@ -206,6 +210,35 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     sc.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     sc.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_reader_options(sc, log_only=False)  # for PAIRS and --events
+
+    from ..train.config import UpdateConfig
+
+    UD = UpdateConfig()
+    u = sub.add_parser("update", help="update a trained run with new events: score each batch, then train on it")
+    u.add_argument("run", help="run directory from `speed train` or an earlier `speed update`")
+    u.add_argument("events", help="new events (same formats as partition; none older than the run's last event), or a "
+                                  "shards folder (the events appended to it since the run)")
+    u.add_argument("--out", required=True, help="the updated run's directory (RUN stays as it was)")
+    u.add_argument("--passes", type=int, default=UD.passes,
+                   help=f"passes of training over the new events (default {UD.passes})")
+    u.add_argument("--replay", type=float, default=UD.replay, metavar="F",
+                   help="earlier interactions added to each step's loss, as a fraction of the batch, against "
+                        f"forgetting (default {UD.replay:g})")
+    u.add_argument("--memory-only", action="store_true",
+                   help="do not train: the memory takes the events in with the weights fixed")
+    u.add_argument("--mrr", action="store_true", help="also rank each event against random destinations (MRR)")
+    u.add_argument("--mrr-negatives", type=int, default=UD.mrr_negatives, metavar="K",
+                   help=f"destinations each event is ranked against with --mrr (default {UD.mrr_negatives})")
+    u.add_argument("--lr", type=float, default=UD.lr, help="learning rate of the updates (default: the run's)")
+    u.add_argument("--windows", type=int, default=UD.windows,
+                   help=f"slices of the new events scored apart in metrics.json and the plot (default {UD.windows})")
+    u.add_argument("--seed", type=int, default=UD.seed, help=f"seed of the negatives and replay draws (default "
+                                                             f"{UD.seed})")
+    u.add_argument("--device", default=UD.device, help=f"cpu, cuda or cuda:N (default {UD.device})")
+    u.add_argument("--overwrite", action="store_true", help="replace an existing run folder OUT")
+    u.add_argument("--json", action="store_true", help="print this increment's scores as JSON")
+    u.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_reader_options(u, log_only=False)
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

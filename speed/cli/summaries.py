@@ -70,6 +70,23 @@ def format_summary(m: dict) -> str:
                      f"{'' if ld is None else format(ld, ','):>12}")
     lines.append("")
     lines.append("seconds      " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
+    if m.get("appends"):
+        lines += ["", format_appends(m)]
+    return "\n".join(lines)
+
+
+def format_appends(m: dict) -> str:
+    """The appends of a shards manifest, the latest last, and the re-partition advice."""
+    base = m["base_quality"]
+    lines = [f"version {m['version']}: {len(m['appends'])} append(s) after a partition of "
+             f"{base['num_partitioned_events']:,} events (edge cut {100 * base['edge_cut']:.2f}%, replication "
+             f"{base['replication_factor']:.4f}); now {m['num_partitioned_events']:,} partitioned events",
+             f"{'version':>7}  {'events':>10}  {'new nodes':>9}  {'new hubs':>8}  {'edge cut':>8}  {'seconds':>8}"]
+    for a in m["appends"]:
+        lines.append(f"{a['version']:>7}  {a['num_events']:>10,}  {a['new_nodes']:>9,}  {a['new_hubs']:>8,}  "
+                     f"{100 * a['edge_cut']:>7.2f}%  {a['seconds']['total']:>8.3f}")
+    lines.append(f"advice       {m['advice']}" if m.get("advice") else
+                 "advice       none: the appended shards keep the quality of the first partition")
     return "\n".join(lines)
 
 

@@ -113,6 +113,9 @@ class PartitionResult:
         endpoints' common part.  Shards store it, so a PAC rank can train each event once.
     centrality : float64 ndarray, shape (num_nodes,), optional
     hubs : int64 ndarray, shape (H,), optional
+    stream : SepStream, optional
+        SEP's stream state after the events (SEP only): saved with the shards, so later
+        events can be appended (:mod:`speed.partition.append`).
     events : Events
         The partitioned events (kept to write shards).
     """
@@ -127,6 +130,7 @@ class PartitionResult:
     event_part: Optional[np.ndarray] = field(default=None, repr=False)
     centrality: Optional[np.ndarray] = field(default=None, repr=False)
     hubs: Optional[np.ndarray] = field(default=None, repr=False)
+    stream: Optional[Any] = field(default=None, repr=False)
 
     @property
     def replication_factor(self) -> float:
@@ -193,8 +197,10 @@ def partition(
     method: str = DEFAULTS["method"],
     progress: Optional[bool] = None,
     balance: Optional[float] = DEFAULTS["balance"],
+    into=None,
 ) -> PartitionResult:
-    """Partition exactly the given events into ``num_parts`` node-induced sub-graphs.
+    """Partition exactly the given events into ``num_parts`` node-induced sub-graphs, or append
+    them to existing shards (``into``).
 
     With ``method="sep"`` (default) the events stream once in time order.  Only the ``floor(topk * |V|)`` nodes of
     highest time-decayed centrality (hubs) may join several parts; a node that joins
@@ -232,11 +238,20 @@ def partition(
         (:mod:`speed.partition.balance`).
     progress : bool, optional
         Progress bars on stderr (default: when stderr is a terminal).
+    into : path-like, optional
+        A shards directory partitioned by SEP: append ``events`` to it instead (SEP goes on
+        from its saved stream state; the other parameters are those stored with the shards and
+        are ignored; see :mod:`speed.partition.append`).  Events are matched to the shards'
+        nodes by their original ids and must not be older than the shards' last event.
 
     Returns
     -------
     PartitionResult
+        With ``into``: the appended shards' node parts and metrics, the new events (in the
+        shards' node ids) and their parts.
     """
+    if into is not None:
+        return append_result(into, events, progress)
     _validate(num_parts, topk, beta, lam, eps, method, balance)
     if len(events) == 0:
         raise InputError("no events to partition")
@@ -247,6 +262,7 @@ def partition(
     out = m.run(events, num_parts, given, timer, progress)
     extra = dict(out.extra)
     event_part = extra.pop("event_part", None)
+    stream = extra.pop("stream", None)
     with timer.stage("metrics"):
         stats = partition_metrics(events, out.node_parts, num_parts)
         if event_part is None:
@@ -267,7 +283,27 @@ def partition(
         event_part=event_part,
         centrality=out.centrality,
         hubs=out.hubs,
+        stream=stream,
     )
+
+
+def append_result(into, events: Events, progress: Optional[bool] = None) -> PartitionResult:
+    """:func:`speed.partition.append.append_events`, as a :class:`PartitionResult`."""
+    from .append import append_events
+    from .shards import Shards
+
+    manifest, event_part, (src, dst) = append_events(into, events, progress=progress)
+    shards = Shards(into)
+    new = Events(src=src, dst=dst, t=events.t, eid=np.arange(shards.num_events - len(events), shards.num_events),
+                 num_nodes=shards.num_nodes, msg=events.msg, label=events.label, node_ids=shards.node_ids,
+                 bipartite=shards.bipartite, meta=dict(events.meta))
+    keys = ("replication_factor", "edge_cut", "cut_events", "shared_nodes", "part_events", "part_nodes",
+            "assigned_events", "largest_part_ratio", "stream_loads", "dropped_events", "num_hubs", "dynamic_hubs",
+            "num_train_nodes", "num_partitioned_events", "appends", "advice")
+    return PartitionResult(node_parts=shards.node_parts, shared=shards.shared, num_parts=shards.num_parts,
+                           method="sep", params=dict(manifest["params"]),
+                           stats={k: manifest[k] for k in keys if k in manifest}, events=new,
+                           event_part=event_part, centrality=shards.centrality)
 
 
 class Partitioner:
@@ -302,6 +338,37 @@ class Partitioner:
 
     def fit(self, events: Events) -> "Partitioner":
         res = partition(events, progress=self.progress, **self.get_params())
+        self._set(res)
+        return self
+
+    def partial_fit(self, events: Events, into=None) -> "Partitioner":
+        """Partition ``events`` on from where the last call left the stream.
+
+        With ``into`` (a shards directory) the events are appended to those shards (see
+        :func:`partition`'s ``into``); the first call on an unfitted partitioner without
+        ``into`` is :meth:`fit`.  Otherwise SEP goes on in memory from the previous call's
+        stream: ``events`` must continue the earlier ones (same node ids, ids past the earlier
+        ``num_nodes`` are new nodes, no event older than the last one).
+
+        The learned attributes then describe the whole stream so far; ``result_`` holds the
+        latest events and their parts.
+        """
+        if into is not None:
+            self._set(partition(events, into=into, progress=self.progress))
+            return self
+        if not hasattr(self, "result_"):
+            return self.fit(events)
+        from .append import continue_in_memory, saved_from_result
+
+        if self._stream is None:
+            self._stream = saved_from_result(self.result_)
+        self._set(continue_in_memory(self._stream, events, self.result_.num_parts, self.result_.params,
+                                     self.progress), keep_stream=True)
+        return self
+
+    def _set(self, res: PartitionResult, keep_stream: bool = False) -> None:
+        if not keep_stream:
+            self._stream = None  # SEP's state to go on from, built on the first partial_fit after a fit
         self.result_ = res
         self.node_parts_ = res.node_parts
         self.shared_ = res.shared

@@ -54,11 +54,12 @@ def spread_shared_events(src: np.ndarray, dst: np.ndarray, node_parts: np.ndarra
     spread_shared_chunks(lambda: [(src, dst, event_part)], node_parts, num_parts)
 
 
-def spread_shared_chunks(chunks, node_parts: np.ndarray, num_parts: int, write=None) -> None:
+def spread_shared_chunks(chunks, node_parts: np.ndarray, num_parts: int, write=None, loads=None) -> None:
     """The same over a stream read in chunks: ``chunks()`` yields ``(src, dst, event_part)``
     (it is called twice: once to count, once to move); ``write(i, event_part)`` stores the
-    ``i``-th chunk's parts back when they are not views of the stored array."""
-    base = np.zeros(num_parts, dtype=np.int64)
+    ``i``-th chunk's parts back when they are not views of the stored array.  ``loads``
+    (int64, (P,)): events the parts hold already from earlier in the stream (an append's)."""
+    base = np.zeros(num_parts, dtype=np.int64) if loads is None else np.array(loads, dtype=np.int64)
     ss = np.zeros(num_parts + 1, dtype=np.int64)
     for src, dst, part in chunks():
         _spread.assigned_counts(src, dst, node_parts, part, base, ss)

@@ -63,9 +63,14 @@ def select_hubs(cent: np.ndarray, present: np.ndarray, topk: float) -> np.ndarra
     int64 ndarray, shape (H,)
         Hub ids, sorted ascending.
     """
-    candidates = np.flatnonzero(present)
-    h = num_hubs(topk, candidates.size)
-    if h == 0:
+    return top_nodes(cent, present, num_hubs(topk, int(np.count_nonzero(present))))
+
+
+def top_nodes(cent: np.ndarray, candidates: np.ndarray, h: int) -> np.ndarray:
+    """The ``h`` nodes of ``candidates`` (bool, shape (num_nodes,)) of largest centrality, ties
+    to smaller id; int64, sorted ascending."""
+    candidates = np.flatnonzero(candidates)
+    if h <= 0:
         return np.empty(0, dtype=np.int64)
     values = cent[candidates]
     if h >= candidates.size:

@@ -49,6 +49,7 @@ from .sep import SepStream
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
 from .shards import SHARDS_MARKERS, build_manifest, part_chunk, write_manifest, write_node_files
+from .stream_state import STATE_FILE, saved_after_partition
 
 NODE_STATE_BYTES = 40  # per node: id map, marks, centrality, SEP code, parts, hold-out masks
 CHUNK_BYTES_PER_EVENT = 160  # per event of a chunk: spilled columns, ids, bucket order, gathers
@@ -343,8 +344,10 @@ class _Pipeline:
         self.source, self.spill, self.info, self.sp = source, spill, info, sp
         self.num_parts, self.timer, self.progress = num_parts, timer, progress
         src_marks, dst_marks = marks
+        self.users = 0
         if source.bipartite:  # users first, then items (the JODIE convention)
             users = src_marks.values()
+            self.users = int(users.size)
             self.node_ids = np.concatenate([users, dst_marks.values()])
             self.map_src, self.map_dst = src_marks.mapper(), dst_marks.mapper(users.size)
         else:
@@ -424,7 +427,8 @@ class _Pipeline:
                 self._part(lo, event_part)
             node_parts = stream.finish(self.num_parts)
             stream_stats = stream.stats()
-            del stream
+            stream.decay = (float(beta), t_max, span)
+            self.stream = stream
             if balance is not None:
                 bounds = [(lo, min(num_train, lo + self.chunk)) for lo in range(0, num_train, self.chunk)]
                 spread_shared_chunks(lambda: ((self.spill.read("src", lo, hi), self.spill.read("dst", lo, hi),
@@ -448,6 +452,7 @@ class _Pipeline:
                 first += f
                 total += a
             stats = metrics_from_counts(present, node_parts, first, self.num_parts, num_train)
+        self.present, self.first_counts = present, first
         stats.update(stream_stats)
         stats.update(balance_stats(part_counts))
         self.counts = total
@@ -496,6 +501,11 @@ class _Pipeline:
                     chunk["part"] = part_chunk(None, 0, hi - lo)
                 cols.write(bid[:hi - lo], {k: chunk[k] for k in specs})
         write_node_files(folder, self.result, self.node_ids, sp, self.counts)
+        is_src = np.arange(self.num_nodes) < self.users if self.source.bipartite else None
+        saved_after_partition(self.stream, node_parts, self.present, self.result.hubs,
+                              self.result.stats["assigned_events"], self.first_counts, num_train,
+                              float(self.result.params["topk"]), is_src).save(folder / STATE_FILE)
+        self.result.stream = self.stream
         self.timer.seconds["write"] = time.perf_counter() - start
         self.result.stats["seconds"] = self.timer.rounded()
         manifest = build_manifest(self.result, self.info, sp, extra, num_train_events=num_train)

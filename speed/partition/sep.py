@@ -16,7 +16,7 @@ import numpy as np
 from .._util import StageTimer, progress_bar
 from ..data.events import Events
 from . import _kernels
-from .centrality import node_centrality, select_hubs
+from .centrality import decay_span, node_centrality, select_hubs
 
 _CHUNK = 1 << 21  # events per kernel call: small enough for a lively progress bar
 # The capacity's floor, as a fraction of the stream: no part is full before it holds (1 + b) x
@@ -61,6 +61,101 @@ class SepStream:
         self.balance = math.inf if balance is None else float(balance)
         self.floor = total * FLOOR
         self.dropped = 0
+        # the centrality's decay (beta, reference time, span): an append rescales ``cent`` to its
+        # own last event and adds its events with the same span (see speed.partition.append)
+        self.decay = (0.0, 0.0, 1.0)
+
+    # ------------------------------------------------------------------ saved state
+    STATE_ARRAYS = ("cent", "code", "hub_mask", "rows", "load")
+
+    def state(self) -> dict:
+        """The stream's state as arrays (what :meth:`from_state` takes back); only the used
+        rows of ``hub_mask``."""
+        used = int(self.rows[0])
+        beta, t_ref, span = self.decay
+        return {"cent": self.cent, "code": self.code, "hub_mask": self.hub_mask[:used], "rows": self.rows,
+                "load": self.load, "num_hubs": np.int64(self.num_hubs), "dropped": np.int64(self.dropped),
+                "lam": np.float64(self.lam), "eps": np.float64(self.eps), "balance": np.float64(self.balance),
+                "beta": np.float64(beta), "t_ref": np.float64(t_ref), "span": np.float64(span)}
+
+    @classmethod
+    def from_state(cls, state: dict, total: int) -> "SepStream":
+        """A stream that goes on from :meth:`state`, for ``total`` events in all (those already
+        placed and those to come: the capacity's floor is a fraction of the whole stream)."""
+        self = cls.__new__(cls)
+        self.cent = np.array(state["cent"], dtype=np.float64)
+        self.code = np.array(state["code"], dtype=np.int64)
+        used = np.asarray(state["hub_mask"], dtype=np.uint64)
+        self.hub_mask = np.zeros((max(16, 2 * used.shape[0]), used.shape[1]), dtype=np.uint64)
+        self.hub_mask[:used.shape[0]] = used
+        self.rows = np.array(state["rows"], dtype=np.int64).reshape(1)
+        self.load = np.array(state["load"], dtype=np.int64)
+        self.num_hubs = int(state["num_hubs"])
+        self.dropped = int(state["dropped"])
+        self.lam, self.eps, self.balance = float(state["lam"]), float(state["eps"]), float(state["balance"])
+        self.floor = total * FLOOR
+        self.decay = (float(state["beta"]), float(state["t_ref"]), float(state["span"]))
+        return self
+
+    def grow(self, num_nodes: int) -> None:
+        """Room for node ids up to ``num_nodes`` (new nodes: unplaced, no centrality)."""
+        n = self.code.size
+        if num_nodes > n:
+            self.code = np.concatenate([self.code, np.full(num_nodes - n, _kernels.UNPLACED, dtype=np.int64)])
+            self.cent = np.concatenate([self.cent, np.zeros(num_nodes - n, dtype=np.float64)])
+
+    def add_hubs(self, nodes: np.ndarray) -> None:
+        """Make ``nodes`` (non-hubs) hubs: a placed one keeps its part as its partition set, an
+        unplaced one starts with none.  Their earlier events stay where they are."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if nodes.size == 0:
+            return
+        r0 = int(self.rows[0])
+        need = r0 + nodes.size + 2
+        if need > self.hub_mask.shape[0]:
+            grown = np.zeros((max(need, 2 * self.hub_mask.shape[0]), self.hub_mask.shape[1]), dtype=np.uint64)
+            grown[:self.hub_mask.shape[0]] = self.hub_mask
+            self.hub_mask = grown
+        rows = r0 + np.arange(nodes.size, dtype=np.int64)
+        self.hub_mask[rows] = 0
+        part = self.code[nodes]
+        placed = part >= 0
+        bits = np.left_shift(np.uint64(1), (part[placed] & 63).astype(np.uint64))
+        self.hub_mask[rows[placed], part[placed] >> 6] = bits
+        self.code[nodes] = _kernels.HUB_ROW0 - rows
+        self.rows[0] = r0 + nodes.size
+        self.num_hubs += int(nodes.size)
+
+    def hub_parts(self, nodes: np.ndarray) -> np.ndarray:
+        """How many parts each hub of ``nodes`` is in (int64, shape (n,))."""
+        rows = _kernels.HUB_ROW0 - self.code[nodes]
+        bits = np.unpackbits(np.ascontiguousarray(self.hub_mask[rows]).view(np.uint8), axis=1)
+        return bits.sum(axis=1).astype(np.int64)
+
+    def drop_hubs(self, nodes: np.ndarray) -> None:
+        """Make hubs that are in at most one part (``nodes``) ordinary nodes again: pinned to
+        that part, or unplaced.  None of their events moves."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if nodes.size == 0:
+            return
+        if np.any(self.hub_parts(nodes) > 1):
+            raise ValueError("a hub in several parts stays a hub")
+        rows = _kernels.HUB_ROW0 - self.code[nodes]
+        part = np.full(nodes.size, _kernels.UNPLACED, dtype=np.int64)
+        for w in range(self.hub_mask.shape[1]):
+            x = self.hub_mask[rows, w]
+            has = x != 0
+            # the one set bit's index: log2 of a power of two (exact in float64 up to 2**63)
+            part[has] = 64 * w + np.log2(x[has].astype(np.float64)).astype(np.int64)
+        self.code[nodes] = part
+        self.num_hubs -= int(nodes.size)
+
+    def pin(self, node_parts: np.ndarray) -> None:
+        """Pin the nodes no event placed to the part the partitioner gave them
+        (:func:`~speed.partition._kernels.fill_unplaced`): their stored events are in that
+        part, so later events must find them there."""
+        filled = (self.code == _kernels.UNPLACED) & (node_parts[:self.code.size] >= 0)
+        self.code[filled] = node_parts[:self.code.size][filled]
 
     def feed(self, src: np.ndarray, dst: np.ndarray, event_part: np.ndarray) -> None:
         """Stream ``src[k], dst[k]`` (the next events in time order); their parts go to ``event_part``."""
@@ -95,8 +190,9 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
     centrality : float64 ndarray, shape (num_nodes,)
     hubs : int64 ndarray, shape (H,)
     extra : dict
-        ``stream_loads``, ``dropped_events``, ``num_hubs``, ``dynamic_hubs``, and ``event_part``
-        (int32 (E,): each event's part, DROPPED for a cut event).
+        ``stream_loads``, ``dropped_events``, ``num_hubs``, ``dynamic_hubs``, ``event_part``
+        (int32 (E,): each event's part, DROPPED for a cut event) and ``stream`` (the
+        :class:`SepStream` after the events, which shards keep so appends can go on from it).
     """
     n = events.num_nodes
     with timer.stage("centrality"):
@@ -106,6 +202,8 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
     with timer.stage("assign"):
         ne = len(events)
         stream = SepStream(n, num_parts, cent, hubs, lam, eps, balance, ne)
+        t = events.t_float()
+        stream.decay = (float(beta),) + decay_span(float(t[0]), float(t[-1]))
         event_part = np.empty(ne, dtype=np.int32)
         with progress_bar(ne, "SEP assign", progress=progress) as bar:
             for start in range(0, ne, _CHUNK):
@@ -113,5 +211,5 @@ def sep(events: Events, num_parts: int, topk: float, beta: float, lam: float, ep
                 stream.feed(events.src[start:end], events.dst[start:end], event_part[start:end])
                 bar.update(end - start)
         node_parts = stream.finish(num_parts)
-    extra = dict(stream.stats(), event_part=event_part)
+    extra = dict(stream.stats(), event_part=event_part, stream=stream)
     return node_parts, cent, hubs, extra

@@ -40,8 +40,14 @@ from ..data.events import Events
 from ..errors import InputError
 from . import _kernels
 from .columns import BucketColumns
+from .stream_state import STATE_FILE, saved_after_partition
 
 FORMAT_VERSION = 1
+APPENDED_VERSION = 2  # shards with appended segments: an older reader must refuse them, not read a part
+READ_VERSIONS = (FORMAT_VERSION, APPENDED_VERSION)
+# periods of merge()/events(): "split" is the log the split covers (train, val and test: the first
+# segment), "train" and "eval" its parts, "appended" the events appended since
+PERIODS = ("all", "train", "eval", "split", "appended")
 SUBGRAPHS = ("induced", "assigned")
 _EVENT_ARRAYS = ("src", "dst", "t", "eid", "label", "msg")
 _ID_ARRAYS = ("src", "dst", "eid")
@@ -111,6 +117,9 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
         "num_buckets": _kernels.num_buckets(result.num_parts),
         "event_part": "events/part.npy: the part each event was assigned to, -1 for cut or later events",
     }
+    if getattr(result, "stream", None) is not None:
+        manifest["version"] = 1
+        manifest["sep_state"] = STATE_FILE
     if extra:
         manifest.update(extra)
     return jsonable(manifest)
@@ -172,10 +181,26 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
                 cols.write(bid[a:b], chunk)
                 bar.update(b - a)
         write_node_files(tmp, result, events.node_ids, split, counts)
+        if result.stream is not None:
+            n_part = len(result.events)
+            nb = _kernels.num_buckets(result.num_parts)
+            is_src = np.arange(events.num_nodes) <= int(events.src.max()) if numbers_sides_apart(events.meta) else None
+            saved_after_partition(result.stream, node_parts, result.events.node_mask(), result.hubs,
+                                  result.stats["assigned_events"], np.bincount(bid[:n_part], minlength=nb),
+                                  n_part, float(result.params["topk"]), is_src).save(tmp / STATE_FILE)
         manifest = build_manifest(result, events, split, extra)
         manifest["seconds"]["write"] = round(time.perf_counter() - start, 4)
         write_manifest(tmp, manifest)
     return Path(path)
+
+
+def numbers_sides_apart(meta: dict) -> bool:
+    """Whether a log's reader numbered sources and destinations apart (JODIE's format), so one
+    id may name a source and a destination that are different nodes."""
+    from ..data.readers.formats import FORMAT_SPECS
+
+    spec = FORMAT_SPECS.get(meta.get("format"))
+    return bool(spec is not None and spec.bipartite)
 
 
 def write_node_files(folder: Path, result, node_ids: Optional[np.ndarray], split, counts: np.ndarray) -> None:
@@ -226,15 +251,15 @@ class Shards:
                 self.manifest = json.load(f)
         except json.JSONDecodeError as exc:
             raise InputError(f"manifest.json is not valid JSON: {exc}", mpath, exc.lineno) from None
-        if self.manifest.get("format_version") != FORMAT_VERSION:
+        if self.manifest.get("format_version") not in READ_VERSIONS:
             raise InputError(f"unsupported shard format {self.manifest.get('format_version')!r} (this version reads "
-                             f"format {FORMAT_VERSION})", mpath)
+                             f"formats {', '.join(map(str, READ_VERSIONS))})", mpath)
         missing = [k for k in ("num_parts", "num_nodes", "num_events", "num_train_events") if k not in self.manifest]
         if missing:
             raise InputError(f"manifest.json lacks {', '.join(missing)}", mpath)
         self.num_parts = int(self.manifest["num_parts"])
         self.num_nodes = int(self.manifest["num_nodes"])
-        npz = self.path / "nodes.npz"
+        npz = self.path / self.manifest.get("nodes_file", "nodes.npz")
         try:
             with np.load(npz) as z:
                 self.node_parts = z["node_parts"]
@@ -248,22 +273,14 @@ class Shards:
         if self.node_parts.shape != (self.num_nodes,):
             raise InputError(f"node_parts has shape {self.node_parts.shape}, expected ({self.num_nodes},)", npz)
         self.shared = np.flatnonzero(self.node_parts == _kernels.SHARED).astype(np.int64)
-        edir = self.path / "events"
-        self.offsets = _load_array(edir / "offsets.npy", required=True)
-        if self.offsets.shape != (_kernels.num_buckets(self.num_parts) + 1,) or self.offsets[-1] != self.num_events:
-            raise InputError(f"offsets do not match the manifest ({self.num_parts} parts, {self.num_events} events)",
-                             edir / "offsets.npy")
-        self._arrays = {}
-        for name in _EVENT_ARRAYS:
-            arr = _load_array(edir / f"{name}.npy", required=name in ("src", "dst", "t", "eid"))
-            if arr is not None:
-                if arr.shape[0] != self.num_events:
-                    raise InputError(f"{arr.shape[0]} rows, expected {self.num_events}", edir / f"{name}.npy")
-                self._arrays[name] = arr
-        # shards written before per-event parts were stored lack it (induced mode only)
-        self._part = _load_array(edir / "part.npy", required=False)
-        if self._part is not None and self._part.shape != (self.num_events,):
-            raise InputError(f"{self._part.shape[0]} rows, expected {self.num_events}", edir / "part.npy")
+        listed = self.manifest.get("segments") or [{"dir": "events", "first_eid": 0, "num_events": self.num_events}]
+        self.segments = [_Segment.open(self.path, seg, self.num_parts) for seg in listed]
+        if sum(seg.num_events for seg in self.segments) != self.num_events:
+            raise InputError(f"the segments hold {sum(seg.num_events for seg in self.segments)} events, the manifest "
+                             f"says {self.num_events}", mpath)
+        # the partitioned log's own arrays (the first segment: every training-period event is there)
+        base = self.segments[0]
+        self.offsets, self._arrays, self._part = base.offsets, base.arrays, base.part
 
     def require_trainable(self) -> None:
         """Refuse shards whose split leaves a period empty (see :meth:`Split.require_trainable`)."""
@@ -297,8 +314,9 @@ class Shards:
         ----------
         parts : iterable of int
             Part ids in ``[0, num_parts)``.
-        period : {"all", "train", "eval"}
-            All stored events, only the partitioned (training) ones, or only the later ones.
+        period : {"all", "train", "eval", "split", "appended"}
+            All stored events; the training period's (partitioned at first); the validation and
+            test periods'; those three (the log the split covers); or the events appended since.
         subgraph : {"induced", "assigned"}
             Node-induced, or node-induced but keeping only the shared-shared events assigned
             to one of ``parts`` (see the module docstring).
@@ -317,15 +335,18 @@ class Shards:
             raise InputError(f"part {bad[0]} out of range (the shards have {self.num_parts} parts)", self.path)
         if subgraph not in SUBGRAPHS:
             raise InputError(f"subgraph must be one of {', '.join(SUBGRAPHS)}, got {subgraph!r}")
-        selectors = [slice(int(self.offsets[b]), int(self.offsets[b + 1])) for b in self._buckets(parts)]
+        wanted = self._buckets(parts)
         shared_pair = int(_kernels.bucket_id(0, 0, self.num_parts))
-        if subgraph == "assigned" and self.offsets[shared_pair + 1] > self.offsets[shared_pair]:
-            if self._part is None:
-                raise InputError("these shards do not record which part each event was assigned to (written by an "
-                                 "older version): re-partition them, or use subgraph 'induced'", self.path)
-            lo, hi = int(self.offsets[shared_pair]), int(self.offsets[shared_pair + 1])
-            keep = lo + np.flatnonzero(np.isin(self._part[lo:hi], parts))
-            selectors[self._buckets(parts).index(shared_pair)] = keep
+        selectors = []
+        for seg in self.segments:  # each segment's events lie in the buckets of its own node parts
+            chosen = [slice(int(seg.offsets[b]), int(seg.offsets[b + 1])) for b in wanted]
+            if subgraph == "assigned" and seg.offsets[shared_pair + 1] > seg.offsets[shared_pair]:
+                if seg.part is None:
+                    raise InputError("these shards do not record which part each event was assigned to (written by "
+                                     "an older version): re-partition them, or use subgraph 'induced'", self.path)
+                lo, hi = int(seg.offsets[shared_pair]), int(seg.offsets[shared_pair + 1])
+                chosen[wanted.index(shared_pair)] = lo + np.flatnonzero(np.isin(seg.part[lo:hi], parts))
+            selectors.append(chosen)
         return self._gather(selectors, period, None if features else ("src", "dst", "t", "eid"))
 
     def train_counts(self):
@@ -368,11 +389,12 @@ class Shards:
         if msg is None or self.msg_dim == 0:
             return None
         eid = self._arrays["eid"]
-        position = np.empty(self.num_events, dtype=np.int32 if self.num_events < 2**31 else np.int64)
-        for a in range(0, self.num_events, _CHUNK):
-            b = min(self.num_events, a + _CHUNK)
+        n = self.segments[0].num_events  # the split's log (appended events are not trained from shards)
+        position = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+        for a in range(0, n, _CHUNK):
+            b = min(n, a + _CHUNK)
             position[np.asarray(eid[a:b])] = np.arange(a, b, dtype=position.dtype)
-        return msg.reshape(self.num_events, -1), position
+        return msg.reshape(n, -1), position
 
     def trained_endpoints(self, new_nodes: Optional[np.ndarray] = None):
         """Which nodes are a source, and which a destination, of a training-period event that
@@ -386,7 +408,8 @@ class Shards:
         dst_seen = np.zeros(self.num_nodes, dtype=bool)
         src, dst, eid = self._arrays["src"], self._arrays["dst"], self._arrays["eid"]
         held = new_nodes is not None and new_nodes.any()
-        for a in range(0, self.num_events, _CHUNK):
+        n = self.segments[0].num_events
+        for a in range(0, n, _CHUNK):
             s, d, e = (np.asarray(x[a:a + _CHUNK]) for x in (src, dst, eid))
             keep = e < self.num_train_events
             if held:
@@ -400,20 +423,25 @@ class Shards:
         return self.merge([p], period)
 
     def events(self, period: str = "all") -> Events:
-        """Every stored event, in time order."""
-        return self._gather([slice(0, int(self.offsets[-1]))], period)
+        """Every stored event of ``period`` (see :meth:`merge`), in time order."""
+        return self._gather([[slice(0, seg.num_events)] for seg in self.segments], period)
 
     def _gather(self, selectors: List, period: str, names: Optional[Iterable[str]] = None) -> Events:
-        """Events at the stored positions ``selectors`` (slices or index arrays), in time order
-        (the arrays ``names``, default all)."""
-        if period not in ("all", "train", "eval"):
-            raise ValueError(f"period must be 'all', 'train' or 'eval', got {period!r}")
-        cat = {name: np.concatenate([arr[s] for s in selectors]) for name, arr in self._arrays.items()
-               if names is None or name in names}
+        """Events at the stored positions ``selectors`` (per segment, a list of slices or index
+        arrays), in time order (the arrays ``names``, default all)."""
+        if period not in PERIODS:
+            raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
+        segments = [(seg, sel) for seg, sel in zip(self.segments, selectors)
+                    if period not in ("train", "eval", "split") or seg.first_eid == 0]  # appends come later
+        if period == "appended":
+            segments = [(seg, sel) for seg, sel in segments if seg.first_eid > 0]
+        present = self._arrays if names is None else {k: v for k, v in self._arrays.items() if k in names}
+        cat = {name: np.concatenate([seg.arrays[name][s] for seg, sel in segments for s in sel] or
+                                    [self._arrays[name][:0]]) for name in present}
         for name in _ID_ARRAYS:  # stored as int32 when they fit; Events always holds int64
             cat[name] = cat[name].astype(np.int64, copy=False)
         order = np.argsort(cat["eid"], kind="stable")
-        if period != "all":
+        if period in ("train", "eval"):
             eid = cat["eid"][order]
             cutoff = int(np.searchsorted(eid, self.num_train_events))
             order = order[:cutoff] if period == "train" else order[cutoff:]
@@ -432,7 +460,7 @@ class Shards:
         Parameters
         ----------
         events : Events, optional
-            The full log (default: :meth:`events`), which the split's masks refer to.
+            The log the split covers (default: ``events("split")``), which its masks refer to.
         """
         from ..data.split import Split
 
@@ -445,12 +473,42 @@ class Shards:
                      num_test=int(sp["num_test_events"]), val_time=float(sp["val_time"]),
                      test_time=float(sp["test_time"]), new_nodes=new_nodes, seed=int(sp["seed"]),
                      new_node_fraction=float(sp["new_node_fraction"]),
-                     events=self.events() if events is None else events)
+                     events=self.events("split") if events is None else events)
 
     def __repr__(self) -> str:
         m = self.manifest
         return (f"Shards({str(self.path)!r}, num_parts={self.num_parts}, num_events={m['num_events']}, "
                 f"shared_nodes={len(self.shared)}, method={m['method']!r})")
+
+
+class _Segment:
+    """The event arrays of one segment: the partitioned log (``events/``) or one append
+    (``events.vN/``), each grouped into buckets by the node parts of its own version."""
+
+    def __init__(self, folder: Path, first_eid: int, num_events: int, offsets, arrays, part):
+        self.folder, self.first_eid, self.num_events = folder, first_eid, num_events
+        self.offsets, self.arrays, self.part = offsets, arrays, part
+
+    @classmethod
+    def open(cls, root: Path, entry: dict, num_parts: int) -> "_Segment":
+        edir = root / entry["dir"]
+        n = int(entry["num_events"])
+        offsets = _load_array(edir / "offsets.npy", required=True)
+        if offsets.shape != (_kernels.num_buckets(num_parts) + 1,) or offsets[-1] != n:
+            raise InputError(f"offsets do not match the manifest ({num_parts} parts, {n} events)",
+                             edir / "offsets.npy")
+        arrays = {}
+        for name in _EVENT_ARRAYS:
+            arr = _load_array(edir / f"{name}.npy", required=name in ("src", "dst", "t", "eid"))
+            if arr is not None:
+                if arr.shape[0] != n:
+                    raise InputError(f"{arr.shape[0]} rows, expected {n}", edir / f"{name}.npy")
+                arrays[name] = arr
+        # shards written before per-event parts were stored lack it (induced mode only)
+        part = _load_array(edir / "part.npy", required=False)
+        if part is not None and part.shape != (n,):
+            raise InputError(f"{part.shape[0]} rows, expected {n}", edir / "part.npy")
+        return cls(edir, int(entry["first_eid"]), n, offsets, arrays, part)
 
 
 def _load_array(path: Path, required: bool) -> Optional[np.ndarray]:

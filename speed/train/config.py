@@ -15,6 +15,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Optional
 
+import numpy as np
+
 from ..data.split import DEFAULT_TEST, DEFAULT_VAL
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
@@ -293,3 +295,56 @@ def flag_of(param: str) -> Optional[str]:
 
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclass
+class UpdateConfig:
+    """How :func:`speed.train.online.update` takes in new events (the one place of these defaults; the CLI reads them).
+
+    Attributes
+    ----------
+    passes : int
+        Passes of training over the increment (>= 1).
+    replay : float
+        Earlier interactions added to each step's loss, as a fraction of the batch (0: none).
+    train : bool
+        Train on the new events (False: memory only, the weights fixed).
+    mrr : bool
+        Also rank each event against ``mrr_negatives`` random destinations (MRR, Hits@10).
+    mrr_negatives : int
+    lr : float, optional
+        Learning rate of the updates (default: the run's).
+    windows : int
+        Slices of the increment scored apart in ``metrics.json`` (the plot's points).
+    seed : int
+        Seeds the negatives and the replay draws.
+    device : str
+    progress : bool, optional
+    """
+
+    passes: int = 1
+    replay: float = 0.0
+    train: bool = True
+    mrr: bool = False
+    mrr_negatives: int = 100
+    lr: Optional[float] = None
+    windows: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    progress: Optional[bool] = None
+
+    def validate(self) -> "UpdateConfig":
+        if isinstance(self.passes, bool) or not isinstance(self.passes, (int, np.integer)) or self.passes < 1:
+            raise InputError(f"passes must be an integer >= 1, got {self.passes!r}")
+        if not isinstance(self.replay, (int, float)) or not 0.0 <= self.replay <= 10.0:
+            raise InputError(f"replay must be a fraction of the batch in [0, 10], got {self.replay!r}")
+        if isinstance(self.mrr_negatives, bool) or not isinstance(self.mrr_negatives, (int, np.integer)) or \
+                self.mrr_negatives < 1:
+            raise InputError(f"mrr_negatives must be an integer >= 1, got {self.mrr_negatives!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise InputError(f"lr must be a positive number, got {self.lr!r}")
+        if isinstance(self.windows, bool) or not isinstance(self.windows, (int, np.integer)) or self.windows < 1:
+            raise InputError(f"windows must be an integer >= 1, got {self.windows!r}")
+        if not self.train and (self.passes != 1 or self.replay):
+            raise InputError("passes and replay train the weights: they do not go with train=False (memory only)")
+        return self

@@ -56,25 +56,48 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
     test_start : dict, optional
         ``{"t": float, "state": model.backup()}`` taken when the test period began.
     """
+    per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
+    # the destinations (bipartite) or endpoints of the log: where an update draws its negatives
+    pool = np.zeros(model.num_nodes, dtype=bool)
+    pool[events.dst] = True
+    if not events.bipartite:
+        pool[events.src] = True
+    out = _payload(model, events.node_ids, events.msg if events.msg is not None and events.msg.shape[1] > 0 else None,
+                   float(events.t_float()[-1]) if len(events) else -np.inf, int(len(events)), batch_size, test_start,
+                   # JODIE-style logs number users and items apart, so one id can name two nodes
+                   num_src_ids=int(events.src.max()) + 1 if per_side else None)
+    out.update(negative_pool=np.flatnonzero(pool), bipartite=bool(events.bipartite))
+    return out
+
+
+def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
+    """The payload of a predictor as it is now (after updates), for a new ``checkpoint.pt``."""
+    ef = pred.state.edge_features
+    features = None if ef is None or pred.model.msg_dim == 0 else np.asarray(ef)
+    is_src = (pred.index.sides == "src") if pred.index.per_side else None
+    return _payload(pred._model, pred.index.ids, features, pred.t_last, pred.next_eid, pred.batch_size, test_start,
+                    is_src=is_src)
+
+
+def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: float, next_eid: int,
+             batch_size: int, test_start: Optional[dict], num_src_ids: Optional[int] = None,
+             is_src: Optional[np.ndarray] = None) -> Dict:
     end = model.state.structures()  # pending events, neighbour rings, components (TIGE's values)
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])
-    features = None
-    if events.msg is not None and events.msg.shape[1] > 0:
-        features = _compact_features(events.msg, snaps)
-    per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
+    features = _compact_features(msg, snaps) if msg is not None else None
     return {
         "format": PAYLOAD_FORMAT,
         "spec": {**model.net.spec, "num_nodes": model.num_nodes},
-        "node_ids": events.node_ids,
-        # JODIE-style logs number users and items apart, so one id can name two nodes
-        "num_src_ids": int(events.src.max()) + 1 if per_side else None,
-        "t_end": float(events.t_float()[-1]) if len(events) else -np.inf,
+        "node_ids": node_ids,
+        "num_src_ids": num_src_ids,
+        "is_src": is_src,  # per-side numbering whose rows are not sources first (after updates)
+        "t_end": float(t_end),
         "end": end,
         "test_start": test_start,
         "edge_features": features,
-        "next_eid": int(features.shape[0]) if features is not None else int(len(events)),
+        "next_eid": int(features.shape[0]) if features is not None else int(next_eid),
         "batch_size": int(batch_size),
     }
 
@@ -440,13 +463,15 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
     -------
     Predictor
     """
-    run = Path(run)
     if at not in AT:
         raise InputError(f"at must be one of {', '.join(AT)}, got {at!r}")
-    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
-        raise InputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} requested but CUDA is not available")
+    state, payload = open_checkpoint(run)
+    return predictor_from(state, payload, at, device, Path(run))
+
+
+def open_checkpoint(run):
+    """A run's best checkpoint and its predictor payload (InputErrors name what is missing)."""
+    run = Path(run)
     if not run.is_dir():
         raise InputError("not a run directory" if run.exists() else "no such run directory", run)
     path = run / ckpt.BEST
@@ -455,12 +480,23 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
         if model is not None and model.startswith("edgebank"):
             raise InputError(f"{model} is a baseline with no trained model to load", run)
         raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
-    tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
     state = ckpt.load_checkpoint(path)
     payload = state.extra.get("predictor") if isinstance(state.extra, dict) else None
     if not payload or payload.get("format") != PAYLOAD_FORMAT:
         raise InputError("this checkpoint has no predictor state (written by an older version of speed); "
                          "train the run again to use it", path)
+    return state, payload
+
+
+def predictor_from(state, payload: Dict, at: str = "end", device: str = "cpu", run: Optional[Path] = None
+                   ) -> Predictor:
+    """A :class:`Predictor` from an opened checkpoint (:func:`open_checkpoint`)."""
+    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
+        raise InputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} requested but CUDA is not available")
+    tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
+    path = None if run is None else run / ckpt.BEST
     model = build_model(**payload["spec"])
     model.load_state_dict(state.model)
     model.state.set_edge_features(payload["edge_features"])
@@ -473,7 +509,7 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
         model.state.restore(payload["test_start"]["state"])
         t_last = payload["test_start"]["t"]
     model = model.to(torch.device(device))
-    index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"])
+    index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"], sides=payload.get("is_src"))
     return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], state.config, run)
 
 

@@ -81,7 +81,7 @@ class PacRank(EpochLoop):
         # and a static memory's preparation; the other ranks read their sub-graphs and edge
         # features from the shards' memory maps
         whole = self.is_main or config.static_memory != "none"
-        self.events = shards.events() if whole else None
+        self.events = shards.events("split") if whole else None
         self.split = shards.split(self.events) if whole else None
         self._train = self.split.train(self.events) if whole else None
         self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)

@@ -1,0 +1,414 @@
+"""Updating a trained run with new events: ``speed update RUN NEW_EVENTS --out RUN2`` and
+:func:`update`.
+
+The run's weights, node state and optimiser state are loaded, and the new events are taken in
+a batch at a time (the run's batch size), prequentially ("test then train", as GNNFlow's
+continual protocol): each batch is first scored -- against one random negative destination per
+event (AP, AUC), and, when asked, against ``mrr_negatives`` more (MRR) -- from the state and
+weights as they are before it; then it is trained on (one optimiser step, the training step of
+:mod:`speed.train.engine`), and the memory takes it in.  No event is scored by weights or a
+memory that have seen it.
+
+Options: ``passes`` over the increment (the later passes train again from the node state at the
+increment's start, as an epoch starts over: the memory takes each event in once), a ``replay``
+fraction of earlier interactions added to each step's loss against forgetting (pairs from a
+reservoir the run keeps: the neighbours the run ended with, then the updates' own events; they
+are scored at the step's time from today's memory and never written to it, so no event sees
+its future), or ``train=False``: memory only, the weights fixed (what
+:meth:`~speed.train.predictor.Predictor.update` does, scored the same way).
+
+The result is a complete run: ``checkpoint.pt`` (weights, node state, optimiser, the predictor
+payload, so :func:`load_run`, ``embed``, ``score`` and a further update work), ``metrics.json``
+(the run's, plus ``updates``: one entry per increment, with the scores of ``windows`` slices of
+it) and ``updates.png`` (the scores over time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from .._util import atomic_dir, jsonable, progress_bar
+from ..data.events import Events
+from ..errors import InputError
+from . import checkpoint as ckpt
+from .engine import link_loss
+from .eval.metrics import batch_link_metrics, ranking_metrics
+from .predictor import Predictor, payload_of, predictor_from
+from .config import UpdateConfig
+from .static import make_optimizer
+
+REPLAY_CAPACITY = 100_000  # interactions the reservoir keeps (about 1.6 MB)
+UPDATES_PLOT = "updates.png"
+
+
+# ------------------------------------------------------------------------------ the reservoir
+class Reservoir:
+    """A uniform sample of the interactions seen so far (Vitter's algorithm R), as node rows."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, seen: int, capacity: int = REPLAY_CAPACITY):
+        self.src, self.dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        self.seen, self.capacity = int(seen), int(capacity)
+
+    def add(self, src: np.ndarray, dst: np.ndarray, rng: np.random.Generator) -> None:
+        n = src.size
+        room = max(0, self.capacity - self.src.size)
+        if room:
+            self.src = np.concatenate([self.src, src[:room]])
+            self.dst = np.concatenate([self.dst, dst[:room]])
+        rest = np.arange(room, n)
+        if rest.size:
+            slot = (rng.random(rest.size) * (self.seen + rest + 1)).astype(np.int64)  # uniform in [0, seen + k]
+            keep = slot < self.capacity
+            self.src[slot[keep]] = src[rest[keep]]  # later events win ties, as a sequential pass would
+            self.dst[slot[keep]] = dst[rest[keep]]
+        self.seen += n
+
+    def draw(self, m: int, rng: np.random.Generator):
+        k = rng.integers(0, self.src.size, size=m)
+        return self.src[k], self.dst[k]
+
+    def state(self) -> Dict:
+        return {"src": self.src, "dst": self.dst, "seen": self.seen}
+
+    @classmethod
+    def from_rings(cls, sampler: Dict, dst_mask: Optional[np.ndarray]) -> "Reservoir":
+        """Seeded with the interactions in the neighbour rings the run ended with (the latest
+        ``k`` of every node), oriented source to destination where the log is bipartite."""
+        nbr, count = np.asarray(sampler["nbr"]), np.asarray(sampler["count"])
+        k = nbr.shape[1]
+        valid = np.arange(k)[None, :] < np.minimum(count, k)[:, None]
+        i, j = np.nonzero(valid)
+        a, b = i.astype(np.int64), nbr[i, j].astype(np.int64)
+        if dst_mask is not None:
+            flip = dst_mask[a] & ~dst_mask[b]
+            a, b = np.where(flip, b, a), np.where(flip, a, b)
+        if a.size > REPLAY_CAPACITY:
+            keep = np.random.default_rng(0).choice(a.size, REPLAY_CAPACITY, replace=False)
+            a, b = a[keep], b[keep]
+        return cls(a, b, seen=a.size)
+
+
+# ------------------------------------------------------------------------------ loading
+def _grow_optimizer_state(optimizer) -> None:
+    """Optimiser moments of a table that grew (new nodes' static rows) padded with zeros."""
+    for opt in getattr(optimizer, "dense", None), getattr(optimizer, "sparse", None), optimizer:
+        if opt is None or not hasattr(opt, "state"):
+            continue
+        for group in opt.param_groups:
+            for p in group["params"]:
+                st = opt.state.get(p)
+                if not st:
+                    continue
+                for key, value in list(st.items()):
+                    if torch.is_tensor(value) and value.dim() and value.shape != p.shape and \
+                            value.shape[1:] == p.shape[1:] and value.shape[0] < p.shape[0]:
+                        pad = torch.zeros((p.shape[0] - value.shape[0],) + tuple(value.shape[1:]), dtype=value.dtype,
+                                          device=value.device)
+                        st[key] = torch.cat([value, pad])
+
+
+def _new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
+    """The new events: Events, a file, or a shards folder (its events after those the run has)."""
+    from ..data.readers import read_events
+    from ..partition.shards import Shards
+
+    if isinstance(data, Events):
+        return data
+    path = Path(data)
+    if not path.exists():
+        raise InputError("file not found", path)
+    if path.is_dir():
+        shards = Shards(path)
+        done = int(run_metrics.get("data", {}).get("num_events", 0))
+        if shards.num_events <= done:
+            raise InputError(f"the shards hold {shards.num_events:,} events and the run has taken in {done:,}: nothing "
+                             "new to update with (append to them first: speed partition MORE -o SHARDS --append)", path)
+        ev = shards.events()
+        return ev.select(slice(done, len(ev)))
+    return read_events(path, progress=progress, **(reader or {}))
+
+
+# ------------------------------------------------------------------------------ the update
+class OnlineUpdater:
+    """Prequential updates of one loaded run (see the module docstring)."""
+
+    def __init__(self, pred: Predictor, state: ckpt.Checkpoint, payload: Dict, config: UpdateConfig):
+        self.pred, self.config, self.payload = pred, config, payload
+        self.model = pred._model
+        self.run_config = dict(state.config)
+        self.rng = np.random.default_rng(config.seed)
+        lr = config.lr if config.lr is not None else float(self.run_config.get("lr", 1e-4))
+        self.optimizer = None
+        if config.train:
+            self.optimizer = make_optimizer(self.model.net, lr, self.run_config.get("static_lr"))
+            try:
+                self.optimizer.load_state_dict(state.optimizer)
+            except (ValueError, KeyError, RuntimeError):
+                pass  # a run whose optimiser does not match (e.g. another static table): fresh moments
+            _grow_optimizer_state(self.optimizer)
+            for opt in (getattr(self.optimizer, "dense", None), getattr(self.optimizer, "sparse", None),
+                        self.optimizer):
+                for group in getattr(opt, "param_groups", []) if opt is not None else []:
+                    group["lr"] = lr
+        n = len(pred.index)
+        pool = payload.get("negative_pool")
+        self.pool_mask = np.zeros(n, dtype=bool)
+        if pool is not None:
+            self.pool_mask[np.asarray(pool)] = True
+        else:  # a run written before the pool was kept: every known node (a side's, per side)
+            self.pool_mask[:] = True if not pred.index.per_side else (pred.index.sides == "dst")
+        self.bipartite = bool(payload.get("bipartite", False))
+        res = payload.get("replay")
+        if res is not None:
+            self.reservoir = Reservoir(res["src"], res["dst"], int(res["seen"]))
+        else:
+            self.reservoir = Reservoir.from_rings(payload["end"]["sampler"],
+                                                  self.pool_mask if self.bipartite else None)
+
+    def _pool(self, grow_to: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        if self.pool_mask.size < grow_to:
+            self.pool_mask = np.concatenate([self.pool_mask, np.zeros(grow_to - self.pool_mask.size, dtype=bool)])
+        self.pool_mask[dst] = True
+        if not self.bipartite:
+            self.pool_mask[src] = True
+        return np.flatnonzero(self.pool_mask)
+
+    def run(self, events: Events) -> Dict:
+        """Take in ``events`` (one increment); returns its entry of ``metrics.json``."""
+        from ..data.readers import event_line
+
+        cfg, pred, model = self.config, self.pred, self.model
+        started = time.perf_counter()
+        ids = events.node_ids
+        src_ids = events.src if ids is None else ids[events.src]
+        dst_ids = events.dst if ids is None else ids[events.dst]
+        t = events.t_float()
+        pred._check_update(src_ids, dst_ids, t, events, event_line)
+        msg = pred._check_msg(events.msg, len(events), events)
+        known = len(pred.index)
+        s = pred._rows(src_ids, "src").cpu().numpy()
+        d = pred._rows(dst_ids, "dst").cpu().numpy()
+        if self.optimizer is not None:
+            _grow_optimizer_state(self.optimizer)
+        n = len(events)
+        eid = np.arange(pred.next_eid, pred.next_eid + n, dtype=np.int64)
+        if msg is not None:
+            model.state.add_edge_features(msg)
+        pool = self._pool(len(pred.index), s, d)
+        B = pred.batch_size
+        pos, neg, cand, losses = [], [], [], []
+        backup = model.state.backup() if cfg.passes > 1 else None
+        with progress_bar(n * cfg.passes, "update", progress=cfg.progress) as bar:
+            for i in range(0, n, B):
+                j = min(n, i + B)
+                p, q, c, loss = self._step(s[i:j], d[i:j], t[i:j], eid[i:j], pool, score=True)
+                pos.append(p)
+                neg.append(q)
+                if c is not None:
+                    cand.append(c)
+                if loss is not None:
+                    losses.append(loss)
+                bar.update(j - i)
+            for _ in range(1, cfg.passes):  # again from the increment's start: the memory takes each event once
+                model.state.restore(backup)
+                for i in range(0, n, B):
+                    j = min(n, i + B)
+                    losses.append(self._step(s[i:j], d[i:j], t[i:j], eid[i:j], pool, score=False)[3])
+                    bar.update(j - i)
+        self.reservoir.add(s, d, self.rng)
+        pred.next_eid += n
+        pred.t_last = float(t[-1])
+        pos, neg = np.concatenate(pos), np.concatenate(neg)
+        entry = {"events": n, "new_nodes": len(pred.index) - known, "t_min": float(t[0]), "t_max": float(t[-1]),
+                 "mode": "train" if cfg.train else "memory", "passes": cfg.passes, "replay": cfg.replay,
+                 "loss": float(np.mean(losses)) if losses else None,
+                 **_scores(pos, neg, np.concatenate(cand) if cand else None, B)}
+        entry["windows"] = []
+        for a, b in _slices(n, cfg.windows, B):
+            w = {"t_end": float(t[b - 1]), "events": b - a, **_scores(pos[a:b], neg[a:b],
+                                                                       np.concatenate(cand)[a:b] if cand else None, B)}
+            entry["windows"].append(w)
+        entry["seconds"] = time.perf_counter() - started
+        return entry
+
+    def _step(self, src, dst, t, eid, pool, score: bool):
+        """One batch: score it (eval mode, no gradient) when ``score``, then train on it (or, memory
+        only, store what the scoring computed)."""
+        cfg, model = self.config, self.model
+        m = src.size
+        neg = pool[self.rng.integers(0, pool.size, size=m)]
+        groups = [src, dst, neg]
+        k = cfg.mrr_negatives if (cfg.mrr and score) else 0
+        if k:
+            groups.append(pool[self.rng.integers(0, pool.size, size=m * k)])
+        r = 0
+        if self.optimizer is not None and cfg.replay and self.reservoir.src.size:
+            r = max(1, int(round(cfg.replay * m)))
+            rs, rd = self.reservoir.draw(r, self.rng)
+            groups += [rs, rd, pool[self.rng.integers(0, pool.size, size=r)]]
+        nodes = np.concatenate(groups)
+        times = np.concatenate([np.tile(t, 3 + k)] + ([np.full(3 * r, t[-1])] if r else []))
+        plan = model.plan(nodes, times, events=(src, dst, t, eid))
+        p = q = c = None
+        z = states = lasts = None
+        if score or self.optimizer is None:
+            model.eval()
+            with torch.no_grad():
+                z, states, lasts = model.compute(plan)
+                p = model.score(z[:m], z[m:2 * m]).cpu().numpy()
+                q = model.score(z[:m], z[2 * m:3 * m]).cpu().numpy()
+                if k:
+                    c = model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k]).reshape(m, k).cpu().numpy()
+        if self.optimizer is None:
+            model.absorb(plan, states, lasts, z)
+            return p, q, c, None
+        model.train()
+        self.optimizer.zero_grad()
+        z, states, lasts = model.compute(plan)
+        loss = link_loss(model.score(z[:m], z[m:2 * m]), model.score(z[:m], z[2 * m:3 * m]))
+        if r:
+            at = (3 + k) * m
+            zs, zd, zn = z[at:at + r], z[at + r:at + 2 * r], z[at + 2 * r:at + 3 * r]
+            loss = loss + cfg.replay * link_loss(model.score(zs, zd), model.score(zs, zn))
+        model.absorb(plan, states, lasts, z)
+        loss.backward()
+        self.optimizer.step()
+        return p, q, c, float(loss.detach())
+
+
+def _slices(n: int, windows: int, batch: int):
+    """``windows`` consecutive slices of ``range(n)`` on batch boundaries (fewer when short)."""
+    batches = -(-n // batch)
+    cuts = np.unique(np.linspace(0, batches, min(windows, batches) + 1).round().astype(int)) * batch
+    cuts[-1] = n
+    return [(int(a), int(min(b, n))) for a, b in zip(cuts[:-1], cuts[1:]) if a < n]
+
+
+def _scores(pos, neg, cand, batch: int) -> Dict:
+    m = batch_link_metrics(pos, neg, batch)
+    out = {"ap": m["ap"], "auc": m["auc"], "pooled_ap": m["pooled"]["ap"]}
+    if cand is not None:
+        r = ranking_metrics(pos, cand)
+        out.update({"mrr": r["mrr"], "hits@10": r["hits@10"]})
+    return out
+
+
+# ------------------------------------------------------------------------------ the entry point
+def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = False, **kwargs) -> Dict:
+    """Update the run at ``run`` with new events and write the updated run to ``out``.
+
+    Parameters
+    ----------
+    run : path-like
+        A run directory (``speed train``, or an earlier ``update``).
+    data : Events, path-like
+        The new events (time-sorted, none older than the run's last event; original node ids),
+        a file :func:`speed.read_events` reads, or a shards folder (its events after those the
+        run has taken in: what ``speed partition ... --append`` added).
+    out : path-like
+        The new run directory (``run`` is left as it was).
+    reader : dict, optional
+        Options of :func:`speed.read_events` for a file.
+    overwrite : bool
+        Replace an existing ``out`` run folder.
+    **kwargs
+        Fields of :class:`UpdateConfig` (``passes``, ``replay``, ``train``, ``mrr``, ``lr``, ...).
+
+    Returns
+    -------
+    dict
+        ``metrics.json`` of the new run; its ``updates`` list ends with this increment's scores
+        (``ap``, ``auc``, ``mrr`` when asked, per-window figures, seconds).
+    """
+    from .checkpoint import RUN_MARKERS
+
+    config = UpdateConfig(**kwargs).validate()
+    run, out = Path(run), Path(out)
+    if out.resolve() == run.resolve():
+        raise InputError("the updated run needs its own folder (--out): the run it starts from stays as it was", out)
+    from .._util import check_output_dir
+
+    check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
+    state, payload = _open_run(run)
+    metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
+    events = _new_events(data, metrics, reader, config.progress)
+    if len(events) == 0:
+        raise InputError("no new events", events.meta.get("source"))
+    pred = predictor_from(state, payload, "end", config.device, run)
+    updater = OnlineUpdater(pred, state, payload, config)
+    entry = updater.run(events)
+    history = list(metrics.get("updates", []))
+    entry["increment"] = len(history) + 1
+    entry["source"] = events.meta.get("source")
+    history.append(entry)
+    data_info = dict(metrics.get("data", {}))
+    data_info["num_events"] = int(data_info.get("num_events", 0)) + len(events)
+    data_info["num_nodes"] = len(pred.index)
+    new_metrics = {**metrics, "data": data_info, "updates": history, "updated_from": str(run)}
+    with atomic_dir(out, overwrite=overwrite, markers=RUN_MARKERS, kind="run folder") as tmp:
+        _save(tmp, updater, state, payload)
+        (tmp / "metrics.json").write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
+        plot_updates(new_metrics, tmp / UPDATES_PLOT)
+        for name in ("config.toml", "curves.png"):
+            if (run / name).exists():
+                shutil.copy2(run / name, tmp / name)
+    return new_metrics
+
+
+def _open_run(run: Path):
+    from .predictor import open_checkpoint
+
+    return open_checkpoint(run)
+
+
+def _save(folder: Path, updater: OnlineUpdater, state: ckpt.Checkpoint, payload: Dict) -> None:
+    """``checkpoint.pt`` of the updated run: weights and node state now, the optimiser, and the
+    predictor payload (with the negative pool and the replay reservoir)."""
+    pred, model = updater.pred, updater.model
+    new_payload = payload_of(pred, test_start=payload.get("test_start"))
+    new_payload["negative_pool"] = np.flatnonzero(updater.pool_mask)
+    new_payload["bipartite"] = updater.bipartite
+    new_payload["replay"] = updater.reservoir.state()
+    best = ckpt.Checkpoint(kind="best", epoch=state.epoch, model_name=state.model_name, config=state.config,
+                           model={k: v.detach().cpu() for k, v in model.state_dict().items()},
+                           optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
+                           else state.optimizer,
+                           rng=[ckpt.rng_state()], history=state.history, stopping=state.stopping, best=state.best,
+                           num_nodes=model.num_nodes, pending=model.state.pending_events(), val_ap=state.val_ap,
+                           extra={"predictor": new_payload})
+    best.save(folder / ckpt.BEST)
+
+
+def plot_updates(metrics: Dict, path: Path) -> None:
+    """AP (and MRR when scored) of every window of every increment over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ups = metrics.get("updates") or []
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    for key, style in (("ap", "o-"), ("mrr", "s--")):
+        xs = [w["t_end"] for u in ups for w in u["windows"] if w.get(key) is not None]
+        ys = [w[key] for u in ups for w in u["windows"] if w.get(key) is not None]
+        if xs:
+            ax.plot(xs, ys, style, ms=3, label=f"{key.upper()} (test then train)")
+    for u in ups[1:]:
+        ax.axvline(u["t_min"], color="0.85", lw=0.8, zorder=0)
+    ax.set_xlabel("time of the window's last event")
+    ax.set_ylabel("score before training on the events")
+    modes = sorted({u["mode"] for u in ups})
+    ax.set_title(f"{metrics.get('model', '')}: {len(ups)} increment(s), {', '.join(modes)}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,293 @@
+"""Appending events to shards (``speed partition --append``, ``partition(into=...)``,
+``Partitioner.partial_fit``): SEP goes on from its saved state; nothing stored changes."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import speed
+from speed.cli import main
+from speed.partition import _kernels
+from speed.partition.append import append_events
+from speed.partition.sep import FLOOR
+from speed.partition.shards import Shards
+from speed.partition.stream_state import SavedStream
+
+from conftest import random_stream
+
+
+def own_log(src, dst, t, msg=None):
+    """A log of its own (ids compact over its nodes, originals kept), as a new file reads."""
+    return speed.Events.from_arrays(np.asarray(src), np.asarray(dst), np.asarray(t), msg=msg, remap=True)
+
+
+def digests(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def write_csv(path, src, dst, t):
+    path.write_text("src,dst,t\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(src, dst, t)))
+    return path
+
+
+# ------------------------------------------------------------------------------ exact streams
+def test_hand_built_append_places_events_as_sep_goes_on():
+    """P=2, no hubs, no capacity: (0,1) and (2,3) take parts 0 and 1 (balance term); appended,
+    (1,2) joins two pinned nodes of different parts (cut), (4,0) places new node 4 in node 0's
+    part, (5,6) two new nodes go to the lighter part."""
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    base = own_log([0, 2], [1, 3], [1, 2])
+    speed.partition(base, 2, topk=0.0, balance=None).save(f"{d}/s")
+    m, part, (src, dst) = append_events(f"{d}/s", own_log([1, 4, 5], [2, 0, 6], [3, 3, 4]))
+    assert part.tolist() == [-1, 0, 1]
+    sh = Shards(f"{d}/s")
+    ids = sh.node_ids
+    parts = dict(zip(ids.tolist(), sh.node_parts.tolist()))
+    assert parts == {0: 0, 1: 0, 2: 1, 3: 1, 4: 0, 5: 1, 6: 1}
+    assert m["cut_events"] == 1 and m["num_partitioned_events"] == 5 and m["edge_cut"] == pytest.approx(0.2)
+    assert m["appends"][-1]["new_nodes"] == 3 and m["version"] == 2
+    assert [e.tolist() for e in (src, dst)] == [[1, 4, 5], [2, 0, 6]]  # shard ids: new ids 4, 5, 6 after 0..3
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(2, 60), st.integers(10, 400), st.integers(1, 5), st.integers(1, 4), st.integers(0, 10_000))
+def test_without_hubs_or_capacity_appends_equal_one_stream(n, e, p, pieces, seed):
+    """With no hubs (centrality then changes nothing) and no capacity, appending the pieces of a
+    stream assigns every event exactly as one SEP pass over the whole stream."""
+    import tempfile
+
+    rng = np.random.default_rng(seed)
+    src, dst, t = random_stream(rng, n, e * (pieces + 1))
+    whole = own_log(src, dst, t)
+    scratch = speed.partition(whole, p, topk=0.0, balance=None)
+    cuts = np.linspace(0, len(src), pieces + 2).astype(int)
+    d = tempfile.mkdtemp()
+    speed.partition(own_log(src[:cuts[1]], dst[:cuts[1]], t[:cuts[1]]), p, topk=0.0, balance=None).save(f"{d}/s")
+    parts = [np.asarray(np.load(f"{d}/s/events/part.npy"))]
+    order = [np.asarray(np.load(f"{d}/s/events/eid.npy"))]
+    for a, b in zip(cuts[1:-1], cuts[2:]):
+        m, part, _ = append_events(f"{d}/s", own_log(src[a:b], dst[a:b], t[a:b]))
+        parts.append(part)
+        order.append(None)
+    first = np.empty_like(parts[0])
+    first[order[0]] = parts[0]  # stored in bucket order
+    assert np.array_equal(np.concatenate([first] + parts[1:]), scratch.event_part)
+    sh = Shards(f"{d}/s")
+    by_id = dict(zip(sh.node_ids.tolist(), sh.node_parts.tolist()))
+    assert by_id == dict(zip(whole.node_ids.tolist(), scratch.node_parts.tolist()))
+
+
+def check_bounds(path, topk, balance, num_parts):
+    """Theorem 1 with the hubs SEP may replicate, and the capacity bound, for shards at ``path``."""
+    sh = Shards(path)
+    m = sh.manifest
+    saved = SavedStream.load(sh.path / m["sep_state"], 0)
+    present = saved.present
+    nv = int(present.sum())
+    ever_hub = saved.stream.code <= _kernels.HUB_ROW0
+    shared = sh.node_parts == _kernels.SHARED
+    # only nodes that are hubs (top-k when chosen, or promoted for balance) are replicated
+    assert not np.any(shared & ~ever_hub)
+    k = ever_hub[present].sum() / nv
+    assert m["replication_factor"] <= k * num_parts + 1 - k + 1e-9
+    # the static hubs are floor(topk |V|) of the nodes seen, plus hubs already in several parts
+    assert saved.hubs.size <= int(np.floor(topk * nv + 1e-9)) + int(shared.sum())
+    if balance is not None:
+        loads = np.asarray(m["stream_loads"])
+        placed = int(loads.sum())
+        cap = (1 + balance) * max(placed, FLOOR * m["num_partitioned_events"]) / num_parts
+        assert loads.max() <= max(cap, placed / num_parts + 1) + 1e-9
+    return m
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(20, 300), st.integers(200, 2000), st.integers(2, 6), st.sampled_from([0.0, 0.05, 0.2]),
+       st.sampled_from([None, 0.0, 0.1]), st.integers(0, 10_000))
+def test_theorem1_and_balance_bounds_hold_across_appends(n, e, p, topk, balance, seed):
+    import tempfile
+
+    rng = np.random.default_rng(seed)
+    src, dst, t = random_stream(rng, n, e)
+    d = tempfile.mkdtemp()
+    half = e // 2
+    speed.partition(own_log(src[:half], dst[:half], t[:half]), p, topk=topk, balance=balance).save(f"{d}/s")
+    step = max(1, e // 20)
+    for a in range(half, e, step):
+        b = min(e, a + step)
+        append_events(f"{d}/s", own_log(src[a:b], dst[a:b], t[a:b]))
+        m = check_bounds(f"{d}/s", topk, balance, p)
+    assert m["num_partitioned_events"] == e and m["num_events"] == e
+    assert sum(m["part_events"]) - m["shared_shared_events"] * (p - 1) + m["cut_events"] == e
+    unassigned = sum(int((np.asarray(seg.part) < 0).sum()) for seg in Shards(f"{d}/s").segments)
+    assert sum(m["assigned_events"]) == e - unassigned and unassigned >= m["cut_events"]
+
+
+# ------------------------------------------------------------------------------ files and versions
+@pytest.fixture
+def grown(tmp_path):
+    """A log in a base file and three increments (CSV), and shards of the base."""
+    rng = np.random.default_rng(4)
+    src, dst, t = random_stream(rng, 200, 4000)
+    files = [write_csv(tmp_path / "base.csv", src[:2000], dst[:2000], t[:2000])]
+    for k in range(3):
+        a, b = 2000 + 600 * k, 2000 + 600 * (k + 1)
+        files.append(write_csv(tmp_path / f"more{k}.csv", src[a:b], dst[a:b], t[a:b]))
+    assert main(["partition", str(files[0]), "-o", str(tmp_path / "s"), "--no-progress", "--topk", "5"]) == 0
+    return tmp_path, files, (src, dst, t)
+
+
+def test_old_files_stay_byte_identical_and_readers_see_whole_versions(grown, capsys):
+    tmp_path, files, (src, dst, t) = grown
+    s = tmp_path / "s"
+    before = digests(s)
+    old = Shards(s)  # a reader of version 1, open across the appends
+    old_events = old.events()
+    for f in files[1:]:
+        assert main(["partition", str(f), "-o", str(s), "--append", "--no-progress"]) == 0
+        after = digests(s)
+        assert all(after[k] == v for k, v in before.items() if k != "manifest.json")
+    out = capsys.readouterr().out
+    assert "version 4: 3 append(s)" in out and "advice" in out
+    new = Shards(s)
+    assert new.manifest["version"] == 4 and new.manifest["format_version"] == 2
+    assert [seg["dir"] for seg in new.manifest["segments"]] == ["events", "events.v2", "events.v3", "events.v4"]
+    # the open reader still reads version 1, unchanged
+    assert np.array_equal(old.events().src, old_events.src) and len(old.events()) == old.num_events
+    every = new.events()
+    assert len(every) == 3800 and np.array_equal(every.eid, np.arange(3800))
+    ids = new.node_ids
+    assert np.array_equal(ids[every.src], src[:3800]) and np.array_equal(ids[every.dst], dst[:3800])
+    assert np.array_equal(every.t, t[:3800])
+    assert len(new.events("appended")) == 1800 and len(new.events("split")) == 2000
+    # every appended event is in exactly the groups its segment's buckets put it in
+    groups = [new.merge([q], period="appended", subgraph="assigned") for q in range(new.num_parts)]
+    cut = sum(int((np.asarray(seg.part) < 0).sum()) for seg in new.segments[1:])
+    assert sum(len(g) for g in groups) == 1800 - cut
+    # only the current version's node and state files are kept beside the first ones
+    names = {p.name for p in s.iterdir()}
+    assert {"nodes.npz", "sep.npz", "nodes.v4.npz", "sep.v4.npz"} <= names and "nodes.v2.npz" not in names
+
+
+def test_older_events_are_refused_naming_the_first_bad_line_and_equal_times_pass(grown, capsys):
+    tmp_path, files, (src, dst, t) = grown
+    s = tmp_path / "s"
+    last = int(t[1999])
+    bad = write_csv(tmp_path / "bad.csv", [1, 2, 3, 4], [2, 3, 4, 5], [last, last + 5, last - 1, last - 9])
+    before = digests(s)
+    for extra in ([], ["--max-memory", "1G"]):
+        assert main(["partition", str(bad), "-o", str(s), "--append", "--no-progress", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"bad.csv:4: time {last - 1} is earlier" in err or f"bad.csv:4: time {last - 1}" in err, err
+        assert digests(s) == before
+    equal = write_csv(tmp_path / "equal.csv", [1, 2], [2, 3], [last, last])
+    assert main(["partition", str(equal), "-o", str(s), "--append", "--no-progress"]) == 0
+
+
+def test_out_of_core_append_writes_the_same_arrays(grown, tmp_path_factory):
+    tmp_path, files, _ = grown
+    other = tmp_path_factory.mktemp("ooc") / "s"
+    assert main(["partition", str(files[0]), "-o", str(other), "--no-progress", "--topk", "5",
+                 "--max-memory", "1G"]) == 0
+    for f in files[1:]:
+        assert main(["partition", str(f), "-o", str(tmp_path / "s"), "--append", "--no-progress"]) == 0
+        assert main(["partition", str(f), "-o", str(other), "--append", "--no-progress", "--max-memory", "1G"]) == 0
+    a, b = digests(tmp_path / "s"), digests(other)
+    same = [k for k in a if k.startswith(("events.v", "nodes.v", "sep.v"))]
+    assert same and all(a[k] == b[k] for k in same), [k for k in same if a[k] != b[k]]
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys
+    import importlib
+    ap = importlib.import_module("speed.partition.append")
+    real = ap.commit
+    def stall(shards, tmp, manifest):
+        # move the new files into place, then die before the manifest is replaced
+        for f in tmp.iterdir():
+            os.replace(f, shards.path / f.name)
+        os.kill(os.getpid(), signal.SIGKILL)
+    ap.commit = stall
+    from speed.cli import main
+    main(["partition", sys.argv[1], "-o", sys.argv[2], "--append", "--no-progress"])
+""")
+
+
+def test_a_killed_append_leaves_the_previous_version_valid(grown):
+    tmp_path, files, _ = grown
+    s = tmp_path / "s"
+    assert main(["partition", str(files[1]), "-o", str(s), "--append", "--no-progress"]) == 0
+    before = digests(s)
+    version2 = Shards(s).events()
+    r = subprocess.run([sys.executable, "-c", KILLED, str(files[2]), str(s)], capture_output=True)
+    assert r.returncode == -signal.SIGKILL
+    sh = Shards(s)
+    assert sh.manifest["version"] == 2
+    assert np.array_equal(sh.events().eid, version2.eid) and np.array_equal(sh.events().src, version2.src)
+    assert all(digests(s).get(k) == v for k, v in before.items())
+    # the next append clears what the killed one left and writes version 3
+    assert main(["partition", str(files[2]), "-o", str(s), "--append", "--no-progress"]) == 0
+    assert Shards(s).manifest["version"] == 3 and len(Shards(s).events()) == 3200
+    assert not [p for p in s.iterdir() if p.name.startswith(".append-")]
+
+
+def test_append_refuses_shards_it_cannot_continue(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    src, dst, t = random_stream(rng, 50, 400)
+    log = write_csv(tmp_path / "a.csv", src, dst, t)
+    more = write_csv(tmp_path / "b.csv", [1], [2], [int(t[-1]) + 1])
+    assert main(["partition", str(log), "-o", str(tmp_path / "h"), "--method", "hdrf", "--no-progress"]) == 0
+    assert main(["partition", str(more), "-o", str(tmp_path / "h"), "--append", "--no-progress"]) == 2
+    assert "only SEP shards can be appended" in capsys.readouterr().err
+    assert main(["partition", str(more), "-o", str(tmp_path / "none"), "--append", "--no-progress"]) == 2
+    assert "no shards folder here" in capsys.readouterr().err
+
+
+def test_partial_fit_in_memory_matches_appending_to_shards(tmp_path):
+    rng = np.random.default_rng(9)
+    src, dst, t = random_stream(rng, 300, 3000)
+    # ids in order of first appearance: then new ids (numbered in sorted order by each append)
+    # get the rows they have in the whole log, and top-k ties break alike
+    _, first = np.unique(np.stack([src, dst], 1).ravel(), return_index=True)
+    rank = np.empty(300, dtype=np.int64)
+    seen = np.stack([src, dst], 1).ravel()[np.sort(first)]
+    rank[seen] = np.arange(seen.size)
+    src, dst = rank[src], rank[dst]
+    whole = own_log(src, dst, t)
+    p = speed.Partitioner(num_parts=3, topk=0.05)
+    p.partial_fit(whole.select(slice(0, 1500)))
+    speed.partition(own_log(src[:1500], dst[:1500], t[:1500]), 3, topk=0.05).save(tmp_path / "s")
+    for a in range(1500, 3000, 500):
+        p.partial_fit(whole.select(slice(a, a + 500)))
+        r = speed.partition(own_log(src[a:a + 500], dst[a:a + 500], t[a:a + 500]), 3, into=tmp_path / "s")
+        assert np.array_equal(p.result_.event_part, r.event_part)
+        assert p.stats_["replication_factor"] == pytest.approx(r.stats["replication_factor"])
+        assert p.stats_["edge_cut"] == pytest.approx(r.stats["edge_cut"])
+    sh = Shards(tmp_path / "s")
+    by_id = dict(zip(sh.node_ids.tolist(), sh.node_parts.tolist()))
+    assert by_id == {int(whole.node_ids[i]): int(q) for i, q in enumerate(p.node_parts_) if i in set(whole.src) |
+                     set(whole.dst)}
+
+
+def test_hubs_in_one_part_at_most_can_be_dropped_for_any_part_id():
+    """drop_hubs reads the one set bit back, also past the first 64-part word."""
+    from speed.partition.sep import SepStream
+
+    s = SepStream(6, 130, np.zeros(6), np.array([0, 1, 2]), 1.0, 1.0, None, 10)
+    s.code[3] = 70
+    s.add_hubs(np.array([3]))
+    s.hub_mask[_kernels.HUB_ROW0 - s.code[1], 129 >> 6] |= np.uint64(1) << np.uint64(129 & 63)
+    assert s.hub_parts(np.array([0, 1, 3])).tolist() == [0, 1, 1]
+    s.drop_hubs(np.array([0, 1, 3]))
+    assert s.code[[0, 1, 3]].tolist() == [_kernels.UNPLACED, 129, 70] and s.num_hubs == 1
