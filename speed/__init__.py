@@ -70,13 +70,14 @@ __all__ = [
     "to_dgl",
     "to_pyg",
     "train",
+    "update",
     "write_generated",
     "__version__",
 ]
 
 # Training needs torch and scikit-learn, which take seconds to import; `speed partition` and
 # code that only partitions should not pay for them, so these names load on first use.
-_LAZY = ("MODELS", "Predictor", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run")
+_LAZY = ("MODELS", "Predictor", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run", "update")
 
 
 def __getattr__(name):

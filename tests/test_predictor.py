@@ -10,7 +10,7 @@ import torch
 import speed
 from speed.cli import main
 from speed.train.eval.metrics import link_metrics
-from speed.train.state.node_index import NodeIndex
+from speed.data.node_index import NodeIndex
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, epochs=1, seed=0)

@@ -69,7 +69,7 @@ def partition_command(args) -> int:
 
 
 def _append(args, out: Path) -> int:
-    from ..partition.append import append_file
+    from ..partition.append_file import append_file
     from .summaries import format_appends
 
     if args.overwrite or args.dgl:

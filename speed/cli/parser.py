@@ -229,7 +229,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     u.add_argument("--mrr", action="store_true", help="also rank each event against random destinations (MRR)")
     u.add_argument("--mrr-negatives", type=int, default=UD.mrr_negatives, metavar="K",
                    help=f"destinations each event is ranked against with --mrr (default {UD.mrr_negatives})")
-    u.add_argument("--lr", type=float, default=UD.lr, help="learning rate of the updates (default: the run's)")
+    u.add_argument("--lr", type=float, default=UD.lr, help="learning rate of the updates (default: 10 x the run's)")
     u.add_argument("--windows", type=int, default=UD.windows,
                    help=f"slices of the new events scored apart in metrics.json and the plot (default {UD.windows})")
     u.add_argument("--seed", type=int, default=UD.seed, help=f"seed of the negatives and replay draws (default "

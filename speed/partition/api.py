@@ -362,8 +362,13 @@ class Partitioner:
 
         if self._stream is None:
             self._stream = saved_from_result(self.result_)
-        self._set(continue_in_memory(self._stream, events, self.result_.num_parts, self.result_.params,
-                                     self.progress), keep_stream=True)
+        num_parts, params = self.result_.num_parts, self.result_.params
+        node_parts, event_part, stats = continue_in_memory(self._stream, events, num_parts, self.progress)
+        self._set(PartitionResult(node_parts=node_parts,
+                                  shared=np.flatnonzero(node_parts == _kernels.SHARED).astype(np.int64),
+                                  num_parts=num_parts, method="sep", params=dict(params), stats=stats, events=events,
+                                  event_part=event_part, centrality=self._stream.stream.cent,
+                                  hubs=self._stream.hubs), keep_stream=True)
         return self
 
     def _set(self, res: PartitionResult, keep_stream: bool = False) -> None:

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -45,9 +45,9 @@ from .balance import balance_stats, spread_shared_chunks
 from .centrality import num_hubs, top_nodes
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
-from .sep import FLOOR, SepStream
+from .sep import FLOOR
 from .shards import APPENDED_VERSION, Shards, numbers_sides_apart
-from .stream_state import STATE_FILE, SavedStream
+from .stream_state import SavedStream
 
 _CHUNK = 1 << 21  # events per kernel call and per write
 # When to advise partitioning again: the quality of the appended shards against that of the
@@ -180,7 +180,7 @@ def refresh_hubs(saved: SavedStream, present: np.ndarray) -> Tuple[np.ndarray, n
 
 # ------------------------------------------------------------------------------ ids and checks
 def _node_index(shards: Shards, saved: SavedStream):
-    from ..train.state.node_index import NodeIndex
+    from ..data.node_index import NodeIndex
 
     ids = shards.node_ids
     return NodeIndex(ids, shards.num_nodes, sides=saved.is_src)
@@ -467,15 +467,18 @@ def saved_from_result(result) -> SavedStream:
                                  is_src, pin=False)  # no stored events: a node no event placed is free
 
 
-def continue_in_memory(saved: SavedStream, events: Events, num_parts: int, params: Dict,
-                       progress: Optional[bool] = None):
-    """Go on with SEP from ``saved`` over ``events`` (same node ids, later times), in memory.
+def continue_in_memory(saved: SavedStream, events: Events, num_parts: int, progress: Optional[bool] = None):
+    """Go on with SEP from ``saved`` over ``events`` (same node ids, later times), in memory
+    (``saved`` is updated in place).
 
-    Returns a :class:`~speed.partition.api.PartitionResult` of ``events`` whose node parts and
-    metrics describe the whole stream so far (``saved`` is updated in place).
+    Returns
+    -------
+    node_parts : int64 ndarray, shape (num_nodes,)
+    event_part : int32 ndarray, shape (E,)
+    stats : dict
+        The metrics of the whole stream so far, and this stretch's ``new_hubs`` and
+        ``appended_edge_cut``.
     """
-    from .api import PartitionResult
-
     if len(events) == 0:
         raise InputError("no events to partition", events.meta.get("source"))
     if events.num_nodes < saved.num_nodes:
@@ -484,11 +487,10 @@ def continue_in_memory(saved: SavedStream, events: Events, num_parts: int, param
     check_times(events, saved.stream.decay[1])
     timer = StageTimer()
     event_part = np.empty(len(events), dtype=np.int32)
-    if saved.is_src is not None:
-        saved.is_src = np.concatenate([saved.is_src, np.zeros(events.num_nodes - saved.num_nodes, dtype=bool)])
     src = np.asarray(events.src, dtype=np.int64)
     dst = np.asarray(events.dst, dtype=np.int64)
     if saved.is_src is not None:
+        saved.is_src = np.concatenate([saved.is_src, np.zeros(events.num_nodes - saved.num_nodes, dtype=bool)])
         saved.is_src[src] = True
     source = ArraySource({"src": src, "dst": dst, "t": events.t_float()})
     node_parts, st = continue_stream(saved, source, events.num_nodes, num_parts, float(events.t_float()[-1]),
@@ -498,147 +500,4 @@ def continue_in_memory(saved: SavedStream, events: Events, num_parts: int, param
     stats.update(saved.stream.stats())
     stats.update({"new_hubs": st["new_hubs"], "appended_edge_cut": st["cut_events"] / len(events),
                   "num_partitioned_events": saved.num_partitioned, "seconds": timer.rounded()})
-    return PartitionResult(node_parts=node_parts, shared=np.flatnonzero(node_parts == _kernels.SHARED).astype(np.int64),
-                           num_parts=num_parts, method="sep", params=dict(params), stats=stats, events=events,
-                           event_part=event_part, centrality=saved.stream.cent, hubs=saved.hubs)
-
-
-def append_file(path, shards, progress: Optional[bool] = None, max_memory=None, sort: bool = True,
-                reader: Optional[dict] = None) -> Dict:
-    """Append the events of the file at ``path`` to ``shards`` (``speed partition ... --append``).
-
-    ``max_memory`` streams the file from disk in chunks (:class:`SpillSource`) instead of reading
-    it whole; it needs integer node ids and time-sorted input.  Returns the new manifest.
-    """
-    from ..data.readers import read_events
-
-    if not Path(shards).is_dir():
-        raise InputError("no shards folder here to append to", shards)
-    if max_memory is not None:
-        return append_out_of_core(path, shards, max_memory, progress, reader)
-    events = read_events(path, sort=sort, progress=progress, **(reader or {}))
-    manifest, _, _ = append_events(shards, events, progress=progress)
-    return manifest
-
-
-# ------------------------------------------------------------------------------ out of core
-class SpillSource(ChunkSource):
-    """New events streamed from a file into a binary spill, read back by ranges and mapped to
-    shard ids on the way (:func:`append_out_of_core`)."""
-
-    def __init__(self, spill, index, t_dtype, columns, chunk: int):
-        self.spill, self.index, self.t_dtype, self.names, self.chunk = spill, index, t_dtype, columns, chunk
-        self.num_events = spill.rows
-
-    def columns(self, lo: int, hi: int) -> Dict[str, np.ndarray]:
-        out = {"src": self.index.lookup(self.spill.read("src", lo, hi), "src"),
-               "dst": self.index.lookup(self.spill.read("dst", lo, hi), "dst"),
-               "t": self.spill.read("t", lo, hi).astype(self.t_dtype, copy=False)}
-        for name, dtype in self.names.items():
-            out[name] = self.spill.read(name, lo, hi).astype(dtype, copy=False)
-        return out
-
-    def chunks(self, desc=None, progress=None, size=None):
-        return super().chunks(desc, progress, self.chunk)
-
-
-def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] = None,
-                       reader: Optional[dict] = None) -> Dict:
-    """:func:`append_events` for a file streamed from disk within ``max_memory`` bytes: memory
-    is the per-node state plus one chunk.  The result is identical, array for array, to
-    appending the file read in memory (new ids are numbered the same way)."""
-    from ..data.readers import RESTART, BlockStream
-    from .outofcore import _Spill, chunk_events, parse_size
-
-    started = time.perf_counter()
-    timer = StageTimer()
-    budget = parse_size(max_memory)
-    shards = Shards(shards_path)
-    state_path = check_appendable(shards)
-    source = BlockStream(path, **{k: v for k, v in (reader or {}).items() if k != "split_col"})
-    source.check_streamable(has_split_times=True)
-    t_last = last_time(shards)
-    root = Path(shards_path)
-    _sweep(root, int(shards.manifest.get("version", 1)))
-    tmp = Path(tempfile.mkdtemp(prefix=".append-", dir=root))
-    spill = None
-    try:
-        spill = _Spill(tmp / ".spill")
-        saved = SavedStream.load(state_path, 0)  # (continue_stream sets the capacity's floor)
-        index = _node_index(shards, saved)
-        with timer.stage("read"):
-            # pass 1: the file into the spill; order checks; the ids the shards do not know
-            new_src, new_dst = [], []
-            last = -math.inf
-            for block in source.blocks():
-                if block is RESTART:
-                    spill.reset()
-                    new_src, new_dst, last = [], [], -math.inf
-                    continue
-                t = block["t"]
-                if t.size == 0:
-                    continue
-                bad = np.flatnonzero((t < t_last) | np.r_[t[0] < last, t[1:] < t[:-1]])
-                if bad.size:
-                    k = int(bad[0])
-                    prev = last if k == 0 else float(t[k - 1])
-                    why = (f"earlier than the shards' last event ({full_time(t_last)}): only later events can be "
-                           "appended (equal times are allowed)") if t[k] < t_last else \
-                        (f"earlier than the previous event's {full_time(prev)}: an out-of-core append (max_memory) "
-                         "needs the file sorted by time")
-                    raise InputError(f"time {full_time(t[k])} is {why}", source.path, source.line_of(spill.rows + k))
-                last = float(t[-1])
-                new_src.append(np.unique(block["src"][index.lookup(block["src"], "src") < 0]))
-                new_dst.append(np.unique(block["dst"][index.lookup(block["dst"], "dst") < 0]))
-                spill.append(block)
-            if spill.rows == 0:
-                raise InputError("no events to append", source.path)
-            if (saved.is_src is not None) != source.bipartite:
-                raise InputError("these events number sources and destinations apart and the shards do not, or the "
-                                 "other way round (read them in the format the shards were partitioned from)",
-                                 source.path)
-            # new ids numbered as the in-memory append numbers them: sources first, then destinations
-            index.rows(np.unique(np.concatenate(new_src)), "src")
-            _, num_nodes = index.rows(np.unique(np.concatenate(new_dst)), "dst")
-            base = shards.segments[0].arrays
-            names = {}
-            for name in ("label", "msg"):
-                if name in base:
-                    if name not in spill.files:
-                        raise InputError(f"the shards store {'a label' if name == 'label' else 'edge features'} per "
-                                         "event and these events have none", source.path)
-                    names[name] = base[name].dtype
-            if "msg" in spill.files and "msg" in base and spill.files["msg"][2] != tuple(base["msg"].shape[1:]):
-                raise InputError(f"the shards store {shards.msg_dim} edge features per event and these events have "
-                                 f"{spill.files['msg'][2][0]}", source.path)
-            if "msg" in spill.files and "msg" not in base:
-                raise InputError("these events have edge features and the shards store none", source.path)
-            if base["t"].dtype.kind in "iu":
-                tt = spill.memmap("t")
-                frac = np.flatnonzero(tt != np.round(tt))
-                if frac.size:
-                    raise InputError(f"time {tt[frac[0]]!r} is not a whole number, and the shards store whole times",
-                                     source.path, source.line_of(int(frac[0])))
-                del tt
-        saved.is_src = None if saved.is_src is None else (index.sides == "src")
-        row_bytes = sum(np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s in spill.files.values())
-        chunk = chunk_events(budget, num_nodes, row_bytes)
-        src = SpillSource(spill, index, base["t"].dtype, names, chunk)
-        event_part = np.lib.format.open_memmap(tmp / ".spill" / "event_part.npy", mode="w+", dtype=np.int32,
-                                               shape=(spill.rows,))
-        t0, t1 = float(spill.read("t", 0, 1)[0]), float(spill.read("t", spill.rows - 1, spill.rows)[0])
-        node_parts, stats = continue_stream(saved, src, num_nodes, shards.num_parts, t1, event_part, progress, timer)
-        out = tmp / "version"
-        out.mkdir()
-        manifest = write_version(shards, saved, src, node_parts, index.ids, event_part, stats, (t0, t1), timer,
-                                 progress, out, started)
-        manifest["appends"][-1]["out_of_core"] = {"max_memory": budget, "chunk_events": chunk}
-        del event_part
-        spill.close()
-        spill = None
-        commit(shards, out, manifest)
-    finally:
-        if spill is not None:
-            spill.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return manifest
+    return node_parts, event_part, stats

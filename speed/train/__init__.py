@@ -18,7 +18,7 @@ _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "Cycling
           "NodeMemory": "state.memory", "MODELS": "recipes", "NodeStates": "state.nodes", "StateRows": "state.nodes",
           "StatefulModel": "models", "TemporalGNN": "models", "build_model": "models",
           "RecentNeighborSampler": "state.sampler", "Trainer": "trainer", "Predictor": "predictor",
-          "load_run": "predictor"}
+          "load_run": "predictor", "update": "online", "UpdateConfig": "config", "OnlineUpdater": "online"}
 
 
 def __getattr__(name):
@@ -31,4 +31,4 @@ def __getattr__(name):
 
 __all__ = ["Batches", "CyclingBatches", "EarlyStopping", "Engine", "EpochLog", "Evaluator", "MODELS", "NodeMemory",
            "NodeStates", "Predictor", "RecentNeighborSampler", "StateRows", "StatefulModel", "TemporalGNN",
-           "TrainConfig", "Trainer", "build_model", "load_run", "train"]
+           "TrainConfig", "Trainer", "OnlineUpdater", "UpdateConfig", "build_model", "load_run", "train", "update"]

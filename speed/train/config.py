@@ -313,7 +313,7 @@ class UpdateConfig:
         Also rank each event against ``mrr_negatives`` random destinations (MRR, Hits@10).
     mrr_negatives : int
     lr : float, optional
-        Learning rate of the updates (default: the run's).
+        Learning rate of the updates (default: 10 x the run's, ``speed.train.online.LR_SCALE``).
     windows : int
         Slices of the increment scored apart in ``metrics.json`` (the plot's points).
     seed : int

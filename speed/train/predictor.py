@@ -34,7 +34,7 @@ from ..errors import InputError
 from . import checkpoint as ckpt
 from .models import StatefulModel, TemporalGNN, build_model
 from .state.nodes import NodeStates
-from .state.node_index import NodeIndex
+from ..data.node_index import NodeIndex
 
 AT = ("end", "test")
 PAYLOAD_FORMAT = 2  # 2: pending events kept past simultaneous batches, held sampler events
@@ -72,7 +72,7 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
 
 def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
     """The payload of a predictor as it is now (after updates), for a new ``checkpoint.pt``."""
-    ef = pred.state.edge_features
+    ef = pred.state.edge_feature_table()
     features = None if ef is None or pred.model.msg_dim == 0 else np.asarray(ef)
     is_src = (pred.index.sides == "src") if pred.index.per_side else None
     return _payload(pred._model, pred.index.ids, features, pred.t_last, pred.next_eid, pred.batch_size, test_start,

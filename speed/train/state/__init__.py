@@ -10,7 +10,6 @@ features and the extra state a recipe declares, owned by :class:`~speed.train.st
 ``values``         TIGE's kept event values
 ``features``       :class:`MappedFeatures`, edge features read in place by event id
 ``batch_plan``     the host work of a step, planned on the state
-``node_index``     original ids to rows (the Predictor)
 ``_kernels``       numba kernels of the rings and the store
 =================  ==========================================================
 """

@@ -122,6 +122,11 @@ class NodeStates:
         else:
             self.edge_features = torch.as_tensor(msg, dtype=torch.float32).cpu()
 
+    def edge_feature_table(self):
+        """The edge features held (float32 (E, d), in host memory; a mapped table as it is), or None."""
+        ef = self.edge_features
+        return ef.numpy() if torch.is_tensor(ef) else ef
+
     def add_edge_features(self, msg: np.ndarray) -> None:
         """Append the features of new events (ids continue after the held ones)."""
         new = torch.from_numpy(np.ascontiguousarray(msg, dtype=np.float32))

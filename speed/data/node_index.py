@@ -1,6 +1,7 @@
-"""Original node ids to rows of a model's node state (:class:`NodeIndex`), as a
-:class:`~speed.train.predictor.Predictor` speaks the ids of the user's files: ints or strings,
-one id space or two (JODIE-style logs number users and items apart), growing for new ids."""
+"""Original node ids to rows (:class:`NodeIndex`): of a model's node state, as a
+:class:`~speed.train.predictor.Predictor` speaks the ids of the user's files, and of appended
+shards, whose new events bring their own ids: ints or strings, one id space or two (JODIE-style
+logs number users and items apart), growing for new ids."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ...errors import InputError
+from ..errors import InputError
 
 
 class NodeIndex:

@@ -1,0 +1,169 @@
+"""Updating a trained run with new events (``speed update``, ``speed.train.online.update``):
+prequential test-then-train, memory only, passes and replay, a complete new run."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.cli import main
+from speed.train.config import UpdateConfig
+from speed.train.online import OnlineUpdater, update
+from speed.train.predictor import open_checkpoint, predictor_from
+
+TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
+            num_threads=1, epochs=1, seed=0)
+
+
+def _log(rng, n, t0=0.0, msg_dim=0, nodes=(60, 80)):
+    src = rng.integers(0, nodes[0], n) * 7 + 1000
+    dst = rng.integers(0, nodes[1], n) * 3 + 5
+    t = t0 + np.sort(rng.uniform(0, 1e5, n)).round(1)
+    msg = rng.normal(size=(n, msg_dim)).astype(np.float32) if msg_dim else None
+    return speed.Events.from_arrays(src, dst, t, msg=msg, remap=True)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A TGN run on 2,000 events with edge features, and 1,000 later events (a few new nodes)."""
+    root = tmp_path_factory.mktemp("update")
+    rng = np.random.default_rng(3)
+    base = _log(rng, 2000, msg_dim=3)
+    speed.train(base, model="tgn", out=root / "run", **TINY)
+    new = _log(rng, 1000, t0=2e5, msg_dim=3, nodes=(70, 90))
+    return root, base, new
+
+
+def digests(root):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+def _updater(run, **kw):
+    state, payload = open_checkpoint(run)
+    pred = predictor_from(state, payload, "end", "cpu", run)
+    return OnlineUpdater(pred, state, payload, UpdateConfig(progress=False, **kw).validate())
+
+
+def test_memory_only_scores_equal_the_predictors_stream(trained):
+    """Memory only, each batch is scored from the state before it, exactly as
+    Predictor.score_stream scores the same events."""
+    root, base, new = trained
+    up = _updater(root / "run", train=False)
+    up.run(new)
+    pos, neg = up.last_scores
+    ids = new.node_ids
+    ref, _, _ = speed.load_run(root / "run").score_stream(ids[new.src], ids[new.dst], new.t_float(), msg=new.msg)
+    np.testing.assert_allclose(pos, ref, atol=1e-5, rtol=0)
+
+
+def test_each_batch_is_scored_before_it_is_trained_on(trained):
+    """Test then train: the first batch's scores are those of the loaded run (the same as memory
+    only); later batches are scored by weights trained on the earlier ones; and a batch's scores
+    do not depend on any later event."""
+    root, base, new = trained
+    trained_up, memory_up = _updater(root / "run"), _updater(root / "run", train=False)
+    trained_up.run(new)
+    memory_up.run(new)
+    (p1, n1), (p0, n0) = trained_up.last_scores, memory_up.last_scores
+    np.testing.assert_allclose(p1[:100], p0[:100], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(n1[:100], n0[:100], atol=1e-5, rtol=0)
+    assert np.abs(p1[100:] - p0[100:]).max() > 1e-4  # the weights moved
+    # the same events up to batch 5, then other ones: the first five batches score alike
+    other = _log(np.random.default_rng(11), 1000, t0=2e5, msg_dim=3)
+    mixed = speed.Events.from_arrays(
+        np.concatenate([new.node_ids[new.src[:500]], other.node_ids[other.src[500:]]]),
+        np.concatenate([new.node_ids[new.dst[:500]], other.node_ids[other.dst[500:]]]),
+        np.concatenate([new.t[:500], np.maximum(other.t[500:], new.t[499])]),
+        msg=np.concatenate([new.msg[:500], other.msg[500:]]), remap=True)
+    again = _updater(root / "run")
+    again.run(mixed)
+    np.testing.assert_allclose(again.last_scores[0][:500], p1[:500], atol=1e-5, rtol=0)
+
+
+def test_updated_run_is_complete_and_the_old_one_unchanged(trained, tmp_path):
+    root, base, new = trained
+    before = digests(root / "run")
+    first, second = new.select(slice(0, 600)), new.select(slice(600, 1000))
+    m = update(root / "run", first, tmp_path / "run2", progress=False, mrr=True, mrr_negatives=5, windows=3)
+    assert digests(root / "run") == before
+    u = m["updates"][-1]
+    assert u["increment"] == 1 and u["events"] == 600 and u["mode"] == "train" and 0.5 < u["ap"] <= 1
+    assert 0 < u["mrr"] <= 1 and len(u["windows"]) == 3 and sum(w["events"] for w in u["windows"]) == 600
+    assert (tmp_path / "run2" / "updates.png").stat().st_size > 0
+    assert m["data"]["num_events"] == 2600
+    pred = speed.load_run(tmp_path / "run2")
+    assert pred.t_last == float(first.t[-1])
+    known = set(first.node_ids[first.src].tolist()) | set(first.node_ids[first.dst].tolist())
+    assert known <= set(pred.node_ids.tolist())
+    assert pred.embed(pred.node_ids[:5]).shape == (5, 8)
+    assert np.all(np.isfinite(pred.score(pred.node_ids[:3], pred.node_ids[3:6])))
+    # a further update goes on from there; the history keeps both increments
+    m3 = update(tmp_path / "run2", second, tmp_path / "run3", progress=False, replay=0.5, passes=2)
+    assert [x["increment"] for x in m3["updates"]] == [1, 2] and m3["updates"][1]["passes"] == 2
+    assert speed.load_run(tmp_path / "run3").t_last == float(second.t[-1])
+
+
+def test_passes_take_each_event_into_the_memory_once(trained):
+    root, base, new = trained
+    one, two = _updater(root / "run"), _updater(root / "run", passes=2)
+    one.run(new)
+    two.run(new)
+    for name, mem in one.model.state.memories().items():
+        torch.testing.assert_close(two.model.state.memories()[name].last_update, mem.last_update)
+    np.testing.assert_allclose(one.last_scores[0], two.last_scores[0], atol=1e-5, rtol=0)  # pass 1 scores
+    assert one.pred.next_eid == two.pred.next_eid
+
+
+def test_update_with_a_learned_static_table_grows_it_for_new_nodes(tmp_path):
+    rng = np.random.default_rng(5)
+    base = _log(rng, 1500)
+    speed.train(base, model="tgn", out=tmp_path / "run", static_memory="learned", **TINY)
+    new = _log(rng, 500, t0=2e5, nodes=(90, 120))
+    m = update(tmp_path / "run", new, tmp_path / "run2", progress=False)
+    assert m["updates"][0]["new_nodes"] > 0
+    pred = speed.load_run(tmp_path / "run2")
+    assert pred.model.static.table.shape[0] >= len(pred.node_ids)
+
+
+def test_bad_updates_are_refused(trained, tmp_path, capsys):
+    root, base, new = trained
+    with pytest.raises(speed.InputError, match="own folder"):
+        update(root / "run", new, root / "run", progress=False)
+    with pytest.raises(speed.InputError, match="memory only"):
+        update(root / "run", new, tmp_path / "x", train=False, passes=2, progress=False)
+    with pytest.raises(speed.InputError, match="edge features"):
+        update(root / "run", _log(np.random.default_rng(1), 50, t0=2e5), tmp_path / "x", progress=False)
+    old = tmp_path / "old.csv"
+    last = float(base.t[-1])
+    old.write_text("src,dst,t,f1,f2,f3\n" + f"1000,5,{last + 1},0,0,0\n" + f"1007,8,{last - 5},0,0,0\n")
+    assert main(["update", str(root / "run"), str(old), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "old.csv:3" in err and "older than the memory's last update" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_update_from_shards_takes_the_appended_events(tmp_path, capsys):
+    rng = np.random.default_rng(8)
+    n = 3000
+    src, dst = rng.integers(0, 50, n), rng.integers(50, 120, n)
+    t = np.sort(rng.integers(0, 10 * n, n))
+    rows = [f"{a},{b},{c}" for a, b, c in zip(src, dst, t)]
+    (tmp_path / "base.csv").write_text("src,dst,t\n" + "\n".join(rows[:2000]) + "\n")
+    (tmp_path / "more.csv").write_text("src,dst,t\n" + "\n".join(rows[2000:]) + "\n")
+    s = tmp_path / "shards"
+    assert main(["partition", str(tmp_path / "base.csv"), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    assert main(["train", str(s), "--out", str(tmp_path / "run"), "--epochs", "1", "--memory-dim", "8",
+                 "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
+    assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["update", str(tmp_path / "run"), str(s), "--out", str(tmp_path / "run2"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("increment 1: 1,000 events") and "AP 0." in out
+    m = json.loads((tmp_path / "run2" / "metrics.json").read_text())
+    assert m["updates"][0]["events"] == 1000 and m["data"]["num_events"] == 3000
+    # nothing new in the shards for the updated run
+    assert main(["update", str(tmp_path / "run2"), str(s), "--out", str(tmp_path / "run3"), "--no-progress"]) == 2
+    assert "nothing new" in capsys.readouterr().err
