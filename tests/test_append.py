@@ -102,8 +102,11 @@ def check_bounds(path, topk, balance, num_parts):
     assert not np.any(shared & ~ever_hub)
     k = ever_hub[present].sum() / nv
     assert m["replication_factor"] <= k * num_parts + 1 - k + 1e-9
-    # the static hubs are floor(topk |V|) of the nodes seen, plus hubs already in several parts
-    assert saved.hubs.size <= int(np.floor(topk * nv + 1e-9)) + int(shared.sum())
+    # never more static hubs than SEP's budget, floor(topk |V|) of the nodes seen so far; the other
+    # hubs were promoted for balance (none without a capacity)
+    assert saved.hubs.size <= int(np.floor(topk * nv + 1e-9))
+    if balance is None:
+        assert ever_hub.sum() == saved.hubs.size
     if balance is not None:
         loads = np.asarray(m["stream_loads"])
         placed = int(loads.sum())
@@ -252,6 +255,13 @@ def test_append_refuses_shards_it_cannot_continue(tmp_path, capsys):
     assert "only SEP shards can be appended" in capsys.readouterr().err
     assert main(["partition", str(more), "-o", str(tmp_path / "none"), "--append", "--no-progress"]) == 2
     assert "no shards folder here" in capsys.readouterr().err
+    # SEP shards written before the stream state was kept
+    assert main(["partition", str(log), "-o", str(tmp_path / "old"), "--no-progress"]) == 0
+    m = json.loads((tmp_path / "old" / "manifest.json").read_text())
+    del m["sep_state"]
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps(m))
+    assert main(["partition", str(more), "-o", str(tmp_path / "old"), "--append", "--no-progress"]) == 2
+    assert "keep no SEP stream state" in capsys.readouterr().err
 
 
 def test_partial_fit_in_memory_matches_appending_to_shards(tmp_path):
@@ -291,3 +301,24 @@ def test_hubs_in_one_part_at_most_can_be_dropped_for_any_part_id():
     assert s.hub_parts(np.array([0, 1, 3])).tolist() == [0, 1, 1]
     s.drop_hubs(np.array([0, 1, 3]))
     assert s.code[[0, 1, 3]].tolist() == [_kernels.UNPLACED, 129, 70] and s.num_hubs == 1
+
+
+def test_training_reads_the_split_log_and_plan_reports_the_drift(grown, capsys):
+    tmp_path, files, _ = grown
+    s = tmp_path / "s"
+    for f in files[1:]:
+        assert main(["partition", str(f), "-o", str(s), "--append", "--no-progress"]) == 0
+    sh = Shards(s)
+    split = sh.split()
+    assert split.num_train + split.num_val + split.num_test == 2000 == len(sh.events("split"))
+    assert len(sh.merge(range(sh.num_parts), period="train")) <= split.num_train
+    capsys.readouterr()
+    assert main(["plan", str(s), "--nproc", "2", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["version"] == 4 and p["advice"] == sh.manifest["advice"]
+    m = sh.manifest
+    m["advice"] = "partition the whole log again: test"
+    (s / "manifest.json").write_text(json.dumps(m))
+    assert main(["plan", str(s), "--nproc", "2"]) == 0
+    assert "advice: the shards (version 4, with appends) drifted: partition the whole log again: test" in \
+        capsys.readouterr().out

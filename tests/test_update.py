@@ -167,3 +167,19 @@ def test_cli_update_from_shards_takes_the_appended_events(tmp_path, capsys):
     # nothing new in the shards for the updated run
     assert main(["update", str(tmp_path / "run2"), str(s), "--out", str(tmp_path / "run3"), "--no-progress"]) == 2
     assert "nothing new" in capsys.readouterr().err
+
+
+def test_the_replay_reservoir_is_a_uniform_sample_of_what_it_saw():
+    from speed.train.online import Reservoir
+
+    rng = np.random.default_rng(0)
+    counts = np.zeros(1000)
+    for trial in range(300):
+        r = Reservoir(np.arange(10), np.arange(10) + 1, seen=10, capacity=50)
+        for a in range(10, 1000, 90):  # chunks of any size
+            b = min(1000, a + 90)
+            r.add(np.arange(a, b), np.arange(a, b) + 1, rng)
+        assert r.src.size == 50 and r.seen == 1000 and np.array_equal(r.dst, r.src + 1)
+        counts[r.src] += 1
+    # each of the 1,000 interactions is kept with probability 50/1000: 15 times in 300 trials
+    assert abs(counts[:500].mean() - 15) < 1.5 and abs(counts[500:].mean() - 15) < 1.5

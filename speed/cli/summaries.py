@@ -185,4 +185,6 @@ def format_plan(p: dict) -> str:
                      f"(at one process's speed per rank)")
     lines.append("peak MiB: a rank's expected peak resident memory (runtime, its sub-graph, its node state; rank 0 "
                  "also the whole log and the full-graph evaluation state; the other ranks read the shards in place)")
+    if p.get("advice"):
+        lines.append(f"advice: the shards (version {p['version']}, with appends) drifted: {p['advice']}")
     return "\n".join(lines)

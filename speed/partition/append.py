@@ -150,28 +150,31 @@ def continue_stream(saved: SavedStream, source: ChunkSource, num_nodes: int, num
         saved.present = present
         saved.num_partitioned += source.num_events
         _, cut, _ = _kernels.part_event_counts(counts, num_parts)
-    return node_parts, {"new_hubs": int(new_hubs.size), "dropped_hubs": int(dropped_hubs.size), "dropped_events": int(stream.dropped - dropped_before),
-                        "cut_events": int(cut), "bucket_counts": counts}
+    return node_parts, {"new_hubs": int(new_hubs.size), "dropped_hubs": int(dropped_hubs.size),
+                        "dropped_events": int(stream.dropped - dropped_before), "cut_events": int(cut),
+                        "bucket_counts": counts}
 
 
 def refresh_hubs(saved: SavedStream, present: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Choose the static hubs again by today's centrality, as a first pass over the whole
-    stream would: ``floor(topk * |V|)`` of the nodes seen so far.  A hub already in several parts
-    stays one (its events sit in several parts) and takes a place; the other places go to the
-    nodes of highest centrality; a hub left out that is in one part at most becomes an ordinary
-    node of that part again.  Returns the new hubs and the dropped ones."""
+    """Choose the static hubs again by today's centrality, within SEP's budget of
+    ``floor(topk * |V|)`` of the nodes seen so far.  A hub already in several parts stays one
+    (its events sit in several parts) and keeps its place; the other places go to the nodes of
+    highest centrality, as a first pass over the whole stream would choose them; a hub left out,
+    in one part at most, becomes an ordinary node of that part again (nothing moves).  So there
+    are never more static hubs than the budget, and Theorem 1's bound holds as for one pass.
+    Returns the new hubs and the dropped ones."""
     stream = saved.stream
     budget = num_hubs(saved.topk, int(np.count_nonzero(present)))
     old = saved.hubs
     replicated = old[stream.hub_parts(old) > 1] if old.size else old
     is_hub = stream.code <= _kernels.HUB_ROW0
-    dynamic = is_hub.copy()
-    dynamic[old] = False  # promoted for balance: not the top-k's to choose
-    chosen = top_nodes(stream.cent, present & ~dynamic, budget)
+    candidates = present & ~is_hub  # not a hub now: neither a static one nor one promoted for balance
+    candidates[old] = True  # a static hub in one part at most competes for its place again
+    candidates[replicated] = False
+    chosen = top_nodes(stream.cent, candidates, budget - replicated.size)
     keep = np.union1d(replicated, chosen).astype(np.int64)
     dropped = np.setdiff1d(old, keep, assume_unique=True)
     added = np.setdiff1d(chosen, old, assume_unique=True)
-    added = added[~is_hub[added]]
     stream.drop_hubs(dropped)
     stream.add_hubs(added)
     saved.hubs = keep
@@ -327,7 +330,7 @@ def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_
                                              "num_partitioned_events": int(m.get("num_train_events", 0))}
     entry = {
         "version": version, "num_events": n, "first_eid": first_eid,
-        "new_nodes": num_nodes - shards.num_nodes, "new_hubs": stats["new_hubs"],
+        "new_nodes": num_nodes - shards.num_nodes, "new_hubs": stats["new_hubs"], "dropped_hubs": stats["dropped_hubs"],
         "t_min": t_range[0], "t_max": t_range[1],
         "edge_cut": stats["cut_events"] / max(n, 1), "dropped_events": stats["dropped_events"],
         "seconds": {**timer.rounded(), "total": round(time.perf_counter() - started, 4)},

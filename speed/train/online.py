@@ -302,7 +302,8 @@ class OnlineUpdater:
             p, q = pos.detach().cpu().numpy(), negl.detach().cpu().numpy()
             if k:
                 with torch.no_grad():
-                    c = model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k]).reshape(m, k).cpu().numpy()
+                    c = model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k])
+                    c = c.reshape(m, k).cpu().numpy()
         if not training:
             model.absorb(plan, states, lasts, z)
             return p, q, c, None

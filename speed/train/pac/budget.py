@@ -129,4 +129,6 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
             "num_parts": shards.num_parts, "num_nodes": shards.num_nodes, "num_shared": int(shards.shared.size),
             "train_events": train_events, "memory_bytes_per_node": per_node,
             "memory_bytes_unpartitioned": per_node * shards.num_nodes, "static_memory": config.static_memory,
-            "static_memory_bytes": static_bytes, "epochs": epochs}
+            "static_memory_bytes": static_bytes, "epochs": epochs,
+            # appended shards: whether their quality has drifted from the first partition's
+            "version": int(shards.manifest.get("version", 1)), "advice": shards.manifest.get("advice")}
