@@ -356,7 +356,7 @@ def advice(manifest: Dict) -> Optional[str]:
     """Whether to partition the whole log again (None: the appended shards are fine)."""
     base = manifest["base_quality"]
     reasons = []
-    if manifest["edge_cut"] > base["edge_cut"] * (1 + ADVICE["edge_cut_increase"]) + 1e-3:
+    if manifest["edge_cut"] > base["edge_cut"] * (1 + ADVICE["edge_cut_increase"]) + 1e-4:
         reasons.append(f"the edge cut grew from {base['edge_cut']:.2%} to {manifest['edge_cut']:.2%}")
     if manifest["replication_factor"] > base["replication_factor"] * (1 + ADVICE["replication_increase"]):
         reasons.append(f"the replication factor grew from {base['replication_factor']:.3f} to "
