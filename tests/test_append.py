@@ -322,3 +322,27 @@ def test_training_reads_the_split_log_and_plan_reports_the_drift(grown, capsys):
     assert main(["plan", str(s), "--nproc", "2"]) == 0
     assert "advice: the shards (version 4, with appends) drifted: partition the whole log again: test" in \
         capsys.readouterr().out
+
+
+def test_jodie_logs_append_users_and_items_on_their_own_sides(tmp_path, capsys):
+    """JODIE's format numbers users and items apart: user 5 and item 5 are two nodes, and new ids
+    of either side become new nodes of that side."""
+    rng = np.random.default_rng(0)
+
+    def write(path, lo, hi, users, items):
+        rows = ["user_id,item_id,timestamp,state_label,f1"]
+        rows += [f"{rng.integers(0, users)},{rng.integers(0, items)},{k},0,{rng.normal():.3f}" for k in range(lo, hi)]
+        path.write_text("\n".join(rows) + "\n")
+        return path
+
+    a, b = write(tmp_path / "a.csv", 0, 2000, 40, 30), write(tmp_path / "b.csv", 2000, 2600, 50, 45)
+    s = tmp_path / "s"
+    assert main(["partition", str(a), "-o", str(s), "--format", "jodie", "--no-progress"]) == 0
+    assert main(["partition", str(b), "-o", str(s), "--format", "jodie", "--append", "--no-progress"]) == 0
+    sh = Shards(s)
+    ev = sh.events()
+    users = np.concatenate([np.loadtxt(f, delimiter=",", skiprows=1)[:, 0] for f in (a, b)]).astype(int)
+    items = np.concatenate([np.loadtxt(f, delimiter=",", skiprows=1)[:, 1] for f in (a, b)]).astype(int)
+    assert np.array_equal(sh.node_ids[ev.src], users) and np.array_equal(sh.node_ids[ev.dst], items)
+    assert not set(ev.src.tolist()) & set(ev.dst.tolist())
+    assert sh.num_nodes == np.unique(users).size + np.unique(items).size
