@@ -70,7 +70,6 @@ def partition_command(args) -> int:
 
 def _append(args, out: Path) -> int:
     from ..partition.append_file import append_file
-    from .summaries import format_appends
 
     if args.overwrite or args.dgl:
         raise InputError(f"--append adds to OUTPUT; it does not take {'--overwrite' if args.overwrite else '--dgl'}")

@@ -41,7 +41,7 @@ from ..errors import InputError
 from . import checkpoint as ckpt
 from .engine import link_loss
 from .eval.metrics import batch_link_metrics, ranking_metrics
-from .predictor import Predictor, payload_of, predictor_from
+from .predictor import Predictor, open_checkpoint, payload_of, predictor_from
 from .config import UpdateConfig
 from .static import make_optimizer
 from .trainer import seed_everything
@@ -371,7 +371,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     from .._util import check_output_dir
 
     check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
-    state, payload = _open_run(run)
+    state, payload = open_checkpoint(run)
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
     events = _new_events(data, metrics, reader, config.progress)
     if len(events) == 0:
@@ -395,12 +395,6 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
             if (run / name).exists():
                 shutil.copy2(run / name, tmp / name)
     return new_metrics
-
-
-def _open_run(run: Path):
-    from .predictor import open_checkpoint
-
-    return open_checkpoint(run)
 
 
 def _save(folder: Path, updater: OnlineUpdater, state: ckpt.Checkpoint, payload: Dict) -> None:
