@@ -279,7 +279,7 @@ def test_partial_fit_in_memory_matches_appending_to_shards(tmp_path):
     speed.partition(own_log(src[:1500], dst[:1500], t[:1500]), 3, topk=0.05).save(tmp_path / "s")
     for a in range(1500, 3000, 500):
         p.partial_fit(whole.select(slice(a, a + 500)))
-        r = speed.partition(own_log(src[a:a + 500], dst[a:a + 500], t[a:a + 500]), 3, into=tmp_path / "s")
+        r = speed.partition(own_log(src[a:a + 500], dst[a:a + 500], t[a:a + 500]), into=tmp_path / "s")
         assert np.array_equal(p.result_.event_part, r.event_part)
         assert p.stats_["replication_factor"] == pytest.approx(r.stats["replication_factor"])
         assert p.stats_["edge_cut"] == pytest.approx(r.stats["edge_cut"])
@@ -287,6 +287,10 @@ def test_partial_fit_in_memory_matches_appending_to_shards(tmp_path):
     by_id = dict(zip(sh.node_ids.tolist(), sh.node_parts.tolist()))
     assert by_id == {int(whole.node_ids[i]): int(q) for i, q in enumerate(p.node_parts_) if i in set(whole.src) |
                      set(whole.dst)}
+    # the estimator appends to shards too, and then describes them
+    q = speed.Partitioner().partial_fit(own_log(src[:10], dst[:10], t[-1] + np.arange(10)), into=tmp_path / "s")
+    assert Shards(tmp_path / "s").manifest["version"] == 5 and q.result_.events.eid[0] == 3000
+    assert np.array_equal(q.node_parts_, Shards(tmp_path / "s").node_parts)
 
 
 def test_hubs_in_one_part_at_most_can_be_dropped_for_any_part_id():

@@ -188,7 +188,7 @@ def _validate(num_parts, topk, beta, lam, eps, method, balance=None):
 
 def partition(
     events: Events,
-    num_parts: int,
+    num_parts: Optional[int] = None,
     topk: float = DEFAULTS["topk"],
     beta: float = DEFAULTS["beta"],
     lam: float = DEFAULTS["lam"],
@@ -212,7 +212,7 @@ def partition(
     events : Events
         The events to partition (the CLI passes the training events).
     num_parts : int
-        ``P >= 1``.
+        ``P >= 1`` (required unless ``into`` is given: appended shards keep theirs).
     topk : float
         Fraction of nodes that may be replicated, in [0, 1] (``0.05`` = 5%).
     beta : float
@@ -252,6 +252,8 @@ def partition(
     """
     if into is not None:
         return append_result(into, events, progress)
+    if num_parts is None:
+        raise InputError("num_parts is required (the number of parts to partition into)")
     _validate(num_parts, topk, beta, lam, eps, method, balance)
     if len(events) == 0:
         raise InputError("no events to partition")
@@ -354,7 +356,7 @@ class Partitioner:
         latest events and their parts.
         """
         if into is not None:
-            self._set(partition(events, into=into, progress=self.progress))
+            self._set(append_result(into, events, self.progress))
             return self
         if not hasattr(self, "result_"):
             return self.fit(events)
