@@ -11,7 +11,8 @@ import torch
 import speed
 from speed.cli import main
 from speed.train.config import UpdateConfig
-from speed.train.online import OnlineUpdater, update
+from speed.train.api import update
+from speed.train.online import OnlineUpdater
 from speed.train.predictor import open_checkpoint, predictor_from
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
@@ -183,3 +184,37 @@ def test_the_replay_reservoir_is_a_uniform_sample_of_what_it_saw():
         counts[r.src] += 1
     # each of the 1,000 interactions is kept with probability 50/1000: 15 times in 300 trials
     assert abs(counts[:500].mean() - 15) < 1.5 and abs(counts[500:].mean() - 15) < 1.5
+
+
+def test_parallel_update_from_shards(tmp_path):
+    """--nproc: with one rank it scores exactly as the single-process update; with two, the ranks
+    split the new events, and RUN2's state is the run's end state continued, memory only, with the
+    trained weights."""
+    rng = np.random.default_rng(8)
+    n = 4000
+    src, dst = rng.integers(0, 60, n), rng.integers(60, 160, n)
+    t = np.sort(rng.integers(0, 10 * n, n))
+    rows = [f"{a},{b},{c}" for a, b, c in zip(src, dst, t)]
+    (tmp_path / "base.csv").write_text("src,dst,t\n" + "\n".join(rows[:3000]) + "\n")
+    (tmp_path / "more.csv").write_text("src,dst,t\n" + "\n".join(rows[3000:]) + "\n")
+    s = tmp_path / "shards"
+    assert main(["partition", str(tmp_path / "base.csv"), "-o", str(s), "--parts", "2", "--topk", "5",
+                 "--no-progress"]) == 0
+    speed.train(s, model="tgn", out=tmp_path / "run", **TINY)
+    assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
+    one = update(tmp_path / "run", s, tmp_path / "single", progress=False)["updates"][0]
+    par1 = update(tmp_path / "run", s, tmp_path / "par1", nproc=1, progress=False)["updates"][0]
+    assert par1["ap"] == pytest.approx(one["ap"], abs=1e-12) and par1["auc"] == pytest.approx(one["auc"], abs=1e-12)
+    par2 = update(tmp_path / "run", s, tmp_path / "par2", nproc=2, progress=False)["updates"][0]
+    assert par2["nproc"] == 2 and sum(par2["rank_events"]) == 1000 == par2["events"] and min(par2["rank_events"]) > 0
+    assert 0 <= par2["ap"] <= 1 and len(par2["windows"]) == 10
+    updated = speed.load_run(tmp_path / "par2")
+    again = speed.load_run(tmp_path / "run")
+    again.model.load_state_dict({k: v for k, v in updated.model.state_dict().items()})
+    new = speed.load_shards(s).events("appended")
+    again.update(new)
+    for name, mem in updated.state.memories().items():
+        torch.testing.assert_close(again.state.memories()[name].memory, mem.memory, atol=1e-5, rtol=0)
+        torch.testing.assert_close(again.state.memories()[name].last_update, mem.last_update)
+    with pytest.raises(speed.InputError, match="divisor"):
+        update(tmp_path / "run", s, tmp_path / "par3", nproc=3, progress=False)

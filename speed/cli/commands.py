@@ -196,12 +196,12 @@ def score_command(args) -> int:
 
 
 def update_command(args) -> int:
-    from ..train.online import update
+    from ..train.api import update
 
     metrics = update(args.run, args.events, args.out, reader=_reader_kwargs(args), overwrite=args.overwrite,
                      passes=args.passes, replay=args.replay, train=not args.memory_only, mrr=args.mrr,
                      mrr_negatives=args.mrr_negatives, lr=args.lr, windows=args.windows, seed=args.seed,
-                     device=args.device, progress=False if args.no_progress else None)
+                     device=args.device, progress=False if args.no_progress else None, nproc=args.nproc)
     u = metrics["updates"][-1]
     if args.json:
         print(json.dumps(u, indent=2))

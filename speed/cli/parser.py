@@ -235,6 +235,9 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     u.add_argument("--seed", type=int, default=UD.seed, help=f"seed of the negatives and replay draws (default "
                                                              f"{UD.seed})")
     u.add_argument("--device", default=UD.device, help=f"cpu, cuda or cuda:N (default {UD.device})")
+    u.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="update in N spawned processes, each on the new events of its parts (EVENTS must be a shards "
+                        "folder; N divides its parts)")
     u.add_argument("--overwrite", action="store_true", help="replace an existing run folder OUT")
     u.add_argument("--json", action="store_true", help="print this increment's scores as JSON")
     u.add_argument("--no-progress", action="store_true", help="no progress bars")

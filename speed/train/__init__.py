@@ -18,7 +18,7 @@ _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "Cycling
           "NodeMemory": "state.memory", "MODELS": "recipes", "NodeStates": "state.nodes", "StateRows": "state.nodes",
           "StatefulModel": "models", "TemporalGNN": "models", "build_model": "models",
           "RecentNeighborSampler": "state.sampler", "Trainer": "trainer", "Predictor": "predictor",
-          "load_run": "predictor", "update": "online", "UpdateConfig": "config", "OnlineUpdater": "online"}
+          "load_run": "predictor", "update": "api", "UpdateConfig": "config", "OnlineUpdater": "online"}
 
 
 def __getattr__(name):

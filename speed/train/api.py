@@ -118,3 +118,25 @@ def check_hold_out(config: TrainConfig, stored: float, path) -> None:
     if config.protocol == "tgb" and stored > 0:
         raise InputError(f"TGB's protocol is transductive, but the shards hold out new_node_fraction={stored:g} of "
                          f"the nodes: re-partition with --new-node-fraction 0", path)
+
+
+def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = False, nproc: Optional[int] = None,
+           **kwargs) -> Dict:
+    """Update a trained run with new events (the library form of ``speed update``): in this
+    process (:func:`speed.train.online.update`, where the parameters are described), or with
+    ``nproc`` spawned ranks over the events appended to a shards folder
+    (:mod:`speed.train.online_parallel`)."""
+    if nproc is None:
+        from .online import update as update_here
+
+        return update_here(run, data, out, reader=reader, overwrite=overwrite, **kwargs)
+    from .._util import check_output_dir
+    from .checkpoint import RUN_MARKERS
+    from .config import UpdateConfig
+    from .online_parallel import update_parallel
+
+    config = UpdateConfig(**kwargs).validate()
+    if Path(out).resolve() == Path(run).resolve():
+        raise InputError("the updated run needs its own folder (--out): the run it starts from stays as it was", out)
+    check_output_dir(Path(out), overwrite, RUN_MARKERS, "run folder")
+    return update_parallel(run, data, out, nproc, overwrite, config)

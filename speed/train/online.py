@@ -152,6 +152,7 @@ class OnlineUpdater:
         self.run_config = dict(state.config)
         self.rng = np.random.default_rng(config.seed)
         self.increments = 0
+        self.average = None  # a parallel update's gradient averaging across ranks, after backward
         lr = config.lr if config.lr is not None else LR_SCALE * float(self.run_config.get("lr", 1e-4))
         self.optimizer = None
         if config.train:
@@ -206,8 +207,14 @@ class OnlineUpdater:
         """The negative pool so far (node rows; a view)."""
         return self._pool[:self._pool_size]
 
-    def run(self, events: Events) -> Dict:
-        """Take in ``events`` (one increment); returns its entry of ``metrics.json``."""
+    def run(self, events: Events, mine: Optional[np.ndarray] = None, steps: Optional[int] = None) -> Dict:
+        """Take in ``events`` (one increment); returns its entry of ``metrics.json``.
+
+        ``mine`` (bool, shape (E,)) and ``steps``: one rank of a parallel update
+        (:mod:`speed.train.online_parallel`): every event is mapped to its row (so new nodes get
+        the same rows on every rank), the rank scores and trains the events of ``mine``, and
+        takes ``steps`` optimiser steps per pass in all, idle ones after its own, so that every
+        rank's gradient averaging (:attr:`average`) lines up."""
         from ..data.readers import event_line
 
         cfg, pred, model = self.config, self.pred, self.model
@@ -231,7 +238,11 @@ class OnlineUpdater:
         eid = np.arange(pred.next_eid, pred.next_eid + n, dtype=np.int64)
         if msg is not None:
             model.state.add_edge_features(msg)
+        if mine is not None:
+            s, d, t, eid = s[mine], d[mine], t[mine], eid[mine]
+        n_all, n = n, int(s.size)
         B = pred.batch_size
+        idle = 0 if steps is None else steps - (-(-n // B))
         pos, neg, cand, losses = [], [], [], []
         backup = model.state.backup() if cfg.passes > 1 else None
         with progress_bar(n * cfg.passes, "update", progress=cfg.progress) as bar:
@@ -246,26 +257,27 @@ class OnlineUpdater:
                 if loss is not None:
                     losses.append(loss)
                 bar.update(j - i)
+            self._idle(idle)
             for _ in range(1, cfg.passes):  # again from the increment's start: the memory takes each event once
                 model.state.restore(backup)
                 for i in range(0, n, B):
                     j = min(n, i + B)
                     losses.append(self._step(s[i:j], d[i:j], t[i:j], eid[i:j], self.pool, score=False)[3])
                     bar.update(j - i)
+                self._idle(idle)
         self.reservoir.add(s, d, self.rng)
-        pred.next_eid += n
-        pred.t_last = float(t[-1])
-        pos, neg = np.concatenate(pos), np.concatenate(neg)
+        self.taken = (s, d, t, eid)  # the events this updater took in (a rank's share in parallel)
+        pred.next_eid += n_all
+        pred.t_last = float(events.t_float()[-1])
+        pos = np.concatenate(pos) if pos else np.empty(0, dtype=np.float32)
+        neg = np.concatenate(neg) if neg else np.empty(0, dtype=np.float32)
         self.last_scores = (pos, neg)  # logits of the increment's events and negatives, in event order
-        entry = {"events": n, "new_nodes": len(pred.index) - known, "t_min": float(t[0]), "t_max": float(t[-1]),
-                 "mode": "train" if cfg.train else "memory", "passes": cfg.passes, "replay": cfg.replay,
-                 "loss": float(np.mean(losses)) if losses else None,
-                 **_scores(pos, neg, np.concatenate(cand) if cand else None, B)}
-        entry["windows"] = []
-        for a, b in _slices(n, cfg.windows, B):
-            w = {"t_end": float(t[b - 1]), "events": b - a, **_scores(pos[a:b], neg[a:b],
-                                                                       np.concatenate(cand)[a:b] if cand else None, B)}
-            entry["windows"].append(w)
+        self.last_candidates = np.concatenate(cand) if cand else None
+        if n == 0:  # a rank with no events of its own
+            return {"events": 0, "loss": float(np.mean(losses)) if losses else None}
+        entry = {"new_nodes": len(pred.index) - known, "mode": "train" if cfg.train else "memory",
+                 "passes": cfg.passes, "replay": cfg.replay, "loss": float(np.mean(losses)) if losses else None,
+                 **score_entry(pos, neg, self.last_candidates, t, B, cfg.windows)}
         entry["seconds"] = time.perf_counter() - started
         return entry
 
@@ -314,8 +326,30 @@ class OnlineUpdater:
             loss = loss + cfg.replay * link_loss(model.score(zs, zd), model.score(zs, zn))
         model.absorb(plan, states, lasts, z)
         loss.backward()
+        if self.average is not None:
+            self.average(self.model.net)
         self.optimizer.step()
         return p, q, c, float(loss.detach())
+
+    def _idle(self, steps: int) -> None:
+        """Optimiser steps without events of this rank's own (zero gradients into the average)."""
+        if self.optimizer is None or steps <= 0:
+            return
+        for _ in range(steps):
+            self.optimizer.zero_grad()
+            self.average(self.model.net)
+            self.optimizer.step()
+
+
+def score_entry(pos, neg, cand, t, batch: int, windows: int) -> Dict:
+    """The scores of an increment (its events' and negatives' logits in event order, their times)
+    and of ``windows`` slices of it."""
+    n = int(pos.size)
+    out = {"events": n, "t_min": float(t[0]), "t_max": float(t[-1]), **_scores(pos, neg, cand, batch)}
+    out["windows"] = [{"t_end": float(t[b - 1]), "events": b - a,
+                       **_scores(pos[a:b], neg[a:b], None if cand is None else cand[a:b], batch)}
+                      for a, b in _slices(n, windows, batch)]
+    return out
 
 
 def _slices(n: int, windows: int, batch: int):
@@ -379,13 +413,22 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     pred = predictor_from(state, payload, "end", config.device, run)
     updater = OnlineUpdater(pred, state, payload, config)
     entry = updater.run(events)
+    return write_updated(run, out, metrics, events, entry, updater, state, payload, overwrite)
+
+
+def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Dict, updater: OnlineUpdater,
+                  state: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
+    """Write the updated run to ``out`` (atomically): ``checkpoint.pt`` from ``updater``, the
+    run's ``metrics.json`` with ``entry`` added to its ``updates``, and ``updates.png``."""
+    from .checkpoint import RUN_MARKERS
+
     history = list(metrics.get("updates", []))
     entry["increment"] = len(history) + 1
     entry["source"] = events.meta.get("source")
     history.append(entry)
     data_info = dict(metrics.get("data", {}))
     data_info["num_events"] = int(data_info.get("num_events", 0)) + len(events)
-    data_info["num_nodes"] = len(pred.index)
+    data_info["num_nodes"] = len(updater.pred.index)
     new_metrics = {**metrics, "data": data_info, "updates": history, "updated_from": str(run)}
     with atomic_dir(out, overwrite=overwrite, markers=RUN_MARKERS, kind="run folder") as tmp:
         _save(tmp, updater, state, payload)

@@ -184,6 +184,16 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out), os.getpid()),
                              nprocs=nproc, join=False, start_method="spawn")
     try:
+        join_ranks(ctx)
+    finally:
+        shutil.rmtree(rendezvous, ignore_errors=True)
+    return json.loads((out / "metrics.json").read_text())
+
+
+def join_ranks(ctx) -> None:
+    """Wait for spawned ranks (``mp.start_processes(..., join=False)``): a signal here stops them
+    all; a rank's bad input is an InputError here, any other failure a RankFailedError."""
+    try:
         with stop_on_signals():
             while not ctx.join():  # join() raises as soon as any rank fails, after stopping the rest
                 pass
@@ -201,6 +211,3 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
         said = "; its message is above" if exc.exit_code == 2 else ""
         raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}){said}; "
                               f"the other ranks were stopped") from None
-    finally:
-        shutil.rmtree(rendezvous, ignore_errors=True)
-    return json.loads((out / "metrics.json").read_text())

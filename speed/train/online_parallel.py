@@ -1,0 +1,180 @@
+"""A parallel update from shards: ``speed update RUN SHARDS --out RUN2 --nproc N``.
+
+N spawned ranks (gloo) take the events appended to the shards since the run, each the events
+of its parts: an event goes to the part of its source (of its destination when the source is
+shared; by event id between two shared nodes), and part ``p`` to rank ``p mod N``.  Every rank
+loads the run and maps every new event (so new nodes get the same rows everywhere), then takes
+its own events in test then train (:class:`~speed.train.online.OnlineUpdater`), averaging the
+gradients of every step across the ranks, as DDP does: the weights stay identical, and every
+rank takes as many steps as the busiest one (idle steps add zero gradients).  As in PAC
+training, a rank's memory holds its own events only, so an event between two groups is scored
+without the other groups' latest events.
+
+Rank 0 then builds the run's node state after the increment exactly: from the state the run
+ended with, it takes every new event in, memory only, with the trained weights (a forward pass,
+about a third of a training step), so ``RUN2`` holds the memory, neighbour rings and pending
+events one process would have for those weights.  The reported scores are the ranks'
+test-then-train scores, put back in event order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from .config import UpdateConfig
+
+
+def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.ndarray:
+    """The part whose rank takes each event: its source's, else its destination's, else (two
+    shared nodes) ``eid mod P``."""
+    parts = shards.node_parts
+    a, b = parts[src], parts[dst]
+    return np.where(a >= 0, a, np.where(b >= 0, b, eid % shards.num_parts))
+
+
+def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, out: str, config: Dict,
+               overwrite: bool) -> None:
+    import torch.distributed as dist
+
+    from .._threads import usable_cores
+    from ..partition.shards import Shards
+    from . import online
+    from .predictor import open_checkpoint, predictor_from
+
+    started = time.perf_counter()
+    torch.set_num_threads(max(1, usable_cores() // world))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    # (the group is never destroyed: see _spawned)
+    cfg = UpdateConfig(**config)
+    if rank:
+        cfg = replace(cfg, progress=False)
+    run_p = Path(run)
+    state, payload = open_checkpoint(run_p)
+    metrics = json.loads((run_p / "metrics.json").read_text()) if (run_p / "metrics.json").exists() else {}
+    events = online._new_events(shards_path, metrics, None, False)
+    shards = Shards(shards_path)
+    mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
+    pred = predictor_from(state, payload, "end", cfg.device, run_p)
+    up = online.OnlineUpdater(pred, state, payload, cfg)
+
+    def average(net: torch.nn.Module) -> None:
+        grads = []
+        for p in net.parameters():
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= world
+        at = 0
+        for g in grads:
+            g.copy_(flat[at:at + g.numel()].view_as(g))
+            at += g.numel()
+
+    up.average = average
+    own = -(-int(mine.sum()) // pred.batch_size)
+    steps = torch.tensor([own])
+    dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+    result = up.run(events, mine=mine, steps=int(steps.item()))
+    s, d, t, eid = up.taken
+    pos, neg = up.last_scores
+    share = {"eid": eid, "pos": pos, "neg": neg, "cand": up.last_candidates, "events": int(eid.size),
+             "loss": result.get("loss")}
+    shares = [None] * world
+    dist.all_gather_object(shares, share)
+    if rank != 0:
+        return
+    # the exact state after the increment, for the trained weights: the run's end state, then
+    # every new event taken in, memory only
+    weights = {k: v.detach().clone() for k, v in up.model.params_state_dict().items()}
+    final_pred = predictor_from(state, payload, "end", cfg.device, run_p)
+    final_pred._model.load_params(weights)
+    memory = online.OnlineUpdater(final_pred, state, payload, replace(cfg, train=False, passes=1, replay=0.0,
+                                                                      mrr=False))
+    new_nodes = memory.run(events)["new_nodes"]
+    memory.optimizer = up.optimizer
+    eids = np.concatenate([x["eid"] for x in shares])
+    order = np.argsort(eids, kind="stable")
+    pos = np.concatenate([x["pos"] for x in shares])[order]
+    neg = np.concatenate([x["neg"] for x in shares])[order]
+    cand = None
+    if cfg.mrr:
+        cand = np.concatenate([x["cand"] for x in shares if x["cand"] is not None])[order]
+    t_all = events.t_float()
+    entry = {"new_nodes": new_nodes, "mode": "train", "passes": cfg.passes, "replay": cfg.replay, "nproc": world,
+             "rank_events": [x["events"] for x in shares],
+             "loss": float(np.mean([x["loss"] for x in shares if x["loss"] is not None] or [np.nan])),
+             **online.score_entry(pos, neg, cand, t_all, pred.batch_size, cfg.windows)}
+    entry["seconds"] = time.perf_counter() - started
+    online.write_updated(run_p, Path(out), metrics, events, entry, memory, state, payload, overwrite)
+
+
+def _spawned(index: int, world: int, store: str, run: str, shards_path: str, out: str, config: Dict,
+             overwrite: bool, launcher_pid: int) -> None:
+    import signal
+    import sys
+
+    from .._signals import die_with_parent
+
+    die_with_parent(launcher_pid)  # a rank never outlives its launcher
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    _rank_main(index, world, store, run, shards_path, out, config, overwrite)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # no destroy_process_group(): it occasionally blocked forever once a peer had exited (torch
+    # 2.2), and interpreter shutdown runs the same destructor; leave at once, as PAC's ranks do
+    os._exit(0)
+
+
+def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: UpdateConfig) -> Dict:
+    """Spawn ``nproc`` ranks for a parallel update (see the module docstring); returns the new
+    run's metrics."""
+    import torch.multiprocessing as mp
+
+    from ..partition.shards import Shards
+
+    if not Path(shards).is_dir():
+        raise InputError("a parallel update (nproc) reads its new events from a shards folder "
+                         "(speed partition ... --append)", shards)
+    sh = Shards(shards)
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1 or sh.num_parts % nproc:
+        raise InputError(f"nproc must be a positive divisor of the shards' {sh.num_parts} parts, got {nproc!r}")
+    if config.replay:
+        raise InputError("replay is not taken by a parallel update (nproc): update in one process")
+    # what a rank would find wrong, said here in one line (a rank's error ends the whole job)
+    run = Path(run)
+    if not (run / "checkpoint.pt").exists():
+        raise InputError("no checkpoint.pt here: not a finished `speed train` run", run)
+    done = int(json.loads((run / "metrics.json").read_text()).get("data", {}).get("num_events", 0)) \
+        if (run / "metrics.json").exists() else 0
+    if sh.num_events <= done:
+        raise InputError(f"the shards hold {sh.num_events:,} events and the run has taken in {done:,}: nothing new "
+                         "to update with (append to them first: speed partition MORE -o SHARDS --append)", shards)
+    from .pac.launch import join_ranks
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
+    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
+    store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
+    try:
+        ctx = mp.start_processes(_spawned, args=(nproc, store, str(run), str(shards), str(out), asdict(config),
+                                                 overwrite, os.getpid()), nprocs=nproc, join=False,
+                                 start_method="spawn")
+        join_ranks(ctx)
+    finally:
+        shutil.rmtree(rendezvous, ignore_errors=True)
+    return json.loads((Path(out) / "metrics.json").read_text())
+
+
