@@ -218,3 +218,7 @@ def test_parallel_update_from_shards(tmp_path):
         torch.testing.assert_close(again.state.memories()[name].last_update, mem.last_update)
     with pytest.raises(speed.InputError, match="divisor"):
         update(tmp_path / "run", s, tmp_path / "par3", nproc=3, progress=False)
+    with pytest.raises(speed.InputError, match="nothing new"):
+        update(tmp_path / "par2", s, tmp_path / "par4", nproc=2, progress=False)
+    with pytest.raises(speed.InputError, match="shards folder"):
+        update(tmp_path / "run", tmp_path / "more.csv", tmp_path / "par5", nproc=2, progress=False)
