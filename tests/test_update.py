@@ -146,16 +146,22 @@ def test_bad_updates_are_refused(trained, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-def test_cli_update_from_shards_takes_the_appended_events(tmp_path, capsys):
+def _base_and_more(tmp_path, n, base, users, items, *flags):
+    """A random bipartite log written as base.csv (its first ``base`` events) and more.csv (the
+    rest), and shards of base.csv in 2 parts; returns the shards' path."""
     rng = np.random.default_rng(8)
-    n = 3000
-    src, dst = rng.integers(0, 50, n), rng.integers(50, 120, n)
+    src, dst = rng.integers(0, users, n), rng.integers(users, users + items, n)
     t = np.sort(rng.integers(0, 10 * n, n))
     rows = [f"{a},{b},{c}" for a, b, c in zip(src, dst, t)]
-    (tmp_path / "base.csv").write_text("src,dst,t\n" + "\n".join(rows[:2000]) + "\n")
-    (tmp_path / "more.csv").write_text("src,dst,t\n" + "\n".join(rows[2000:]) + "\n")
+    (tmp_path / "base.csv").write_text("src,dst,t\n" + "\n".join(rows[:base]) + "\n")
+    (tmp_path / "more.csv").write_text("src,dst,t\n" + "\n".join(rows[base:]) + "\n")
     s = tmp_path / "shards"
-    assert main(["partition", str(tmp_path / "base.csv"), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    assert main(["partition", str(tmp_path / "base.csv"), "-o", str(s), "--parts", "2", "--no-progress", *flags]) == 0
+    return s
+
+
+def test_cli_update_from_shards_takes_the_appended_events(tmp_path, capsys):
+    s = _base_and_more(tmp_path, 3000, 2000, 50, 70)
     assert main(["train", str(s), "--out", str(tmp_path / "run"), "--epochs", "1", "--memory-dim", "8",
                  "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
     assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
@@ -190,16 +196,7 @@ def test_parallel_update_from_shards(tmp_path):
     """--nproc: with one rank it scores exactly as the single-process update; with two, the ranks
     split the new events, and RUN2's state is the run's end state continued, memory only, with the
     trained weights."""
-    rng = np.random.default_rng(8)
-    n = 4000
-    src, dst = rng.integers(0, 60, n), rng.integers(60, 160, n)
-    t = np.sort(rng.integers(0, 10 * n, n))
-    rows = [f"{a},{b},{c}" for a, b, c in zip(src, dst, t)]
-    (tmp_path / "base.csv").write_text("src,dst,t\n" + "\n".join(rows[:3000]) + "\n")
-    (tmp_path / "more.csv").write_text("src,dst,t\n" + "\n".join(rows[3000:]) + "\n")
-    s = tmp_path / "shards"
-    assert main(["partition", str(tmp_path / "base.csv"), "-o", str(s), "--parts", "2", "--topk", "5",
-                 "--no-progress"]) == 0
+    s = _base_and_more(tmp_path, 4000, 3000, 60, 100, "--topk", "5")
     speed.train(s, model="tgn", out=tmp_path / "run", **TINY)
     assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
     one = update(tmp_path / "run", s, tmp_path / "single", progress=False)["updates"][0]
