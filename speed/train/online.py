@@ -137,6 +137,9 @@ def _new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Ev
         if shards.num_events <= done:
             raise InputError(f"the shards hold {shards.num_events:,} events and the run has taken in {done:,}: nothing "
                              "new to update with (append to them first: speed partition MORE -o SHARDS --append)", path)
+        if done >= shards.segments[0].num_events:  # read the appended segments only, not the whole log
+            ev = shards.events("appended")
+            return ev.select(ev.eid >= done)
         ev = shards.events()
         return ev.select(slice(done, len(ev)))
     return read_events(path, progress=progress, **(reader or {}))

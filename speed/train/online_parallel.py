@@ -88,7 +88,7 @@ def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, ou
     steps = torch.tensor([own])
     dist.all_reduce(steps, op=dist.ReduceOp.MAX)
     result = up.run(events, mine=mine, steps=int(steps.item()))
-    s, d, t, eid = up.taken
+    eid = up.taken[3]
     pos, neg = up.last_scores
     share = {"eid": eid, "pos": pos, "neg": neg, "cand": up.last_candidates, "events": int(eid.size),
              "loss": result.get("loss")}
