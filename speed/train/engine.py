@@ -139,6 +139,27 @@ class EarlyStopping:
 
 
 @dataclass
+class StepResult:
+    """What :meth:`Engine.step` returns.
+
+    Attributes
+    ----------
+    loss : float or None
+        The step's loss (None without an optimiser: the state took the batch in, nothing learnt).
+    pos, neg : float32 ndarray of shape (B,), or None
+        With ``score=True``: the logits of the batch's events and of their negatives, from the
+        weights and state before the step.
+    ranked : float32 ndarray, or None
+        What the step's ``ranked`` callable returned.
+    """
+
+    loss: Optional[float] = None
+    pos: Optional[np.ndarray] = None
+    neg: Optional[np.ndarray] = None
+    ranked: Optional[np.ndarray] = None
+
+
+@dataclass
 class EpochStats:
     """What one pass of the engine measured."""
 
@@ -182,20 +203,71 @@ class Engine:
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
 
-    def step(self, step: Step, collect: Optional[list] = None) -> float:
-        """One optimiser step on a planned batch (in the memory order of :mod:`speed.train.models`)."""
+    def step(self, step: Step, collect: Optional[list] = None, score: bool = False,
+             ranked: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+             extra_loss: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> StepResult:
+        """One step on a planned batch (in the memory order of :mod:`speed.train.models`): the
+        forward pass, then, when the engine has an optimiser, one optimiser step on the batch's
+        loss; the node state takes the batch in either way.
+
+        Parameters
+        ----------
+        step : Step
+            Its plan's first ``3 * len(step)`` queries are ``[src, dst, neg]``; more may follow
+            (``ranked`` and ``extra_loss`` read them from ``z``).
+        collect : list, optional
+            Receives the batch's source embeddings (detached, on the host).
+        score : bool
+            Score first (test then train): return the batch's logits as the weights and state
+            before this step give them.
+        ranked : callable, optional
+            ``ranked(z) -> logits``, run without gradients before the weights change (ranking
+            candidates among the plan's later queries); its result is returned.
+        extra_loss : callable, optional
+            ``extra_loss(z) -> scalar tensor`` added to the link loss (replayed interactions).
+
+        Returns
+        -------
+        StepResult
+        """
         model = self.model
         n = len(step)
-        self.optimizer.zero_grad()
-        pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, *model.inputs(step.plan), n)
+        training = self.optimizer is not None
+        if training:
+            self.optimizer.zero_grad()
+        with torch.set_grad_enabled(training):
+            pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, *model.inputs(step.plan), n)
+        out = StepResult()
+        if score:
+            out.pos, out.neg = pos_logit.detach().cpu().numpy(), neg_logit.detach().cpu().numpy()
+        if ranked is not None:
+            with torch.no_grad():
+                out.ranked = ranked(z).cpu().numpy()
+        if not training:
+            model.absorb(step.plan, states, lasts, z)
+            return out
         loss = link_loss(pos_logit, neg_logit)
+        if extra_loss is not None:
+            loss = loss + extra_loss(z)
         # stored states come from the weights that produced this batch's loss (PyG's order)
         model.absorb(step.plan, states, lasts, z)
         if collect is not None:
             collect.append(z[:n].detach().cpu())
         loss.backward()
         self.optimizer.step()
-        return float(loss.detach())
+        out.loss = float(loss.detach())
+        return out
+
+    def idle_step(self, step: Step) -> None:
+        """An optimiser step that adds nothing of this process's own: a rank with no batch left
+        while the others train (a parallel update).  The forward pass runs on ``step`` (any
+        planned batch; the node state is neither read for the loss nor written) so that the
+        gradient averaging of the DDP wrapper takes part, with zero gradients."""
+        model = self.model
+        self.optimizer.zero_grad()
+        pos_logit, neg_logit, _, _, _ = self.forward(step.plan, *model.inputs(step.plan), len(step))
+        (0.0 * link_loss(pos_logit, neg_logit)).backward()
+        self.optimizer.step()
 
     def run_epoch(self, stream: EventStream, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
                   collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None,
@@ -227,7 +299,7 @@ class Engine:
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:
                 s, ended = step.index, step.ended
-                losses.append(self.step(step, collect))
+                losses.append(self.step(step, collect).loss)
                 if on_step is not None:
                     on_step(s + 1)
                 if ended and s + 1 < total:  # a complete pass with more steps to go

@@ -39,7 +39,8 @@ from .._util import atomic_dir, jsonable, progress_bar
 from ..data.events import Events
 from ..errors import InputError
 from . import checkpoint as ckpt
-from .engine import link_loss
+from .engine import Engine, link_loss
+from .loader import Step
 from .eval.metrics import batch_link_metrics, ranking_metrics
 from .predictor import Predictor, open_checkpoint, payload_of, predictor_from
 from .config import UpdateConfig
@@ -149,13 +150,13 @@ def _new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Ev
 class OnlineUpdater:
     """Prequential updates of one loaded run (see the module docstring)."""
 
-    def __init__(self, pred: Predictor, state: ckpt.Checkpoint, payload: Dict, config: UpdateConfig):
+    def __init__(self, pred: Predictor, state: ckpt.Checkpoint, payload: Dict, config: UpdateConfig,
+                 forward=None):
         self.pred, self.config, self.payload = pred, config, payload
         self.model = pred._model
         self.run_config = dict(state.config)
         self.rng = np.random.default_rng(config.seed)
         self.increments = 0
-        self.average = None  # a parallel update's gradient averaging across ranks, after backward
         lr = config.lr if config.lr is not None else LR_SCALE * float(self.run_config.get("lr", 1e-4))
         self.optimizer = None
         if config.train:
@@ -169,6 +170,10 @@ class OnlineUpdater:
                         self.optimizer):
                 for group in getattr(opt, "param_groups", []) if opt is not None else []:
                     group["lr"] = lr
+        # one step for every run: the forward pass is the weights', or their DDP wrapper in a
+        # parallel update (:mod:`speed.train.online_parallel`), which averages the gradients
+        self.engine = Engine(self.model, self.optimizer, forward=forward)
+        self._last_batch: Optional[Step] = None
         n = len(pred.index)
         pool = payload.get("negative_pool")
         if pool is None:  # a run written before the pool was kept: every known node (a side's, per side)
@@ -217,7 +222,7 @@ class OnlineUpdater:
         (:mod:`speed.train.online_parallel`): every event is mapped to its row (so new nodes get
         the same rows on every rank), the rank scores and trains the events of ``mine``, and
         takes ``steps`` optimiser steps per pass in all, idle ones after its own, so that every
-        rank's gradient averaging (:attr:`average`) lines up."""
+        rank's gradient averaging (the DDP wrapper given as ``forward``) lines up."""
         from ..data.readers import event_line
 
         cfg, pred, model = self.config, self.pred, self.model
@@ -285,8 +290,9 @@ class OnlineUpdater:
         return entry
 
     def _step(self, src, dst, t, eid, pool, score: bool):
-        """One batch: its scores from the state and weights before it (when ``score``), then one
-        optimiser step on it (or, memory only, none), and the memory takes it in.
+        """One batch through the engine's step in score-first mode: its scores from the state
+        and weights before it (when ``score``), then one optimiser step on it (or, memory only,
+        none), and the memory takes it in.
 
         Updates run with dropout off, so the forward pass that scores a batch is the one its
         loss is taken from: scoring costs nothing beyond the training step."""
@@ -306,42 +312,35 @@ class OnlineUpdater:
         times = np.concatenate([np.tile(t, 3 + k)] + ([np.full(3 * r, t[-1])] if r else []))
         plan = model.plan(nodes, times, events=(src, dst, t, eid))
         model.eval()
-        training = self.optimizer is not None
-        if training:
-            self.optimizer.zero_grad()
-        with torch.set_grad_enabled(training):
-            z, states, lasts = model.compute(plan)
-            pos, negl = model.score(z[:m], z[m:2 * m]), model.score(z[:m], z[2 * m:3 * m])
-        p = q = c = None
-        if score:
-            p, q = pos.detach().cpu().numpy(), negl.detach().cpu().numpy()
-            if k:
-                with torch.no_grad():
-                    c = model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k])
-                    c = c.reshape(m, k).cpu().numpy()
-        if not training:
-            model.absorb(plan, states, lasts, z)
-            return p, q, c, None
-        loss = link_loss(pos, negl)
-        if r:
+        batch = Step(0, np.arange(m), False, (src, dst, t, eid), None, neg, plan)
+        self._last_batch = batch  # what an idle step runs its forward pass on
+
+        def ranked(z):  # each event against its k candidates, before the weights change
+            return model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k]).reshape(m, k)
+
+        def replayed(z):  # earlier interactions, scored at the step's time, never written to memory
             at = (3 + k) * m
             zs, zd, zn = z[at:at + r], z[at + r:at + 2 * r], z[at + 2 * r:at + 3 * r]
-            loss = loss + cfg.replay * link_loss(model.score(zs, zd), model.score(zs, zn))
-        model.absorb(plan, states, lasts, z)
-        loss.backward()
-        if self.average is not None:
-            self.average(self.model.net)
-        self.optimizer.step()
-        return p, q, c, float(loss.detach())
+            return cfg.replay * link_loss(model.score(zs, zd), model.score(zs, zn))
+
+        out = self.engine.step(batch, score=score, ranked=ranked if k else None,
+                               extra_loss=replayed if r else None)
+        return out.pos, out.neg, out.ranked, out.loss
 
     def _idle(self, steps: int) -> None:
         """Optimiser steps without events of this rank's own (zero gradients into the average)."""
         if self.optimizer is None or steps <= 0:
             return
+        batch = self._last_batch if self._last_batch is not None else self._query_batch()
         for _ in range(steps):
-            self.optimizer.zero_grad()
-            self.average(self.model.net)
-            self.optimizer.step()
+            self.engine.idle_step(batch)
+
+    def _query_batch(self) -> Step:
+        """A batch that only queries (one node at the memory's last time): a rank with no events
+        of its own runs its idle steps' forward passes on it, changing no state."""
+        t = np.full(3, self.pred.t_last if np.isfinite(self.pred.t_last) else 0.0)
+        plan = self.model.plan(np.zeros(3, dtype=np.int64), t)
+        return Step(0, np.arange(1), False, None, None, None, plan)
 
 
 def score_entry(pos, neg, cand, t, batch: int, windows: int) -> Dict:

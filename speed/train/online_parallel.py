@@ -20,9 +20,6 @@ test-then-train scores, put back in event order.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -43,8 +40,9 @@ def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np
     return np.where(a >= 0, a, np.where(b >= 0, b, eid % shards.num_parts))
 
 
-def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, out: str, config: Dict,
+def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: str, out: str, config: Dict,
                overwrite: bool) -> None:
+    """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
     import torch.distributed as dist
 
     from .._threads import usable_cores
@@ -54,8 +52,8 @@ def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, ou
 
     started = time.perf_counter()
     torch.set_num_threads(max(1, usable_cores() // world))
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    # (the group is never destroyed: see _spawned)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+    # (the group is never destroyed: see speed.train.pac.launch._spawned)
     cfg = UpdateConfig(**config)
     if rank:
         cfg = replace(cfg, progress=False)
@@ -66,24 +64,17 @@ def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, ou
     shards = Shards(shards_path)
     mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
     pred = predictor_from(state, payload, "end", cfg.device, run_p)
-    up = online.OnlineUpdater(pred, state, payload, cfg)
-
-    def average(net: torch.nn.Module) -> None:
-        grads = []
-        for p in net.parameters():
-            if p.requires_grad:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= world
-        at = 0
-        for g in grads:
-            g.copy_(flat[at:at + g.numel()].view_as(g))
-            at += g.numel()
-
-    up.average = average
+    net = pred.model
+    # a learned static table's rows stay each rank's own, as under PAC (sparse gradients)
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        net, net.local_parameters())
+    # DDP averages every step's gradients, as in PAC training; a rank's idle steps (after its
+    # own events) run their forward pass on a batch whose loss counts zero, and a rank may see
+    # no event at all, so the parameters a step uses are searched for (find_unused_parameters)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        net, device_ids=[pred.device.index] if pred.device.type == "cuda" else None,
+        find_unused_parameters=True) if cfg.train else None
+    up = online.OnlineUpdater(pred, state, payload, cfg, forward=ddp)
     own = -(-int(mine.sum()) // pred.batch_size)
     steps = torch.tensor([own])
     dist.all_reduce(steps, op=dist.ReduceOp.MAX)
@@ -121,28 +112,9 @@ def _rank_main(rank: int, world: int, store: str, run: str, shards_path: str, ou
     online.write_updated(run_p, Path(out), metrics, events, entry, memory, state, payload, overwrite)
 
 
-def _spawned(index: int, world: int, store: str, run: str, shards_path: str, out: str, config: Dict,
-             overwrite: bool, launcher_pid: int) -> None:
-    import signal
-    import sys
-
-    from .._signals import die_with_parent
-
-    die_with_parent(launcher_pid)  # a rank never outlives its launcher
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    _rank_main(index, world, store, run, shards_path, out, config, overwrite)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # no destroy_process_group(): it occasionally blocked forever once a peer had exited (torch
-    # 2.2), and interpreter shutdown runs the same destructor; leave at once, as PAC's ranks do
-    os._exit(0)
-
-
 def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: UpdateConfig) -> Dict:
     """Spawn ``nproc`` ranks for a parallel update (see the module docstring); returns the new
     run's metrics."""
-    import torch.multiprocessing as mp
-
     from ..partition.shards import Shards
 
     if not Path(shards).is_dir():
@@ -162,19 +134,9 @@ def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: Updat
     if sh.num_events <= done:
         raise InputError(f"the shards hold {sh.num_events:,} events and the run has taken in {done:,}: nothing new "
                          "to update with (append to them first: speed partition MORE -o SHARDS --append)", shards)
-    from .pac.launch import join_ranks
+    from .pac.launch import spawn
 
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
-    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
-    store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
-    try:
-        ctx = mp.start_processes(_spawned, args=(nproc, store, str(run), str(shards), str(out), asdict(config),
-                                                 overwrite, os.getpid()), nprocs=nproc, join=False,
-                                 start_method="spawn")
-        join_ranks(ctx)
-    finally:
-        shutil.rmtree(rendezvous, ignore_errors=True)
+    spawn(_rank_main, (str(run), str(shards), str(out), asdict(config), overwrite), nproc)
     return json.loads((Path(out) / "metrics.json").read_text())
 
 

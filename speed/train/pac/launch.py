@@ -110,20 +110,46 @@ def _maybe_fault(rank: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank}")
 
 
-def _spawned(index: int, world: int, store: str, shards_path: str, config: TrainConfig, out: Optional[str],
-             launcher_pid: int):
+def _pac_rank(index: int, world: int, init_method: str, shards_path: str, config: TrainConfig,
+              out: Optional[str]) -> None:
+    """A spawned PAC rank (see :func:`spawn`)."""
+    _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=init_method)
+
+
+def _spawned(index: int, world: int, init_method: str, main, args: tuple, launcher_pid: int):
     # A rank never outlives its launcher (kill -9 of the launcher included), and leaves
     # Ctrl-C and SIGTERM to it: the launcher stops every rank, so a rank blocked in a
     # collective cannot keep a half-stopped job alive.
     die_with_parent(launcher_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=f"file://{store}")
-    # The run is complete and rank 0 has written its files.  Leave without tearing the gloo
+    main(index, world, init_method, *args)
+    # The job is complete and rank 0 has written its files.  Leave without tearing the gloo
     # group down: destroy_process_group() occasionally blocked forever on rank 0 once its peer
     # had exited (torch 2.2), and interpreter shutdown runs the same destructor.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def spawn(main, args: tuple, nproc: int) -> None:
+    """Run ``main(rank, world, init_method, *args)`` in ``nproc`` spawned processes on this
+    machine and wait for them (:func:`join_ranks`): the one launcher of PAC training and of a
+    parallel update.  ``main`` is a module-level function (spawn imports it by name); the ranks
+    rendezvous through ``init_method``, a file in a fresh temporary directory (a free port found
+    first could be taken by another process before the ranks bind it)."""
+    # quiet torch's C++ warnings in the ranks (children inherit this)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
+    # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
+    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
+    store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
+    try:
+        ctx = mp.start_processes(_spawned, args=(nproc, f"file://{store}", main, tuple(args), os.getpid()),
+                                 nprocs=nproc, join=False, start_method="spawn")
+        join_ranks(ctx)
+    finally:
+        shutil.rmtree(rendezvous, ignore_errors=True)
 
 
 def _stop(procs, grace_s: float = 5.0) -> None:
@@ -171,22 +197,10 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     nproc = config.nproc
-    # quiet torch's C++ warnings in the ranks (children inherit this)
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
-    # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
     if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
         # measured here, before the ranks start and load the machine themselves
         config = replace(config, num_threads=default_threads(nproc, measure=not config.deterministic))
-    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
-    store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
-    ctx = mp.start_processes(_spawned, args=(nproc, store, str(shards.path), config, str(out), os.getpid()),
-                             nprocs=nproc, join=False, start_method="spawn")
-    try:
-        join_ranks(ctx)
-    finally:
-        shutil.rmtree(rendezvous, ignore_errors=True)
+    spawn(_pac_rank, (str(shards.path), config, str(out)), nproc)
     return json.loads((out / "metrics.json").read_text())
 
 
