@@ -132,3 +132,86 @@ def test_the_state_package_stands_below_the_models():
     above = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith(STATE_PACKAGE + ".")
              for d in deps if d.startswith("speed.train.") and not d.startswith(STATE_PACKAGE + ".")]
     assert not above, "; ".join(sorted(above))
+
+
+# ------------------------------------------------------------ private members stay private
+# Third-party private attributes speed has to use (not speed's own): torch's state-dict
+# ``_metadata`` (kept when a state dict is rebuilt) and a sparse gradient's ``_values()``.
+THIRD_PARTY_PRIVATE = {("speed.train.checkpoint", "_metadata"), ("speed.train.static", "_values")}
+
+
+def private_names():
+    """Every ``_name`` (not dunder) that speed defines: functions, classes, methods, module
+    globals and attributes assigned on an object."""
+    names = set()
+    for path in modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def private_reach_ins(tree, mod, names):
+    """``x._name`` on anything but ``self``, ``cls`` or ``super()``, and ``from m import _name``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names and (mod, node.attr) not in THIRD_PARTY_PRIVATE:
+            v = node.value
+            if isinstance(v, ast.Name) and v.id in ("self", "cls"):
+                continue
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
+                continue
+            found.append(f"{mod}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.ImportFrom):
+            found += [f"{mod}:{node.lineno} import {a.name}" for a in node.names if a.name in names]
+    return found
+
+
+def test_no_module_uses_another_ones_private_members():
+    """A module's ``_private`` functions, classes and attributes are its own: another module
+    (or an object's user) goes through a public name, so an owner can change its insides."""
+    names = private_names()
+    found = [f for mod, path in modules().items() for f in private_reach_ins(ast.parse(path.read_text()), mod, names)]
+    assert not found, "private members used from outside: " + "; ".join(found)
+
+
+def test_the_private_member_check_finds_reach_ins():
+    names = {"_rows", "_helper"}
+    src = ("def f(pred):\n    pred._rows(1)\n    self._rows(2)\n    super()._rows(3)\n"
+           "from .x import _helper\n")
+    assert sorted(private_reach_ins(ast.parse(src), "m", names)) == ["m:2 ._rows", "m:5 import _helper"]
+
+
+# the serialised layout of node state (NodeStates.structures / backup): its keys are read inside
+# speed.train.state only; a user of a snapshot goes through the state's verbs
+STATE_LAYOUT_KEYS = {"sampler", "store", "values", "nbr", "nbr_t", "nbr_e", "hold", "head"}
+
+
+def layout_reach_ins(tree, mod):
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            key = node.args[0].value
+        if key in STATE_LAYOUT_KEYS:
+            found.append(f"{mod}:{node.lineno} [{key!r}]")
+    return found
+
+
+def test_only_the_state_package_reads_the_state_layout():
+    found = [f for mod, path in modules().items()
+             if not (mod == STATE_PACKAGE or mod.startswith(STATE_PACKAGE + "."))
+             for f in layout_reach_ins(ast.parse(path.read_text()), mod)]
+    assert not found, "node state's serialised layout read from outside: " + "; ".join(found)
+
+
+def test_the_layout_check_finds_reach_ins():
+    src = "a = payload['end']['sampler']\nb = s.get('store')\nc = d['other']\n"
+    assert layout_reach_ins(ast.parse(src), "m") == ["m:1 ['sampler']", "m:2 ['store']"]

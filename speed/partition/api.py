@@ -166,7 +166,7 @@ class PartitionResult:
                             progress=progress, extra=extra)
 
 
-def _validate(num_parts, topk, beta, lam, eps, method, balance=None):
+def validate_params(num_parts, topk, beta, lam, eps, method, balance=None):
     if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
         raise InputError(f"num_parts must be an integer >= 1, got {num_parts!r}")
     for name, v in (("topk", topk), ("beta", beta), ("lam", lam), ("eps", eps)):
@@ -254,7 +254,7 @@ def partition(
         return append_result(into, events, progress)
     if num_parts is None:
         raise InputError("num_parts is required (the number of parts to partition into)")
-    _validate(num_parts, topk, beta, lam, eps, method, balance)
+    validate_params(num_parts, topk, beta, lam, eps, method, balance)
     if len(events) == 0:
         raise InputError("no events to partition")
     timer = StageTimer()

@@ -182,7 +182,7 @@ def refresh_hubs(saved: SavedStream, present: np.ndarray) -> Tuple[np.ndarray, n
 
 
 # ------------------------------------------------------------------------------ ids and checks
-def _node_index(shards: Shards, saved: SavedStream):
+def stored_node_index(shards: Shards, saved: SavedStream):
     from ..data.node_index import NodeIndex
 
     ids = shards.node_ids
@@ -192,7 +192,7 @@ def _node_index(shards: Shards, saved: SavedStream):
 def map_events(shards: Shards, saved: SavedStream, events: Events):
     """The new events' ``src, dst`` in shard ids (new ids appended, in sorted order per call),
     the node ids after the append and ``is_src`` (per-side numbering only)."""
-    index = _node_index(shards, saved)
+    index = stored_node_index(shards, saved)
     labels = events.node_ids
     src_ids = events.src if labels is None else labels[events.src]
     dst_ids = events.dst if labels is None else labels[events.dst]
@@ -269,7 +269,7 @@ def last_time(shards: Shards) -> float:
 
 
 # ------------------------------------------------------------------------------ writing a version
-def _sweep(root: Path, version: int) -> None:
+def sweep_versions(root: Path, version: int) -> None:
     """Remove what a killed append left (its temporary folder), and the node and stream files
     of versions before ``version`` (the current one): they hold O(nodes) each, a reader of an
     older version has read them already, and event segments are never removed."""
@@ -440,7 +440,7 @@ def append_events(path, events: Events, progress: Optional[bool] = None) -> Tupl
     saved.is_src = is_src
     source = ArraySource({"src": src, "dst": dst, **cols})
     root = Path(path)
-    _sweep(root, int(shards.manifest.get("version", 1)))
+    sweep_versions(root, int(shards.manifest.get("version", 1)))
     tmp = Path(tempfile.mkdtemp(prefix=".append-", dir=root))
     try:
         event_part = np.empty(len(events), dtype=np.int32)

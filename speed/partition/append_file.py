@@ -17,7 +17,7 @@ import numpy as np
 
 from .._util import StageTimer, full_time
 from ..errors import InputError
-from .append import (ChunkSource, _node_index, _sweep, append_events, check_appendable, commit, continue_stream,
+from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
 from .stream_state import SavedStream
@@ -68,7 +68,7 @@ def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] =
     is the per-node state plus one chunk.  The result is identical, array for array, to
     appending the file read in memory (new ids are numbered the same way)."""
     from ..data.readers import RESTART, BlockStream
-    from .outofcore import _Spill, chunk_events, parse_size
+    from .outofcore import Spill, chunk_events, parse_size
 
     started = time.perf_counter()
     timer = StageTimer()
@@ -79,13 +79,13 @@ def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] =
     source.check_streamable(has_split_times=True)
     t_last = last_time(shards)
     root = Path(shards_path)
-    _sweep(root, int(shards.manifest.get("version", 1)))
+    sweep_versions(root, int(shards.manifest.get("version", 1)))
     tmp = Path(tempfile.mkdtemp(prefix=".append-", dir=root))
     spill = None
     try:
-        spill = _Spill(tmp / ".spill")
+        spill = Spill(tmp / ".spill")
         saved = SavedStream.load(state_path, 0)  # (continue_stream sets the capacity's floor)
-        index = _node_index(shards, saved)
+        index = stored_node_index(shards, saved)
         with timer.stage("read"):
             # pass 1: the file into the spill; order checks; the ids the shards do not know
             new_src, new_dst = [], []

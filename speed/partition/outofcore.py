@@ -42,7 +42,7 @@ from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, c
     SplitPoints, split_points
 from ..errors import InputError
 from . import _kernels
-from .api import DEFAULTS, PartitionResult, _validate
+from .api import DEFAULTS, PartitionResult, validate_params
 from .balance import balance_stats, spread_shared_chunks
 from .centrality import decay_span, select_hubs
 from .sep import SepStream
@@ -84,7 +84,7 @@ def chunk_events(max_memory: int, num_nodes: int, row_bytes: int) -> int:
 
 
 # ------------------------------------------------------------------------------ spill
-class _Spill:
+class Spill:
     """Raw event columns in flat binary files, appended to and read back by ranges."""
 
     def __init__(self, folder: Path):
@@ -246,7 +246,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     pathlib.Path
     """
     budget = parse_size(max_memory)
-    _validate(num_parts, topk, beta, lam, eps, method, balance)
+    validate_params(num_parts, topk, beta, lam, eps, method, balance)
     if method != "sep":
         raise InputError(f"max_memory (out-of-core) partitions with method 'sep' only, got '{method}'")
     check_fractions(val, test, new_node_fraction)
@@ -258,7 +258,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     source = BlockStream(path, **reader)
     source.check_streamable(has_split_times=split_times is not None)
     with atomic_dir(out, overwrite=overwrite, markers=SHARDS_MARKERS, kind="shards folder") as tmp:
-        spill = _Spill(tmp / ".spill")
+        spill = Spill(tmp / ".spill")
         try:
             with timer.stage("read"):
                 marks, info = _parse(source, spill, progress)
@@ -277,7 +277,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     return Path(out)
 
 
-def _parse(source: BlockStream, spill: _Spill, progress):
+def _parse(source: BlockStream, spill: Spill, progress):
     """Pass 1: text to spill; id marks, order check, label kind."""
     src_marks = _IdMarks()
     dst_marks = _IdMarks()  # separate: bipartite formats number sides apart, others mark both here
@@ -326,7 +326,7 @@ def _unsorted(source: BlockStream, row: int, t, prev) -> None:
                      f"partition in memory", source.path, source.line_of(row))
 
 
-def _split(spill: _Spill, val: float, test: float, times=None) -> StreamedSplit:
+def _split(spill: Spill, val: float, test: float, times=None) -> StreamedSplit:
     t = spill.memmap("t")
     try:
         val_time, test_time, num_train, num_val, num_test = split_points(t, val, test, times)

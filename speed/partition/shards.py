@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -281,6 +281,12 @@ class Shards:
         # the partitioned log's own arrays (the first segment: every training-period event is there)
         base = self.segments[0]
         self.offsets, self._arrays, self._part = base.offsets, base.arrays, base.part
+
+    @property
+    def event_columns(self) -> Dict[str, np.ndarray]:
+        """The partitioned log's event columns (memory-mapped arrays of the first segment), by
+        name: ``src``, ``dst``, ``t``, ``eid``, and ``msg``, ``label`` where stored."""
+        return self._arrays
 
     def require_trainable(self) -> None:
         """Refuse shards whose split leaves a period empty (see :meth:`Split.require_trainable`)."""

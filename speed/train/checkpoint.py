@@ -76,6 +76,11 @@ class Checkpoint:
     format: int = FORMAT
     extra: Dict[str, Any] = field(default_factory=dict)
 
+    def record(self, **changes) -> Dict[str, Any]:
+        """The run's record in this checkpoint (:data:`RECORD`), with ``changes``: what a
+        checkpoint written from this one keeps (an updated run's)."""
+        return {**{name: getattr(self, name) for name in RECORD}, **changes}
+
     def save(self, path) -> Path:
         path = Path(path)
         # shallow: dataclasses.asdict would deep-copy every array of the node state first
@@ -83,6 +88,47 @@ class Checkpoint:
         with atomic_file(path) as tmp:
             torch.save(state, tmp)
         return path
+
+
+# what a checkpoint records of its run, beside the model (write_checkpoint's ``record``)
+RECORD = ("epoch", "model_name", "config", "optimizer", "rng", "history", "stopping", "best", "num_nodes", "val_ap")
+
+
+def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params: Optional[Dict] = None,
+                     predictor: Optional[Dict] = None, extra: Optional[Dict] = None) -> Path:
+    """Write a checkpoint file: the one writer of ``checkpoint.pt`` and ``last.pt``, for the
+    trainer, every PAC run and an updated run.
+
+    Parameters
+    ----------
+    path : path-like
+    kind : {"best", "last"}
+        ``best``: ``model``'s weights and its whole node state (memories and pending events);
+        ``last``: the weights ``params`` only.
+    record : dict
+        The run's record, the fields of :data:`RECORD`.
+    model : StatefulModel, optional
+        For ``best``.
+    params : dict of tensors, optional
+        For ``last``: the network's state dict.
+    predictor : dict, optional
+        The predictor payload (:func:`speed.train.predictor.predictor_payload`), so the run
+        can be loaded and used.
+    extra : dict, optional
+        What else the file keeps (``last``: what a resumed run needs).
+    """
+    if kind == "best":
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        pending = model.state.pending_events()
+    elif kind == "last":
+        state = {k: v.detach().cpu() for k, v in params.items()}
+        pending = None
+    else:
+        raise ValueError(f"kind must be 'best' or 'last', got {kind!r}")
+    extra = dict(extra or {})
+    if predictor is not None:
+        extra["predictor"] = predictor
+    return Checkpoint(kind=kind, model=state, pending=pending, extra=extra, **record).save(path)
 
 
 # numpy dtypes a torch tensor can hold (torch.from_numpy shares the memory)

@@ -49,13 +49,14 @@ class Batches:
         """Batches in one pass."""
         return -(-self.index.size // self.batch_size)
 
-    def _batch(self, i: int) -> np.ndarray:
+    def batch(self, i: int) -> np.ndarray:
+        """The positions of batch ``i`` of a pass."""
         return self.index[i * self.batch_size:(i + 1) * self.batch_size]
 
     def __iter__(self) -> Iterator[Tuple[np.ndarray, bool]]:
         n = len(self)
         for i in range(n):
-            yield self._batch(i), i == n - 1
+            yield self.batch(i), i == n - 1
 
 
 class CyclingBatches(Batches):
@@ -76,7 +77,7 @@ class CyclingBatches(Batches):
     def __iter__(self) -> Iterator[Tuple[np.ndarray, bool]]:
         n = self.num_batches
         for s in range(self.steps):
-            yield self._batch(s % n), s % n == n - 1
+            yield self.batch(s % n), s % n == n - 1
 
 
 @dataclass

@@ -86,14 +86,11 @@ class Reservoir:
         return {"src": self.src, "dst": self.dst, "seen": self.seen}
 
     @classmethod
-    def from_rings(cls, sampler: Dict, dst_mask: Optional[np.ndarray]) -> "Reservoir":
-        """Seeded with the interactions in the neighbour rings the run ended with (the latest
-        ``k`` of every node), oriented source to destination where the log is bipartite."""
-        nbr, count = np.asarray(sampler["nbr"]), np.asarray(sampler["count"])
-        k = nbr.shape[1]
-        valid = np.arange(k)[None, :] < np.minimum(count, k)[:, None]
-        i, j = np.nonzero(valid)
-        a, b = i.astype(np.int64), nbr[i, j].astype(np.int64)
+    def seeded(cls, src: np.ndarray, dst: np.ndarray, dst_mask: Optional[np.ndarray]) -> "Reservoir":
+        """Seeded with the interactions ``(src, dst)`` (node rows: those the neighbour rings hold,
+        :meth:`NodeStates.recent_interactions`), oriented source to destination where the log
+        is bipartite."""
+        a, b = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         if dst_mask is not None:
             flip = dst_mask[a] & ~dst_mask[b]
             a, b = np.where(flip, b, a), np.where(flip, a, b)
@@ -122,7 +119,7 @@ def _grow_optimizer_state(optimizer) -> None:
                         st[key] = torch.cat([value, pad])
 
 
-def _new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
+def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
     """The new events: Events, a file, or a shards folder (its events after those the run has)."""
     from ..data.readers import read_events
     from ..partition.shards import Shards
@@ -153,7 +150,7 @@ class OnlineUpdater:
     def __init__(self, pred: Predictor, state: ckpt.Checkpoint, payload: Dict, config: UpdateConfig,
                  forward=None):
         self.pred, self.config, self.payload = pred, config, payload
-        self.model = pred._model
+        self.model = pred.stateful
         self.run_config = dict(state.config)
         self.rng = np.random.default_rng(config.seed)
         self.increments = 0
@@ -190,8 +187,8 @@ class OnlineUpdater:
         if res is not None:
             self.reservoir = Reservoir(res["src"], res["dst"], int(res["seen"]))
         else:
-            self.reservoir = Reservoir.from_rings(payload["end"]["sampler"],
-                                                  self.pool_mask if self.bipartite else None)
+            self.reservoir = Reservoir.seeded(*pred.state.recent_interactions(),
+                                              self.pool_mask if self.bipartite else None)
 
     def _grow_pool(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Add a batch's destinations (bipartite) or endpoints to the negative pool, in order of
@@ -223,32 +220,19 @@ class OnlineUpdater:
         the same rows on every rank), the rank scores and trains the events of ``mine``, and
         takes ``steps`` optimiser steps per pass in all, idle ones after its own, so that every
         rank's gradient averaging (the DDP wrapper given as ``forward``) lines up."""
-        from ..data.readers import event_line
-
         cfg, pred, model = self.config, self.pred, self.model
         started = time.perf_counter()
         seed_everything(cfg.seed + self.increments)  # dropout's draws: the same update gives the same scores
         self.increments += 1
-        ids = events.node_ids
-        src_ids = events.src if ids is None else ids[events.src]
-        dst_ids = events.dst if ids is None else ids[events.dst]
-        t = events.t_float()
-        pred._check_update(src_ids, dst_ids, t, events, event_line)
-        msg = pred._check_msg(events.msg, len(events), events)
         known = len(pred.index)
-        s = pred._rows(src_ids, "src").cpu().numpy()
-        d = pred._rows(dst_ids, "dst").cpu().numpy()
+        s, d, t, eid = pred.admit(events)  # rows (new nodes added), event ids; t_last moves past them
         if self.optimizer is not None:
             _grow_optimizer_state(self.optimizer)
         if self.pool_mask.size < len(pred.index):
             self.pool_mask = np.concatenate([self.pool_mask, np.zeros(len(pred.index) - self.pool_mask.size, bool)])
-        n = len(events)
-        eid = np.arange(pred.next_eid, pred.next_eid + n, dtype=np.int64)
-        if msg is not None:
-            model.state.add_edge_features(msg)
         if mine is not None:
             s, d, t, eid = s[mine], d[mine], t[mine], eid[mine]
-        n_all, n = n, int(s.size)
+        n = int(s.size)
         B = pred.batch_size
         idle = 0 if steps is None else steps - (-(-n // B))
         pos, neg, cand, losses = [], [], [], []
@@ -275,8 +259,6 @@ class OnlineUpdater:
                 self._idle(idle)
         self.reservoir.add(s, d, self.rng)
         self.taken = (s, d, t, eid)  # the events this updater took in (a rank's share in parallel)
-        pred.next_eid += n_all
-        pred.t_last = float(events.t_float()[-1])
         pos = np.concatenate(pos) if pos else np.empty(0, dtype=np.float32)
         neg = np.concatenate(neg) if neg else np.empty(0, dtype=np.float32)
         self.last_scores = (pos, neg)  # logits of the increment's events and negatives, in event order
@@ -409,7 +391,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
     state, payload = open_checkpoint(run)
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
-    events = _new_events(data, metrics, reader, config.progress)
+    events = new_events(data, metrics, reader, config.progress)
     if len(events) == 0:
         raise InputError("no new events", events.meta.get("source"))
     pred = predictor_from(state, payload, "end", config.device, run)
@@ -450,14 +432,9 @@ def _save(folder: Path, updater: OnlineUpdater, state: ckpt.Checkpoint, payload:
     new_payload["negative_pool"] = updater.pool.copy()
     new_payload["bipartite"] = updater.bipartite
     new_payload["replay"] = updater.reservoir.state()
-    best = ckpt.Checkpoint(kind="best", epoch=state.epoch, model_name=state.model_name, config=state.config,
-                           model={k: v.detach().cpu() for k, v in model.state_dict().items()},
-                           optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
-                           else state.optimizer,
-                           rng=[ckpt.rng_state()], history=state.history, stopping=state.stopping, best=state.best,
-                           num_nodes=model.num_nodes, pending=model.state.pending_events(), val_ap=state.val_ap,
-                           extra={"predictor": new_payload})
-    best.save(folder / ckpt.BEST)
+    record = state.record(optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
+                          else state.optimizer, rng=[ckpt.rng_state()], num_nodes=model.num_nodes)
+    ckpt.write_checkpoint(folder / ckpt.BEST, "best", record, model=model, predictor=new_payload)
 
 
 def plot_updates(metrics: Dict, path: Path) -> None:

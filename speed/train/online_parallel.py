@@ -60,7 +60,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     run_p = Path(run)
     state, payload = open_checkpoint(run_p)
     metrics = json.loads((run_p / "metrics.json").read_text()) if (run_p / "metrics.json").exists() else {}
-    events = online._new_events(shards_path, metrics, None, False)
+    events = online.new_events(shards_path, metrics, None, False)
     shards = Shards(shards_path)
     mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
     pred = predictor_from(state, payload, "end", cfg.device, run_p)
@@ -91,7 +91,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     # every new event taken in, memory only
     weights = {k: v.detach().clone() for k, v in up.model.params_state_dict().items()}
     final_pred = predictor_from(state, payload, "end", cfg.device, run_p)
-    final_pred._model.load_params(weights)
+    final_pred.load_weights(weights)
     memory = online.OnlineUpdater(final_pred, state, payload, replace(cfg, train=False, passes=1, replay=0.0,
                                                                       mrr=False))
     new_nodes = memory.run(events)["new_nodes"]

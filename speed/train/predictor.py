@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
     ef = pred.state.edge_feature_table()
     features = None if ef is None or pred.model.msg_dim == 0 else np.asarray(ef)
     is_src = (pred.index.sides == "src") if pred.index.per_side else None
-    return _payload(pred._model, pred.index.ids, features, pred.t_last, pred.next_eid, pred.batch_size, test_start,
+    return _payload(pred.stateful, pred.index.ids, features, pred.t_last, pred.next_eid, pred.batch_size, test_start,
                     is_src=is_src)
 
 
@@ -103,28 +103,9 @@ def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: f
 
 
 def _compact_features(msg: np.ndarray, snaps) -> np.ndarray:
-    """The rows of ``msg`` that the snapshots' neighbour rings and pending events refer to.
-
-    The snapshots' event ids are renumbered into the returned table (-1 stays -1); their
-    ``sampler`` and ``store`` entries are replaced by renumbered copies, never edited.
-    """
-    used = [s["sampler"]["nbr_e"].ravel() for s in snaps] + [s["sampler"]["hold"]["e"] for s in snaps] + \
-        [np.asarray(s["store"]["eid"]) for s in snaps] + \
-        [np.asarray(s["values"]["eid"]) for s in snaps if "values" in s]
-    keep = np.unique(np.concatenate(used))
-    keep = keep[keep >= 0]
-
-    def renumber(e):
-        e = np.asarray(e)
-        return np.where(e >= 0, np.searchsorted(keep, e), -1).astype(np.int64)
-
-    for s in snaps:
-        sampler = s["sampler"]
-        s["sampler"] = {**sampler, "nbr_e": renumber(sampler["nbr_e"]),
-                        "hold": {**sampler["hold"], "e": renumber(sampler["hold"]["e"])}}
-        s["store"] = {**s["store"], "eid": renumber(s["store"]["eid"])}
-        if "values" in s:  # TIGE's kept embeddings, by event id
-            s["values"] = {**s["values"], "eid": torch.from_numpy(renumber(s["values"]["eid"]))}
+    """The rows of ``msg`` that the snapshots' neighbour rings and pending events refer to; the
+    snapshots' event ids are renumbered into the returned table (:meth:`NodeStates.compact_event_ids`)."""
+    keep = NodeStates.compact_event_ids(snaps)
     return np.ascontiguousarray(msg[keep], dtype=np.float32)
 
 
@@ -167,6 +148,15 @@ class Predictor:
     def state(self) -> NodeStates:
         """The node state, moving on with :meth:`update`."""
         return self._model.state
+
+    @property
+    def stateful(self) -> StatefulModel:
+        """Weights and node state together: what an engine steps (:mod:`speed.train.online`)."""
+        return self._model
+
+    def load_weights(self, params: Dict[str, torch.Tensor]) -> None:
+        """Replace the weights (a state dict of the network), keeping the node state."""
+        self._model.load_params(params)
 
     @property
     def device(self) -> torch.device:
@@ -367,11 +357,28 @@ class Predictor:
         """
         return self._take(events, progress)
 
-    @torch.no_grad()
-    def _take(self, events, progress, extra=None, scored=None, desc: str = "update") -> "Predictor":
-        """Check ``events`` and step the model through them a batch at a time; ``extra(i, j, t)``
-        adds queries to a batch's step and ``scored(i, j, z)`` reads its embeddings."""
-        from .._util import progress_bar
+    def admit(self, events) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Check new events and give them node rows and event ids: the first half of taking
+        events in, shared by :meth:`update`, :meth:`score_stream` and the online updater
+        (:mod:`speed.train.online`).
+
+        Ids never seen get new rows (the node state and a static table grow), the events' edge
+        features join the state's table, and :attr:`t_last` and :attr:`next_eid` move past the
+        events: the caller then steps the model through them.
+
+        Parameters
+        ----------
+        events : Events, path-like, or tuple ``(src, dst, t[, msg])``
+            As for :meth:`update`.
+
+        Returns
+        -------
+        src, dst : int64 ndarray, shape (n,)
+            Node rows.
+        t : float64 ndarray, shape (n,)
+        eid : int64 ndarray, shape (n,)
+            Event ids, following those the predictor holds.
+        """
         from ..data.readers import event_line, read_events
 
         where = None
@@ -400,7 +407,19 @@ class Predictor:
         eid = np.arange(self.next_eid, self.next_eid + n, dtype=np.int64)
         if msg is not None:
             self._model.state.add_edge_features(msg)
-        tt = np.ascontiguousarray(t, dtype=np.float64)
+        self.next_eid += n
+        if n:
+            self.t_last = float(t[-1])
+        return s, d, np.ascontiguousarray(t, dtype=np.float64), eid
+
+    @torch.no_grad()
+    def _take(self, events, progress, extra=None, scored=None, desc: str = "update") -> "Predictor":
+        """Admit ``events`` and step the model through them a batch at a time; ``extra(i, j, t)``
+        adds queries to a batch's step and ``scored(i, j, z)`` reads its embeddings."""
+        from .._util import progress_bar
+
+        s, d, tt, eid = self.admit(events)
+        n = s.size
         with progress_bar(n, desc, progress=progress) as bar:
             for i in range(0, n, self.batch_size):
                 j = min(n, i + self.batch_size)
@@ -409,9 +428,6 @@ class Predictor:
                 if scored is not None:
                     scored(i, j, z)
                 bar.update(j - i)
-        self.next_eid += n
-        if n:
-            self.t_last = float(t[-1])
         return self
 
     def _check_update(self, src, dst, t, where: Optional[Events], event_line) -> None:

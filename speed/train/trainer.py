@@ -310,36 +310,31 @@ class EpochLoop:
         return self.best
 
     # ------------------------------------------------------------- checkpoints
-    def _checkpoint(self, kind: str, epoch: int, model_state: Dict, pending=None, rng=None) -> ckpt.Checkpoint:
-        return ckpt.Checkpoint(kind=kind, epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
-                               model=model_state, optimizer=self.optimizer.state_dict(),
-                               rng=rng if rng is not None else [ckpt.rng_state()],
-                               history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(),
-                               best=self.best, num_nodes=self.events.num_nodes, pending=pending,
-                               val_ap=self.stopping.best_score)
+    def _record(self, epoch: int, rng: Optional[List[Dict]] = None) -> Dict:
+        """The run's record a checkpoint keeps (:data:`speed.train.checkpoint.RECORD`)."""
+        return dict(epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
+                    optimizer=self.optimizer.state_dict(), rng=rng if rng is not None else [ckpt.rng_state()],
+                    history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(), best=self.best,
+                    num_nodes=self.events.num_nodes, val_ap=self.stopping.best_score)
 
     def _save_best(self, epoch: int) -> None:
         """``checkpoint.pt``: weights and the full-graph node state after the log, at the best epoch."""
         model = self.eval_model()
         if self.out is None:
             return
-        pending = model.state.pending_events()
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        best = self._checkpoint("best", epoch, state, pending)
+        predictor = None
         if model.net.spec is not None:  # built by build_model, so load_run can build it again
-            best.extra = {"predictor": predictor_payload(model, self.events, self.config.batch_size,
-                                                         self.evaluator.test_start)}
-        best.save(Path(self.out) / ckpt.BEST)
+            predictor = predictor_payload(model, self.events, self.config.batch_size, self.evaluator.test_start)
+        ckpt.write_checkpoint(Path(self.out) / ckpt.BEST, "best", self._record(epoch), model=model,
+                              predictor=predictor)
 
     def save_last(self, epoch: int) -> None:
         """``last.pt``: everything ``resume`` needs (every process's RNG state)."""
         rngs = self.rng_states()
         if not self.is_main or self.out is None:
             return
-        params = {k: v.detach().cpu() for k, v in self.model.params_state_dict().items()}
-        last = self._checkpoint("last", epoch, params, rng=rngs)
-        last.extra = self._last_extra()
-        last.save(Path(self.out) / ckpt.LAST)
+        ckpt.write_checkpoint(Path(self.out) / ckpt.LAST, "last", self._record(epoch, rngs),
+                              params=self.model.params_state_dict(), extra=self._last_extra())
 
     def _last_extra(self) -> Dict:
         """What else ``last.pt`` must hold to finish the run after a resume."""

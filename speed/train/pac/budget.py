@@ -18,7 +18,7 @@ from .groups import check_world, part_groups, part_loads, rank_graph
 def _event_bytes(shards: Shards) -> int:
     """Bytes of one event of the log as a rank holds it in memory (ids widened to int64)."""
     return sum(max(a.dtype.itemsize, 8 if name in ("src", "dst", "eid") else a.dtype.itemsize)
-               * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards._arrays.items())
+               * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards.event_columns.items())
 
 
 def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int,

@@ -235,7 +235,7 @@ class PacRank(EpochLoop):
     def _latest_time(ev, batches: CyclingBatches, step: int) -> float:
         """The time of the last event trained by ``step`` steps (cycling over the stream)."""
         n = batches.num_batches
-        idx = batches._batch((step - 1) % n)
+        idx = batches.batch((step - 1) % n)
         return float(ev.t[idx[-1]])
 
     # ---------------------------------------------------------------- evaluation

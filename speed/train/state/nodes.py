@@ -287,6 +287,45 @@ class NodeStates:
         """``(node, other, t, eid)`` of every pending event, in host memory (no memory copied)."""
         return self._pending_of(np.arange(self.num_nodes, dtype=np.int64))
 
+    def recent_interactions(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(node, neighbour)`` rows of the interactions the neighbour rings hold (the latest
+        ``k`` of every node): two int64 arrays, node by node."""
+        return self.sampler.recent_pairs()
+
+    @staticmethod
+    def compact_event_ids(snapshots) -> np.ndarray:
+        """Renumber the event ids that snapshots (:meth:`structures`, :meth:`backup`) refer to
+        -- in the neighbour rings, the pending events and the components' values -- to their
+        rank among all those ids, so that a table of only those events' features serves them.
+
+        Each snapshot dict has those entries replaced by renumbered copies (arrays are never
+        edited in place: a snapshot may share them with a live state); -1 stays -1.
+
+        Returns
+        -------
+        int64 ndarray
+            The original ids, sorted: new id ``i`` was ``keep[i]``.
+        """
+        used = [s["sampler"]["nbr_e"].ravel() for s in snapshots] + \
+            [s["sampler"]["hold"]["e"] for s in snapshots] + \
+            [np.asarray(s["store"]["eid"]) for s in snapshots] + \
+            [np.asarray(s["values"]["eid"]) for s in snapshots if "values" in s]
+        keep = np.unique(np.concatenate(used))
+        keep = keep[keep >= 0]
+
+        def renumber(e):
+            e = np.asarray(e)
+            return np.where(e >= 0, np.searchsorted(keep, e), -1).astype(np.int64)
+
+        for s in snapshots:
+            sampler = s["sampler"]
+            s["sampler"] = {**sampler, "nbr_e": renumber(sampler["nbr_e"]),
+                            "hold": {**sampler["hold"], "e": renumber(sampler["hold"]["e"])}}
+            s["store"] = {**s["store"], "eid": renumber(s["store"]["eid"])}
+            if "values" in s:  # TIGE's kept embeddings, by event id
+                s["values"] = {**s["values"], "eid": torch.from_numpy(renumber(s["values"]["eid"]))}
+        return keep
+
     def structures(self) -> dict:
         """The pending events, neighbour rings and components' state (no memories): what a
         checkpoint needs besides the memories to go on from here."""

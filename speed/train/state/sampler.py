@@ -145,6 +145,14 @@ class RecentNeighborSampler:
         """
         return Neighbors(*(torch.from_numpy(x) for x in self.sample_arrays(nodes, times)))
 
+    def recent_pairs(self):
+        """``(node, neighbour)`` of every interaction the rings hold (each node's latest ``k``),
+        node by node, in ring order: two int64 arrays."""
+        k = self.k
+        valid = np.arange(k)[None, :] < np.minimum(self.count, k)[:, None]
+        i, j = np.nonzero(valid)
+        return i.astype(np.int64), self.nbr[i, j].astype(np.int64)
+
     def state_dict(self) -> dict:
         lo = self.hold_lo
         return {"nbr": self.nbr.copy(), "nbr_t": self.nbr_t.copy(), "nbr_e": self.nbr_e.copy(),
