@@ -15,6 +15,7 @@ from speed.cli import main
 from speed.partition.shards import load_shards
 from speed.train.config import ConfigError
 from speed.train.pac import RankFailedError, check_world, combine_shared, part_groups
+from speed.train.recipes import MODELS
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1)
@@ -281,7 +282,7 @@ def test_two_torchrun_nodes_on_one_host_equal_nproc_2(shards4, tmp_path):
     assert [r["threads"] for r in b["epochs"][0]["ranks"]] == [threads, threads]
 
 
-@pytest.mark.parametrize("model", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("model", MODELS)
 def test_every_model_trains_in_parallel_without_an_unused_parameter_search(shards4, tmp_path, model):
     # DDP runs with find_unused_parameters=False: a parameter outside the graph of any step
     # (e.g. DyRep's message embedding on a batch without pending events) would fail the run

@@ -9,6 +9,7 @@ import speed
 from speed.cli import main
 from speed.train.models import build_model
 from speed.train.static import merge_static, pretrain_static  # noqa: F401  (merge_static runs in the workers)
+from speed.train.recipes import MODELS
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, seed=0, deterministic=True)
@@ -24,7 +25,7 @@ def _log(rng, n=1500, test_only=()):
     return src, dst, t
 
 
-@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("name", MODELS)
 def test_a_zero_table_embeds_exactly_as_without_static_memory(name):
     rng = np.random.default_rng(0)
     src, dst, t = _log(rng, 400)

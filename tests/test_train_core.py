@@ -12,6 +12,7 @@ from speed.train.eval.metrics import link_metrics, ranking_metrics, true_edge_ma
 from speed.train.models import StatefulModel, TemporalGNN, build_model
 from speed.train.modules import IdentityEmbedding, IdentityMessage, LastAggregator, LinkPredictor
 from speed.train.state.sampler import RecentNeighborSampler
+from speed.train.recipes import MODELS
 
 
 class AddUpdater(nn.Module):
@@ -138,7 +139,7 @@ def scores_of(model, src, dst, t, batch, msg=None):
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("name", MODELS)
 def test_no_event_sees_itself_or_its_future(name):
     # Changing event k (its features) must not change the score of any event at or before its
     # time -- in its batch or earlier -- and does change some later ones.
@@ -163,7 +164,7 @@ def test_no_event_sees_itself_or_its_future(name):
     assert not torch.equal(base[~upto], other[~upto])
 
 
-@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("batch", [2, 3, 4, 7])
 def test_simultaneous_events_never_see_each_other_whatever_the_batching(name, batch):
     # events 3 and 4 share t = 3.0; wherever the batch boundaries fall, changing event 3 (its
@@ -196,7 +197,7 @@ def test_memory_applies_each_nodes_latest_event():
     assert states[-1][1][0] == 2
 
 
-@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("aggregator", ["last", "mean"])
 def test_deduplicated_queries_give_the_same_embeddings_and_loss(name, aggregator):
     """A dense stream (few nodes, many repeats and equal times): computing each distinct query

@@ -9,6 +9,7 @@ import torch
 import speed
 from speed.cli import main
 from speed.train import TrainConfig, Trainer
+from speed.train.recipes import MODELS
 
 
 def periodic_log(num_users=12, num_items=6, rounds=60, seed=0):
@@ -28,7 +29,7 @@ SMALL = dict(memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5, batch_si
              num_threads=1, new_node_fraction=0.0)  # 18 nodes: holding any out would remove an item
 
 
-@pytest.mark.parametrize("name", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("name", MODELS)
 def test_each_model_learns_on_a_tiny_graph(name):
     # one item per user: a random negative is rarely the true item, so the loss falls well
     # clear of the noise (with 6 items shared by 12 users, 1 negative in 6 was a true pair and

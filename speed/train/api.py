@@ -11,6 +11,7 @@ from ..data.split import Split, chronological_split
 from ..errors import InputError
 from ..partition.shards import Shards
 from .config import BASELINES, TrainConfig
+from .eval.protocols import PROTOCOLS
 
 
 def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
@@ -115,9 +116,10 @@ def check_hold_out(config: TrainConfig, stored: float, path) -> None:
         raise InputError(f"the shards hold out new_node_fraction={stored:g} of the nodes, not "
                          f"{config.new_node_fraction:g}: re-partition with --new-node-fraction "
                          f"{config.new_node_fraction:g}", path)
-    if config.protocol == "tgb" and stored > 0:
-        raise InputError(f"TGB's protocol is transductive, but the shards hold out new_node_fraction={stored:g} of "
-                         f"the nodes: re-partition with --new-node-fraction 0", path)
+    spec = PROTOCOLS.get(config.protocol) if config.protocol is not None else None
+    if spec is not None and spec.transductive and stored > 0:
+        raise InputError(f"{spec.title}'s protocol is transductive, but the shards hold out new_node_fraction={stored:g}"
+                         f" of the nodes: re-partition with --new-node-fraction 0", path)
 
 
 def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = False, nproc: Optional[int] = None,

@@ -23,14 +23,16 @@ from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.eval.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
-from .recipes import AGGREGATORS, MESSAGES, MODELS, STATIC_KINDS  # noqa: E402  (the model table; no torch)
-from .eval.protocols import PROTOCOL_NAMES, PROTOCOLS  # noqa: E402  (the protocol table; no torch)
+from .recipes import AGGREGATORS, MESSAGES, MODELS, RECIPES, STATIC_KINDS  # noqa: E402  (the model table; no torch)
+# the protocol table; no torch
+from .eval.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, PROTOCOLS, protocol_for_format  # noqa: E402
 
-DEFAULT_PROTOCOL = "tgn"
 # Baselines evaluated like the models but never trained (speed.train.eval.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
 
-SYNC_MODES = ("last", "mean", "none")
+# How shared nodes' memories are combined (speed.train.pac.sync), and "none" to leave them apart.
+SYNC_RULES = ("last", "mean")
+SYNC_MODES = SYNC_RULES + ("none",)
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
 GROUPINGS = ("balanced", "random")
@@ -232,13 +234,17 @@ class TrainConfig:
         if self.eval_negatives in EVAL_STRATEGIES and self.eval_negatives not in spec.strategies:
             raise ConfigError("eval_negatives", f"{self.eval_negatives!r} is DyGLib's: the {spec.name} protocol has "
                                                 f"{', '.join(spec.strategies)} negatives (use protocol dyglib)")
-        if spec.name == "tgb" and self.new_node_fraction:
-            raise ConfigError("new_node_fraction", "must be 0 under TGB's protocol, which is transductive")
+        if spec.transductive and self.new_node_fraction:
+            raise ConfigError("new_node_fraction", f"must be 0 under {spec.title}'s protocol, which is transductive")
         if self.observe != "none" and self.subgraph != "assigned":
             raise ConfigError("observe", f"needs subgraph 'assigned' (with {self.subgraph!r} a rank trains those "
                                          "events already)")
-        if self.observe != "none" and self.model == "tige":
-            raise ConfigError("observe", "is not for tige, whose messages carry each event's embeddings")
+        if self.observe != "none" and self.model in RECIPES and RECIPES[self.model].state:
+            from .state.components import COMPONENTS  # (torch: only when a recipe has extra state)
+
+            for c in RECIPES[self.model].state:
+                if not COMPONENTS[c].takes_unscored_events:
+                    raise ConfigError("observe", f"is not for {self.model}, {COMPONENTS[c].unscored_events_refusal}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")
                                                 and not self.device.startswith("cuda")):
             raise ConfigError("device", f"must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
@@ -254,7 +260,7 @@ class TrainConfig:
         given, else TGB's for a TGB dataset and TGN's otherwise."""
         if self.protocol is not None:
             return self
-        return replace(self, protocol="tgb" if fmt == "tgb" else DEFAULT_PROTOCOL).validate()
+        return replace(self, protocol=protocol_for_format(fmt)).validate()
 
     @property
     def protocol_name(self) -> str:

@@ -170,6 +170,12 @@ class EpochStats:
     passes: float
 
 
+def sync_due(steps_done: int, every: int) -> bool:
+    """Whether PAC's periodic shared-node sync runs after ``steps_done`` steps (every ``every``-th
+    step; ``every`` 0: never): the rule the ranks' sync and the engine's pipeline barrier share."""
+    return bool(every) and steps_done % every == 0
+
+
 def link_loss(pos_logit: torch.Tensor, neg_logit: torch.Tensor) -> torch.Tensor:
     """Binary cross-entropy of positives against their negatives."""
     return F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
@@ -290,7 +296,7 @@ class Engine:
         total = len(batches)
 
         def barrier(index: int, pass_ended: bool) -> bool:
-            return (pass_ended and index + 1 < total) or bool(sync_every and (index + 1) % sync_every == 0)
+            return (pass_ended and index + 1 < total) or sync_due(index + 1, sync_every)
 
         def draw(n: int):
             return None, negatives.draw(n, 1)[:, 0]

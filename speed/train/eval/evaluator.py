@@ -257,7 +257,7 @@ class Evaluator:
         smallest destination to the largest (TGB's ``arange(first_dst_id, last_dst_id + 1)``,
         on the ids as ``speed`` holds them: the file's integer ids, or string ids in order of
         first appearance), otherwise the log's distinct destinations."""
-        if self.protocol.name == "tgb" and self.dst_pool.size:
+        if self.protocol.ranking_pool == "id_range" and self.dst_pool.size:
             return np.arange(int(self.dst_pool[0]), int(self.dst_pool[-1]) + 1, dtype=np.int64)
         return self.dst_pool
 
@@ -376,7 +376,7 @@ class Evaluator:
     def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:
         # TGN's and DyGLib's figures are computed on float32 probabilities: reported beside ours
         return batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate,
-                                  reference=self.protocol.name in ("tgn", "dyglib"))
+                                  reference=self.protocol.reference_figures)
 
     def replay(self, model) -> Dict:
         """Rebuild ``model``'s state from scratch on the training events with its current

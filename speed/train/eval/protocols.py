@@ -56,6 +56,19 @@ class Protocol:
         script, on the saved best model.
     default_candidates : int
         Ranking candidates per event when ``mrr_negatives`` is 0 (0: no ranking).
+    title : str
+        How the protocol is named in messages.
+    transductive : bool
+        No node may be held out of training (TGB's).
+    ranking_pool : {"destinations", "id_range"}
+        Where random ranking candidates come from: the log's distinct destinations, or every
+        id from the smallest destination to the largest (TGB's
+        ``arange(first_dst_id, last_dst_id + 1)``).
+    reference_figures : bool
+        Also report the figures as the reference code computes them (TGN's and DyGLib's, on
+        float32 probabilities).
+    formats : tuple of str
+        The input formats (a reader's ``format``) whose logs take this protocol by default.
     """
 
     name: str
@@ -67,16 +80,30 @@ class Protocol:
     ranking: str
     select_on: str
     default_candidates: int
+    title: str
     select_negatives: Optional[str] = None
+    transductive: bool = False
+    ranking_pool: str = "destinations"
+    reference_figures: bool = False
+    formats: Tuple[str, ...] = ()
 
 
 PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
     Protocol("tgn", new_node_fraction=0.1, new_node_pass=True, new_node_val_pool="log", aggregate="per_batch",
-             strategies=("random",), ranking="random", select_on="ap", default_candidates=0),
+             strategies=("random",), ranking="random", select_on="ap", default_candidates=0, title="TGN",
+             reference_figures=True),
     Protocol("dyglib", new_node_fraction=0.1, new_node_pass=True, new_node_val_pool="new", aggregate="per_batch",
              strategies=("random", "historical", "inductive"), ranking="random", select_on="ap",
-             default_candidates=0, select_negatives="random"),
+             default_candidates=0, select_negatives="random", title="DyGLib", reference_figures=True),
     Protocol("tgb", new_node_fraction=0.0, new_node_pass=False, new_node_val_pool="new", aggregate="pooled",
-             strategies=("random",), ranking="hist_rnd", select_on="mrr", default_candidates=100),
+             strategies=("random",), ranking="hist_rnd", select_on="mrr", default_candidates=100, title="TGB",
+             transductive=True, ranking_pool="id_range", formats=("tgb",)),
 )}
 PROTOCOL_NAMES = tuple(PROTOCOLS)
+DEFAULT_PROTOCOL = "tgn"
+
+
+def protocol_for_format(fmt: Optional[str]) -> str:
+    """The protocol a log of input format ``fmt`` is evaluated with by default: the one whose
+    row names the format (TGB's for a TGB dataset), else :data:`DEFAULT_PROTOCOL`."""
+    return next((p.name for p in PROTOCOLS.values() if fmt is not None and fmt in p.formats), DEFAULT_PROTOCOL)

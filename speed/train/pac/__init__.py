@@ -5,7 +5,7 @@ sub-graph of its group of parts.  The modules, one job each:
 
 * :mod:`.groups` -- which parts a rank trains on each epoch, and its sub-graph in local ids;
 * :mod:`.sync` -- the shared-node sync rules (``last``, ``mean``, ``none``); a new rule is a
-  branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_MODES``;
+  branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_RULES``;
 * :mod:`.averaging` -- local SGD (``average_every``): weights averaged every K steps;
 * :mod:`.state` -- gathering the ranks' node state into one full-graph state on rank 0;
 * :mod:`.rank` -- one rank: the shared :class:`~speed.train.engine.Engine` and epoch loop,

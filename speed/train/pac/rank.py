@@ -31,7 +31,7 @@ from ..._util import tune_allocator
 from ...partition.shards import Shards
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
-from ..engine import Batches, CyclingBatches, Engine, EpochLog
+from ..engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
 from ..loader import EventStream
 from ..eval.evaluator import Evaluator
 from ..models import StatefulModel
@@ -176,7 +176,7 @@ class PacRank(EpochLoop):
         def after_step(step: int) -> None:  # the same steps on every rank, so collectives line up
             if averager is not None:
                 averager.after_step(step, batches.steps)
-            if cfg.sync_every and step % cfg.sync_every == 0 and step < batches.steps:
+            if sync_due(step, cfg.sync_every) and step < batches.steps:
                 # pending events at the latest time stay: a later batch may still query that time
                 periodic[0] += sync_shared(self.model, rg.num_shared, cfg.sync, self.world,
                                            before=self._latest_time(ev, batches, step))

@@ -1,6 +1,6 @@
 """Shared-node sync: make the state of the nodes every rank holds agree across ranks.
 
-To add a rule: a name in :data:`speed.train.config.SYNC_MODES` and a branch in
+To add a rule: a name in :data:`speed.train.config.SYNC_RULES` and a branch in
 :func:`combine_shared`.
 """
 
@@ -11,9 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-# the rules combine_shared applies ("none" never combines)
-SYNC_RULES = ("last", "mean")
-
+from ..config import SYNC_RULES  # the rules combine_shared applies ("none" never combines)
 from ..models import StatefulModel
 from ..state.nodes import StateRows
 

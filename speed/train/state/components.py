@@ -50,6 +50,8 @@ class StateComponent:
     state_key = "component"  # its entry in back-ups and checkpoints (its name unless set)
     #: events taken in without being scored (PAC ``--observe shared``) are allowed
     takes_unscored_events = True
+    #: why not, when not (the end of "--observe is not for MODEL, ...")
+    unscored_events_refusal = "whose state needs every event scored"
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):
         self.num_nodes = int(num_nodes)
@@ -131,6 +133,7 @@ class DualMemory(StateComponent):
 
     #: an event's message needs its endpoints' embeddings, computed only for scored events
     takes_unscored_events = False
+    unscored_events_refusal = "whose messages carry each event's embeddings"
     state_key = "values"  # its entry in back-ups and checkpoints (the name earlier versions wrote)
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):
