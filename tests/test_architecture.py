@@ -5,6 +5,7 @@ Imports are read from the source (AST), lazy ones inside functions included; a p
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,44 @@ def test_only_the_state_package_reads_the_state_layout():
 def test_the_layout_check_finds_reach_ins():
     src = "a = payload['end']['sampler']\nb = s.get('store')\nc = d['other']\n"
     assert layout_reach_ins(ast.parse(src), "m") == ["m:1 ['sampler']", "m:2 ['store']"]
+
+
+# ------------------------------------------------------------------- the documented module map
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def doc_sections(text):
+    """The code blocks' lines grouped under each ``speed/...`` line that starts at column 0."""
+    sections, current, in_code = {}, None, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code, current = not in_code, None
+            continue
+        if not in_code:
+            continue
+        if line.startswith("speed/"):
+            current = line.split()[0].rstrip(",")
+            sections.setdefault(current, "")
+        if current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
+def test_the_documented_module_map_names_every_module():
+    """``docs/architecture.md`` names every module under its package's heading, and names no
+    module that is not there."""
+    text = DOC.read_text()
+    sections = doc_sections(text)
+    missing = []
+    for mod, path in sorted(modules().items()):
+        if path.name == "__init__.py" or path.parent == ROOT:
+            continue
+        top = f"speed/{path.relative_to(ROOT).parts[0]}/"
+        if path.name not in sections.get(top, ""):
+            missing.append(str(path.relative_to(ROOT.parent)))
+    assert not missing, f"modules docs/architecture.md does not name under their package: {', '.join(missing)}"
+    top_level = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert all(f"speed/{name}" in text for name in top_level), top_level
+    named = set(re.findall(r"\b(\w+\.py)\b", "".join(sections.values())))
+    existing = {p.name for p in ROOT.rglob("*.py")}
+    assert named <= existing, f"named but absent: {sorted(named - existing)}"
