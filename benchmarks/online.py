@@ -53,7 +53,7 @@ def load(name: str):
 
 def run_seed(ev, seed: int, args, work: Path) -> dict:
     import speed
-    from speed.train.online import update
+    from speed.train.online.update import update
 
     n = len(ev)
     n0 = int(args.base * n)

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     import speed
-    from speed.train.online import update
+    from speed.train.online.update import update
 
     root = Path(tempfile.mkdtemp(prefix="speed-online-scale-"))
     out = {"command": "python benchmarks/online_scale.py", "sizes": {}}

@@ -46,9 +46,9 @@ def main(argv=None) -> dict:
     from speed.train import checkpoint as ckpt
     from speed.train.eval.metrics import link_metrics
     from speed.train.eval.evaluator import stream_scores
-    from speed.train.loader import EventStream
-    from speed.train.models import build_model
-    from speed.train.eval.negatives import RandomNegatives, negative_pool
+    from speed.train.step.loader import EventStream
+    from speed.train.model.network import build_model
+    from speed.train.step.negatives import RandomNegatives, negative_pool
 
     torch.set_num_threads(a.threads)
     try:

@@ -34,7 +34,7 @@ def optimizer_step_ms(rows: int, steps: int = 300, num_nodes: int = 9228, dim: i
     import time
 
     import torch
-    from speed.train.static import RowAdam
+    from speed.train.model.static import RowAdam
 
     torch.set_num_threads(1)
     out = {}

@@ -90,7 +90,7 @@ def _leave(queue):
 
 def sync_worker(rank, world, store_file, mode, clock, queue):
     _init(rank, world, store_file)
-    from speed.train.models import build_model
+    from speed.train.model.network import build_model
     from speed.train.state.nodes import StateRows
     from speed.train.pac import sync_shared
 
@@ -110,7 +110,7 @@ def sync_worker(rank, world, store_file, mode, clock, queue):
 def static_merge_worker(rank, world, store_file, queue):
     """Two ranks change overlapping rows of a static table; merge_static combines them."""
     _init(rank, world, store_file)
-    from speed.train.static import StaticMemory, merge_static
+    from speed.train.model.static import StaticMemory, merge_static
 
     static = StaticMemory(4, 2, 3)
     opt = torch.optim.SparseAdam([static.table], lr=1.0)

@@ -19,7 +19,7 @@ from speed.partition import _kernels
 from speed.partition.append import append_events
 from speed.partition.sep import FLOOR
 from speed.partition.shards import Shards
-from speed.partition.stream_state import SavedStream
+from speed.partition.saved_stream import SavedStream
 
 from conftest import random_stream
 

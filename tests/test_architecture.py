@@ -97,6 +97,44 @@ def test_layers_point_downward():
     assert not upward, "imports of a higher layer: " + "; ".join(sorted(upward))
 
 
+# the rooms of the training package, lowest first: a module imports its own room and those before
+# it, so no import runs back up between folders (a folder's modules may form no loop with another's)
+TRAIN_ROOMS = [
+    ("speed.train.recipes", "speed.train.protocols", "speed.train.config", "speed.train.config_file"),
+    ("speed.train.state",),
+    ("speed.train.model",),
+    ("speed.train.step",),
+    ("speed.train.run",),
+    ("speed.train.eval",),
+    ("speed.train.loop",),
+    ("speed.train.pac",),
+    ("speed.train.online",),
+    ("speed.train.api",),
+]
+
+
+def room_of(mod):
+    for k, prefixes in enumerate(TRAIN_ROOMS):
+        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+            return k
+    raise AssertionError(f"{mod} is in no room of speed.train: add it to TRAIN_ROOMS")
+
+
+def test_training_rooms_point_downward():
+    """Within ``speed.train``, no module imports one of a room above its own: the room map is a
+    layering of folders, not only of modules."""
+    graph = import_graph()
+    train = [m for m in graph if m.startswith("speed.train.")]
+    upward = [f"{m} -> {d}" for m in train for d in graph[m] if d.startswith("speed.train.")
+              and room_of(d) > room_of(m)]
+    assert not upward, "imports of a higher room: " + "; ".join(sorted(upward))
+
+
+def test_the_rooms_check_reads_the_room_of_a_module():
+    assert room_of("speed.train.step.engine") < room_of("speed.train.eval.evaluator") < \
+        room_of("speed.train.loop.trainer") < room_of("speed.train.online.update")
+
+
 @pytest.mark.parametrize("graph, cycle", [
     ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
     ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
@@ -130,15 +168,17 @@ def test_only_the_state_package_reaches_into_node_state():
 def test_the_state_package_stands_below_the_models():
     """Node state needs nothing of the training package above it (models, engine, evaluation)."""
     graph = import_graph()
+    registries = TRAIN_ROOMS[0]  # the recipe table and the config (no torch) stand lower still
     above = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith(STATE_PACKAGE + ".")
-             for d in deps if d.startswith("speed.train.") and not d.startswith(STATE_PACKAGE + ".")]
+             for d in deps if d.startswith("speed.train.") and not d.startswith(STATE_PACKAGE + ".")
+             and d not in registries]
     assert not above, "; ".join(sorted(above))
 
 
 # ------------------------------------------------------------ private members stay private
 # Third-party private attributes speed has to use (not speed's own): torch's state-dict
 # ``_metadata`` (kept when a state dict is rebuilt) and a sparse gradient's ``_values()``.
-THIRD_PARTY_PRIVATE = {("speed.train.checkpoint", "_metadata"), ("speed.train.static", "_values")}
+THIRD_PARTY_PRIVATE = {("speed.train.run.checkpoint", "_metadata"), ("speed.train.model.static", "_values")}
 
 
 def private_names():
@@ -234,6 +274,8 @@ def doc_sections(text):
         if line.startswith("speed/"):
             current = line.split()[0].rstrip(",")
             sections.setdefault(current, "")
+        elif line and not line[0].isspace():  # another top-level entry (tests/, benchmarks/)
+            current = None
         if current is not None:
             sections[current] += line + "\n"
     return sections

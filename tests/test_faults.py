@@ -198,7 +198,7 @@ def test_kill_9_of_partition_leaves_nothing_or_a_complete_output(tmp_path, extra
 
 _CHECKPOINT_WRITER = """
 import sys, torch
-from speed.train.checkpoint import Checkpoint
+from speed.train.run.checkpoint import Checkpoint
 big = {"w": torch.randn(2_000_000)}
 k = 0
 while True:
@@ -210,7 +210,7 @@ while True:
 
 
 def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
-    from speed.train.checkpoint import load_checkpoint
+    from speed.train.run.checkpoint import load_checkpoint
 
     path = tmp_path / "last.pt"
     rng = random.Random(3)

@@ -413,9 +413,9 @@ def test_a_run_whose_weights_do_not_transfer_warns_once(shards4, tmp_path, monke
 
 def test_observed_events_become_pending_and_neighbours_without_being_queried():
     from speed.data.events import Events
-    from speed.train.engine import Batches
-    from speed.train.loader import EventStream, PlanLoader
-    from speed.train.models import build_model
+    from speed.train.step.engine import Batches
+    from speed.train.step.loader import EventStream, PlanLoader
+    from speed.train.model.network import build_model
 
     model = build_model("tgn", 6, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3)
     stream = EventStream(Events(src=np.array([0, 2]), dst=np.array([1, 3]), t=np.array([1.0, 3.0]),
@@ -473,7 +473,7 @@ def test_ranks_read_edge_features_and_training_nodes_in_place(feature_shards):
     """A rank other than 0 never loads the whole log: its edge features are read by event id from
     the shards' memory map, and local validation's nodes-seen-in-training and negative pool come
     from a chunked scan of the stored arrays.  Both equal what the whole log gives."""
-    from speed.train.eval.negatives import negative_pool
+    from speed.train.step.negatives import negative_pool
     from speed.train.state.features import MappedFeatures
 
     shards = load_shards(feature_shards)

@@ -12,15 +12,15 @@ from speed.data.events import Events
 from speed.data.split import chronological_split
 from speed.train import recipes
 from speed.train.config import TrainConfig
-from speed.train.engine import Batches, Engine
-from speed.train.eval.negatives import RandomNegatives, negative_pool
-from speed.train.eval.protocols import PROTOCOLS
-from speed.train.loader import EventStream
-from speed.train.models import build_model
-from speed.train.predictor import load_run
+from speed.train.step.engine import Batches, Engine
+from speed.train.step.negatives import RandomNegatives, negative_pool
+from speed.train.protocols import PROTOCOLS
+from speed.train.step.loader import EventStream
+from speed.train.model.network import build_model
+from speed.train.run.predictor import load_run
 from speed.train.state import components
 from speed.train.state.memory import NodeMemory
-from speed.train.trainer import Trainer
+from speed.train.loop.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1] / "speed"
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import speed
-from speed.train.models import build_model
+from speed.train.model.network import build_model
 
 
 def _log(n_nodes, n_events, seed=0):
@@ -103,7 +103,7 @@ def test_state_placement():
     """--state-device auto keeps the memories on an accelerator while they take at most half of
     its free memory, in host memory beyond; on a CPU the two are one place; an explicit setting
     wins."""
-    from speed.train.trainer import place_state, state_placement
+    from speed.train.model.build import place_state, state_placement
 
     gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert state_placement("auto", gpu, 400, free_bytes=800) == "device"

@@ -7,8 +7,8 @@ import torch
 
 import speed
 from speed.cli import main
-from speed.train.models import build_model
-from speed.train.static import merge_static, pretrain_static  # noqa: F401  (merge_static runs in the workers)
+from speed.train.model.network import build_model
+from speed.train.model.static import merge_static, pretrain_static  # noqa: F401  (merge_static runs in the workers)
 from speed.train.recipes import MODELS
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
@@ -71,7 +71,7 @@ def test_a_memory_only_embedding_gets_the_static_part_after_it(name):
 
 def test_row_adam_is_torch_sparse_adam():
     # the reference is torch's own SparseAdam; gradients with repeated rows, empty steps, two lrs
-    from speed.train.static import RowAdam
+    from speed.train.model.static import RowAdam
 
     rng = np.random.default_rng(0)
     for lr in (1e-3, 0.5):

@@ -9,8 +9,8 @@ from torch import nn
 
 import speed
 from speed.train.eval.metrics import link_metrics, ranking_metrics, true_edge_mask
-from speed.train.models import StatefulModel, TemporalGNN, build_model
-from speed.train.modules import IdentityEmbedding, IdentityMessage, LastAggregator, LinkPredictor
+from speed.train.model.network import StatefulModel, TemporalGNN, build_model
+from speed.train.model.modules import IdentityEmbedding, IdentityMessage, LastAggregator, LinkPredictor
 from speed.train.state.sampler import RecentNeighborSampler
 from speed.train.recipes import MODELS
 
@@ -202,7 +202,7 @@ def test_memory_applies_each_nodes_latest_event():
 def test_deduplicated_queries_give_the_same_embeddings_and_loss(name, aggregator):
     """A dense stream (few nodes, many repeats and equal times): computing each distinct query
     and memory key once gives the embeddings, scores and loss of computing every one alone."""
-    from speed.train.engine import link_loss
+    from speed.train.step.engine import link_loss
 
     rng = np.random.default_rng(3)
     n, e, batch = 6, 240, 40
@@ -269,7 +269,7 @@ def test_true_edge_mask_is_same_source_same_time():
 
 
 def test_aggregators_by_hand():
-    from speed.train.modules import MeanAggregator
+    from speed.train.model.modules import MeanAggregator
 
     msg = torch.tensor([[1.0, 10.0], [3.0, 30.0], [5.0, 50.0]])
     index = torch.tensor([0, 1, 0])
@@ -282,7 +282,7 @@ def test_aggregators_by_hand():
 
 def test_custom_composition_with_mlp_message_and_mean_aggregator():
     # variants are built by passing modules in: MLP message + mean aggregation + GRU + attention
-    from speed.train.modules import GraphAttentionEmbedding, GRUUpdater, MeanAggregator, MLPMessage
+    from speed.train.model.modules import GraphAttentionEmbedding, GRUUpdater, MeanAggregator, MLPMessage
 
     message = MLPMessage(8, 8, 0, out_dim=12)
     model = StatefulModel.around(TemporalGNN(8, 8, 0, message, MeanAggregator(), GRUUpdater(12, 8),
@@ -348,8 +348,8 @@ def test_stale_memory_reads_miss_at_most_k_steps(staleness):
     # (its index - K) and (its index) finished steps
     import time
 
-    from speed.train.engine import Batches
-    from speed.train.loader import EventStream, PlanLoader
+    from speed.train.step.engine import Batches
+    from speed.train.step.loader import EventStream, PlanLoader
 
     ev = speed.generate_events(num_nodes=20, num_events=400, seed=0)
     model = hand_model(20)
@@ -372,7 +372,7 @@ def test_graph_attention_equals_the_per_slot_formula(msg_dim, u):
     # the module applies the edge weight through linearity, and meets few distinct neighbours
     # (u=5) all at once, many (u=40) slot by slot; here every slot's key and value are formed
     # as the docstring states them, with a Python loop over queries and heads
-    from speed.train.modules import GraphAttentionEmbedding, TimeEncoder
+    from speed.train.model.modules import GraphAttentionEmbedding, TimeEncoder
 
     torch.manual_seed(0)
     d, t_dim, out, b, k = 6, 4, 8, 7, 3

@@ -149,7 +149,7 @@ def test_single_process_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_best_and_last_share_one_checkpoint_schema(tmp_path):
-    from speed.train.checkpoint import load_checkpoint
+    from speed.train.run.checkpoint import load_checkpoint
 
     ev = periodic_log()
     speed.train(ev, model="tige", epochs=2, lr=1e-3, seed=0, out=tmp_path, **SMALL)
@@ -192,7 +192,7 @@ def test_cli_names_the_flag_of_a_bad_parameter(tmp_path, capsys):
 
 
 def test_message_and_aggregator_options_build_those_modules(tmp_path):
-    from speed.train.modules import MeanAggregator, MLPMessage
+    from speed.train.model.modules import MeanAggregator, MLPMessage
 
     ev = periodic_log(rounds=20)
     m = speed.train(ev, model="tgn", epochs=1, seed=0, message="mlp", aggregator="mean", out=tmp_path, **SMALL)

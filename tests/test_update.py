@@ -1,4 +1,4 @@
-"""Updating a trained run with new events (``speed update``, ``speed.train.online.update``):
+"""Updating a trained run with new events (``speed update``, ``speed.train.online.update.update``):
 prequential test-then-train, memory only, passes and replay, a complete new run."""
 
 import hashlib
@@ -12,8 +12,8 @@ import speed
 from speed.cli import main
 from speed.train.config import UpdateConfig
 from speed.train.api import update
-from speed.train.online import OnlineUpdater
-from speed.train.predictor import open_checkpoint, predictor_from
+from speed.train.online.update import OnlineUpdater
+from speed.train.run.predictor import open_checkpoint, predictor_from
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, epochs=1, seed=0)
@@ -177,7 +177,7 @@ def test_cli_update_from_shards_takes_the_appended_events(tmp_path, capsys):
 
 
 def test_the_replay_reservoir_is_a_uniform_sample_of_what_it_saw():
-    from speed.train.online import Reservoir
+    from speed.train.online.update import Reservoir
 
     rng = np.random.default_rng(0)
     counts = np.zeros(1000)

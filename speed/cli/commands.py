@@ -135,7 +135,7 @@ def train_command(args) -> int:
 
     from .._util import check_output_dir
     from ..train.api import train
-    from ..train.checkpoint import RUN_MARKERS
+    from ..train.run.checkpoint import RUN_MARKERS
     from ..train.config import TrainConfig
     from ..train.pac.launch import RankFailedError, under_torchrun
     from ..train.pac.validate import TransferWarning
@@ -172,7 +172,7 @@ def train_command(args) -> int:
 
 
 def embed_command(args) -> int:
-    from ..train.apply import embed_file
+    from ..train.run.apply import embed_file
 
     r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
                    progress=False if args.no_progress else None, overwrite=args.overwrite,
@@ -184,7 +184,7 @@ def embed_command(args) -> int:
 
 
 def score_command(args) -> int:
-    from ..train.apply import score_file
+    from ..train.run.apply import score_file
 
     r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
                    progress=False if args.no_progress else None, overwrite=args.overwrite,

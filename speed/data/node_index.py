@@ -1,5 +1,5 @@
 """Original node ids to rows (:class:`NodeIndex`): of a model's node state, as a
-:class:`~speed.train.predictor.Predictor` speaks the ids of the user's files, and of appended
+:class:`~speed.train.run.predictor.Predictor` speaks the ids of the user's files, and of appended
 shards, whose new events bring their own ids: ints or strings, one id space or two (JODIE-style
 logs number users and items apart), growing for new ids."""
 

@@ -47,7 +47,7 @@ from .columns import BucketColumns
 from .metrics import metrics_from_counts
 from .sep import FLOOR
 from .shards import APPENDED_VERSION, Shards, numbers_sides_apart
-from .stream_state import SavedStream
+from .saved_stream import SavedStream
 
 _CHUNK = 1 << 21  # events per kernel call and per write
 # When to advise partitioning again: the quality of the appended shards against that of the
@@ -458,7 +458,7 @@ def append_events(path, events: Events, progress: Optional[bool] = None) -> Tupl
 # ------------------------------------------------------------------------------ in memory
 def saved_from_result(result) -> SavedStream:
     """The stream state after a :class:`PartitionResult` of SEP (what shards would save)."""
-    from .stream_state import saved_after_partition
+    from .saved_stream import saved_after_partition
 
     if result.stream is None:
         raise InputError(f"only SEP streams can be continued (this result is {result.method!r})")

@@ -20,7 +20,7 @@ from ..errors import InputError
 from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
-from .stream_state import SavedStream
+from .saved_stream import SavedStream
 
 
 def append_file(path, shards, progress: Optional[bool] = None, max_memory=None, sort: bool = True,

@@ -49,7 +49,7 @@ from .sep import SepStream
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
 from .shards import SHARDS_MARKERS, build_manifest, part_chunk, write_manifest, write_node_files
-from .stream_state import STATE_FILE, saved_after_partition
+from .saved_stream import STATE_FILE, saved_after_partition
 
 NODE_STATE_BYTES = 40  # per node: id map, marks, centrality, SEP code, parts, hold-out masks
 CHUNK_BYTES_PER_EVENT = 160  # per event of a chunk: spilled columns, ids, bucket order, gathers

@@ -40,7 +40,7 @@ from ..data.events import Events
 from ..errors import InputError
 from . import _kernels
 from .columns import BucketColumns
-from .stream_state import STATE_FILE, saved_after_partition
+from .saved_stream import STATE_FILE, saved_after_partition
 
 FORMAT_VERSION = 1
 APPENDED_VERSION = 2  # shards with appended segments: an older reader must refuse them, not read a part

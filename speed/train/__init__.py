@@ -1,11 +1,25 @@
 """Training: temporal GNN models, the engine, the evaluator, single-process and PAC runs.
 
+Rooms, lowest first (a module imports its own room and the rooms before it):
+
+* the registries and the config (``recipes``, ``protocols``, ``config``, ``config_file``: no torch);
+* ``state/`` -- node state, apart from the weights;
+* ``model/`` -- the weights (modules, networks, a static memory) and building a run's model;
+* ``step/`` -- one training step and one epoch: loader, engine, training negatives, optimiser,
+  a process's device and seeds;
+* ``run/`` -- a run's files: checkpoints, the report, the Predictor, applying a run to files;
+* ``eval/`` -- full-graph evaluation: protocols' negatives, metrics, EdgeBank;
+* ``loop/`` -- the epoch loop and the single-process trainer;
+* ``pac/`` -- parallel training: groups, sync, gather, a rank, the launcher;
+* ``online/`` -- updating a run with new events, in one process or in parallel;
+* ``api`` -- ``speed.train`` and ``speed.update``.
+
 Where things go:
 
 * a model -- a row of :data:`speed.train.recipes.RECIPES` (new kinds of module in
-  :mod:`speed.train.modules`, built in :func:`speed.train.models.build_model`);
+  :mod:`speed.train.model.modules`, built in :func:`speed.train.model.network.build_model`);
 * a hyperparameter -- a field of :class:`speed.train.config.TrainConfig` (the CLI follows);
-* a negative-sampling strategy -- a :class:`speed.train.eval.negatives.NegativeSampler`;
+* a training negative strategy -- a :class:`speed.train.step.negatives.NegativeSampler`;
 * a sync rule -- :mod:`speed.train.pac.sync`.
 """
 
@@ -13,12 +27,13 @@ import importlib
 
 # Submodules load on first use: most of them need torch, which takes seconds to import, and
 # the CLI reads only the config to build its options.
-_WHERE = {"train": "api", "TrainConfig": "config", "Batches": "engine", "CyclingBatches": "engine",
-          "EarlyStopping": "engine", "Engine": "engine", "EpochLog": "engine", "Evaluator": "eval.evaluator",
-          "NodeMemory": "state.memory", "MODELS": "recipes", "NodeStates": "state.nodes", "StateRows": "state.nodes",
-          "StatefulModel": "models", "TemporalGNN": "models", "build_model": "models",
-          "RecentNeighborSampler": "state.sampler", "Trainer": "trainer", "Predictor": "predictor",
-          "load_run": "predictor", "update": "api", "UpdateConfig": "config", "OnlineUpdater": "online"}
+_WHERE = {"train": "api", "TrainConfig": "config", "Batches": "step.engine", "CyclingBatches": "step.engine",
+          "EarlyStopping": "step.engine", "Engine": "step.engine", "EpochLog": "step.engine",
+          "Evaluator": "eval.evaluator", "NodeMemory": "state.memory", "MODELS": "recipes", "NodeStates": "state.nodes",
+          "StateRows": "state.nodes", "StatefulModel": "model.network", "TemporalGNN": "model.network",
+          "build_model": "model.network", "RecentNeighborSampler": "state.sampler", "Trainer": "loop.trainer",
+          "Predictor": "run.predictor", "load_run": "run.predictor", "update": "api", "UpdateConfig": "config",
+          "OnlineUpdater": "online.update"}
 
 
 def __getattr__(name):

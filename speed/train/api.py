@@ -11,7 +11,7 @@ from ..data.split import Split, chronological_split
 from ..errors import InputError
 from ..partition.shards import Shards
 from .config import BASELINES, TrainConfig
-from .eval.protocols import PROTOCOLS
+from .protocols import PROTOCOLS
 
 
 def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
@@ -66,7 +66,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
         if config.resume:
-            from .checkpoint import require_resumable
+            from .run.checkpoint import require_resumable
 
             require_resumable(out)
         metrics = run_parallel(shards, config, out)
@@ -76,7 +76,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
             for message in metrics.get("warnings", []):
                 warnings.warn(message, TransferWarning, stacklevel=2)
         return metrics
-    from .trainer import Trainer
+    from .loop.trainer import Trainer
 
     events, split = _load(data, split, config)
     config = config.for_data(events.meta.get("format"))
@@ -125,17 +125,17 @@ def check_hold_out(config: TrainConfig, stored: float, path) -> None:
 def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = False, nproc: Optional[int] = None,
            **kwargs) -> Dict:
     """Update a trained run with new events (the library form of ``speed update``): in this
-    process (:func:`speed.train.online.update`, where the parameters are described), or with
+    process (:func:`speed.train.online.update.update`, where the parameters are described), or with
     ``nproc`` spawned ranks over the events appended to a shards folder
-    (:mod:`speed.train.online_parallel`)."""
+    (:mod:`speed.train.online.parallel`)."""
     if nproc is None:
-        from .online import update as update_here
+        from .online.update import update as update_here
 
         return update_here(run, data, out, reader=reader, overwrite=overwrite, **kwargs)
     from .._util import check_output_dir
-    from .checkpoint import RUN_MARKERS
+    from .run.checkpoint import RUN_MARKERS
     from .config import UpdateConfig
-    from .online_parallel import update_parallel
+    from .online.parallel import update_parallel
 
     config = UpdateConfig(**kwargs).validate()
     if Path(out).resolve() == Path(run).resolve():

@@ -25,7 +25,7 @@ from ..partition.shards import SUBGRAPHS
 EVAL_STRATEGIES = ("random", "historical", "inductive")
 from .recipes import AGGREGATORS, MESSAGES, MODELS, RECIPES, STATIC_KINDS  # noqa: E402  (the model table; no torch)
 # the protocol table; no torch
-from .eval.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, PROTOCOLS, protocol_for_format  # noqa: E402
+from .protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, PROTOCOLS, protocol_for_format  # noqa: E402
 
 # Baselines evaluated like the models but never trained (speed.train.eval.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
@@ -39,7 +39,7 @@ GROUPINGS = ("balanced", "random")
 OBSERVE_MODES = ("none", "shared")
 # The fields that decide a plan of a parallel run (`speed plan`), besides the architecture.
 PLAN_RUN_FIELDS = ("model", "nproc", "epochs", "seed", "subgraph", "grouping", "shuffle")
-# The fields that shape a model (what speed.train.models.build_model takes from a config).
+# The fields that shape a model (what speed.train.model.network.build_model takes from a config).
 ARCHITECTURE_FIELDS = ("memory_dim", "time_dim", "embedding_dim", "neighbors", "message", "aggregator",
                        "static_memory")
 PLAN_FIELDS = PLAN_RUN_FIELDS + ARCHITECTURE_FIELDS
@@ -239,12 +239,9 @@ class TrainConfig:
         if self.observe != "none" and self.subgraph != "assigned":
             raise ConfigError("observe", f"needs subgraph 'assigned' (with {self.subgraph!r} a rank trains those "
                                          "events already)")
-        if self.observe != "none" and self.model in RECIPES and RECIPES[self.model].state:
-            from .state.components import COMPONENTS  # (torch: only when a recipe has extra state)
-
-            for c in RECIPES[self.model].state:
-                if not COMPONENTS[c].takes_unscored_events:
-                    raise ConfigError("observe", f"is not for {self.model}, {COMPONENTS[c].unscored_events_refusal}")
+        refusal = RECIPES[self.model].refuses_unscored_events() if self.model in RECIPES else ""
+        if self.observe != "none" and refusal:
+            raise ConfigError("observe", f"is not for {self.model}, {refusal}")
         if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")
                                                 and not self.device.startswith("cuda")):
             raise ConfigError("device", f"must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
@@ -278,7 +275,7 @@ class TrainConfig:
         return self.nproc is not None
 
     def architecture(self) -> Dict[str, Any]:
-        """The fields :func:`~speed.train.models.build_model` takes (:data:`ARCHITECTURE_FIELDS`)."""
+        """The fields :func:`~speed.train.model.network.build_model` takes (:data:`ARCHITECTURE_FIELDS`)."""
         return {k: getattr(self, k) for k in ARCHITECTURE_FIELDS}
 
     def to_dict(self) -> Dict[str, Any]:
@@ -305,7 +302,7 @@ def _number(x) -> bool:
 
 @dataclass
 class UpdateConfig:
-    """How :func:`speed.train.online.update` takes in new events (the one place of these defaults; the CLI reads them).
+    """How :func:`speed.train.online.update.update` takes in new events (the one place of these defaults; the CLI reads them).
 
     Attributes
     ----------
@@ -319,7 +316,7 @@ class UpdateConfig:
         Also rank each event against ``mrr_negatives`` random destinations (MRR, Hits@10).
     mrr_negatives : int
     lr : float, optional
-        Learning rate of the updates (default: 10 x the run's, ``speed.train.online.LR_SCALE``).
+        Learning rate of the updates (default: 10 x the run's, ``speed.train.online.update.LR_SCALE``).
     windows : int
         Slices of the increment scored apart in ``metrics.json`` (the plot's points).
     seed : int

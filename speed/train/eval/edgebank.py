@@ -23,7 +23,7 @@ import torch
 from ...data.events import Events
 from ...data.split import Split
 from .evaluator import Evaluator
-from ..report import write_run
+from ..run.report import write_run
 
 EDGEBANK_MODES = ("unlimited", "window")
 

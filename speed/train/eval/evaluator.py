@@ -1,6 +1,6 @@
 """Full-graph evaluation of a model: continue its state through the val and test events.
 
-:class:`Evaluator` owns the evaluation protocol (:mod:`speed.train.eval.protocols`): the periods of
+:class:`Evaluator` owns the evaluation protocol (:mod:`speed.train.protocols`): the periods of
 the split, the neighbour graph evaluation sees, the seeded negatives of each period
 (:func:`~speed.train.eval.negatives.eval_seed`), the new-node pass, the scores (AP/AUC per batch and
 pooled, MRR), the count of negatives that are real edges, dynamic node classification, and
@@ -23,12 +23,12 @@ import torch
 from ..._util import progress_bar
 from ...data.events import Events
 from ...data.split import Split
-from ..engine import Batches
-from ..loader import EventStream, PlanLoader
+from ..step.engine import Batches
+from ..step.loader import EventStream, PlanLoader
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
     random_candidates, random_destinations
-from .protocols import PROTOCOLS
+from ..protocols import PROTOCOLS
 
 PERIODS = ("val", "test")
 
@@ -125,7 +125,7 @@ class Evaluator:
         Keep the model's state as the test period begins (:attr:`test_start`), for the
         checkpoint that :func:`speed.load_run` reads.
     protocol : {"tgn", "dyglib", "tgb"}
-        See :mod:`speed.train.eval.protocols`.
+        See :mod:`speed.train.protocols`.
 
     Attributes
     ----------

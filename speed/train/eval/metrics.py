@@ -7,7 +7,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from ..modules import NodeClassifier
+from ..model.modules import NodeClassifier
 
 
 def grouped_ap_auc(pos: np.ndarray, neg: np.ndarray, batch_size: Optional[int] = None):

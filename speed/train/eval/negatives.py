@@ -1,9 +1,6 @@
-"""Negatives for link prediction: training draws, and the evaluation negatives of the protocols.
+"""The evaluation negatives of the protocols.
 
-Training draws one random negative destination per event from the pool of the training
-events' destinations (items of a bipartite log, every endpoint otherwise), as TGN does.
-
-Evaluation negatives follow the reference code of each protocol (:mod:`speed.train.eval.protocols`):
+Evaluation negatives follow the reference code of each protocol (:mod:`speed.train.protocols`):
 
 * :func:`random_destinations` -- TGN's ``RandEdgeSampler`` and DyGLib's ``random``: each event's
   own source and a destination drawn uniformly from the distinct destinations of the data;
@@ -13,21 +10,20 @@ Evaluation negatives follow the reference code of each protocol (:mod:`speed.tra
   event: uniformly random, or TGB's ``hist_rnd``.
 
 They are seeded per period (:func:`eval_seed`), so every model and run on the same data scores
-the same negatives.  To add a training strategy: subclass :class:`NegativeSampler`.
+the same negatives.  Training negatives are drawn in :mod:`speed.train.step.negatives`.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional
 
 import numpy as np
-import torch
+
+from ..step.negatives import NegativeSampler, RandomNegatives
 
 # The evaluation negatives of a period are seeded with seed + offset: one rule, used by
 # every evaluation (per-epoch validation, final test, replay, the true-edge count).
 EVAL_SEED_OFFSETS = {"val": 1, "test": 2}
-
-Seed = Union[int, Sequence[int]]
 
 
 def eval_seed(seed: int, period: str) -> int:
@@ -35,66 +31,7 @@ def eval_seed(seed: int, period: str) -> int:
     return int(seed) + EVAL_SEED_OFFSETS[period]
 
 
-def train_seed(seed: int, epoch: int, rank: int = 0) -> list:
-    """The seed of the training negatives of one rank in one epoch (a single process is rank 0)."""
-    return [int(seed), int(epoch), int(rank)]
-
-
-def negative_pool(src: np.ndarray, dst: np.ndarray, bipartite: bool) -> np.ndarray:
-    """Candidate negative destinations: the distinct destinations (bipartite) or endpoints.
-
-    Parameters
-    ----------
-    src, dst : int64 ndarray, shape (E,)
-        The events negatives are drawn for (the training events).
-    bipartite : bool
-
-    Returns
-    -------
-    int64 ndarray, shape (C,), ascending
-    """
-    return np.unique(dst if bipartite else np.concatenate([src, dst]))
-
-
-class NegativeSampler:
-    """Draws negative destinations; subclasses choose how."""
-
-    def draw(self, n: int, k: int = 1) -> np.ndarray:  # pragma: no cover - interface
-        """``(n, k)`` int64 node ids."""
-        raise NotImplementedError
-
-    def draw_tensor(self, n: int, k: int = 1, device=None) -> torch.Tensor:
-        return torch.from_numpy(self.draw(n, k)).to(device)
-
-    def next_edges(self, n: int):
-        """Negatives of the next ``n`` events: ``(src or None, dst)``, int64 (n,); None keeps
-        each event's own source (destination corruption, as in training)."""
-        return None, self.draw(n, 1)[:, 0]
-
-
-class RandomNegatives(NegativeSampler):
-    """Uniform draws from a pool, from one seeded stream.
-
-    Parameters
-    ----------
-    pool : int64 ndarray, shape (C,)
-    seed : int or sequence of int
-        Seeds ``numpy.random.default_rng``.
-    """
-
-    def __init__(self, pool: np.ndarray, seed: Seed):
-        if pool.size == 0:
-            raise ValueError("no candidate negatives (empty pool)")
-        self.pool = pool
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-
-    def draw(self, n: int, k: int = 1) -> np.ndarray:
-        return self.pool[self.rng.integers(0, self.pool.size, size=(n, k))]
-
-
 # ----------------------------------------------------------------- evaluation negatives
-from ..config import EVAL_STRATEGIES  # noqa: E402,F401  (the names live with the config)
 
 
 class FixedNegatives(NegativeSampler):

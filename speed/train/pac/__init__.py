@@ -7,9 +7,10 @@ sub-graph of its group of parts.  The modules, one job each:
 * :mod:`.sync` -- the shared-node sync rules (``last``, ``mean``, ``none``); a new rule is a
   branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_RULES``;
 * :mod:`.averaging` -- local SGD (``average_every``): weights averaged every K steps;
-* :mod:`.state` -- gathering the ranks' node state into one full-graph state on rank 0;
-* :mod:`.rank` -- one rank: the shared :class:`~speed.train.engine.Engine` and epoch loop,
-  plus groups, sync and state exchange;
+* :mod:`.gather` -- gathering the ranks' node state into one full-graph state on rank 0;
+* :mod:`.rank` -- one rank's training: the shared :class:`~speed.train.step.engine.Engine` and
+  epoch loop, plus groups, sync and state exchange;
+* :mod:`.evaluation` -- its evaluation: rank 0's full-graph model, per-rank validation;
 * :mod:`.launch` -- spawning N ranks, or running as one rank under torchrun.
 """
 

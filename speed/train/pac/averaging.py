@@ -36,7 +36,7 @@ def local_step_hook(state, bucket):
 
 def averaged_parameters(ddp: torch.nn.parallel.DistributedDataParallel) -> List[torch.nn.Parameter]:
     """The parameters DDP synchronises (those it was told to ignore, e.g. a learned static
-    table merged by :func:`speed.train.static.merge_static`, are left out)."""
+    table merged by :func:`speed.train.model.static.merge_static`, are left out)."""
     ignore = getattr(ddp, "parameters_to_ignore", set())
     return [p for name, p in ddp.module.named_parameters() if p.requires_grad and name not in ignore]
 

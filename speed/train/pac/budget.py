@@ -11,7 +11,7 @@ from typing import Dict, List
 
 from ...partition.shards import Shards
 from ..config import TrainConfig
-from ..models import build_model
+from ..model.network import build_model
 from .groups import check_world, part_groups, part_loads, rank_graph
 
 
@@ -88,7 +88,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     """
     check_world(shards.num_parts, nproc)
     model = build_model(config.model, 1, **config.architecture())
-    from ..trainer import peak_rss_bytes
+    from ..step.runtime import peak_rss_bytes
 
     # this process has loaded what a rank loads before its data, and none of the log
     runtime = peak_rss_bytes() + RANK_STARTUP_BYTES
@@ -99,7 +99,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     per_node = model.state.nbytes(1)
     # every per-node structure (memories, neighbour rings, pending index), per node
     state_per_node = sum(model.state.footprint(1).values())
-    # the static table has a row per node of the log on every rank (speed.train.static)
+    # the static table has a row per node of the log on every rank (speed.train.model.static)
     static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
     epochs: List[Dict] = []

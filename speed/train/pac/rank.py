@@ -8,17 +8,15 @@ Per epoch (Alg. 2):
    its node state to it;
 3. all ranks agree (all_reduce MAX) on the number of steps; the engine cycles a rank's
    batches, backing the state up at the end of each complete pass and restoring the last
-   backup at the end (:class:`~speed.train.engine.CyclingBatches`); gradients are averaged
+   backup at the end (:class:`~speed.train.step.engine.CyclingBatches`); gradients are averaged
    every step (DDP), or with ``average_every = K > 1`` weights every K steps (:mod:`.averaging`);
 4. the shared nodes are synchronised (:mod:`.sync`);
-5. rank 0 gathers a full-graph state (:mod:`.state`) into its evaluation model, and the
-   shared loop validates, stops early and checkpoints.
+5. rank 0 gathers a full-graph state (:mod:`.gather`) into its evaluation model, and the
+   shared loop validates, stops early and checkpoints (:mod:`.evaluation`).
 """
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -26,29 +24,30 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..._threads import apply_threads, default_threads
+from ..._threads import apply_threads
 from ..._util import tune_allocator
 from ...partition.shards import Shards
-from .. import checkpoint as ckpt
+from ..run import checkpoint as ckpt
 from ..config import TrainConfig
-from ..engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
-from ..loader import EventStream
-from ..eval.evaluator import Evaluator
-from ..models import StatefulModel
+from ..step.engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
+from ..step.loader import EventStream
+from ..model.network import StatefulModel
 from ..state.features import MappedFeatures
-from ..eval.negatives import RandomNegatives, negative_pool, train_seed
-from ..trainer import (EpochLoop, configured_model, peak_rss_bytes, place_state, resolve_device, seed_everything,
-                       time_scale)
-from ..static import make_optimizer, merge_static, prepare_static
-from .groups import PartLoads, RankGraph, own_nodes, part_groups, part_loads, rank_graph
-from .state import assemble, gather_state
+from ..step.negatives import RandomNegatives, negative_pool, train_seed
+from ..step.optim import make_optimizer
+from ..step.runtime import peak_rss_bytes, resolve_device, seed_everything
+from ..model.build import configured_model, place_state, time_scale
+from ..model.static import merge_static, prepare_static
+from .evaluation import RankEvaluation
+from .groups import PartLoads, RankGraph, part_groups, part_loads, rank_graph
 from .averaging import WeightAverager, averaged_parameters, local_step_hook
 from .sync import sync_shared
-from .validate import local_validation, transfer_warning
 
 
-class PacRank(EpochLoop):
-    """One rank of a PAC run; :meth:`run` returns the metrics on rank 0 (None elsewhere).
+class PacRank(RankEvaluation):
+    """One rank of a PAC run: its training (groups, the engine's epoch, sync, the collectives of
+    the loop); the evaluation hooks are :class:`~.evaluation.RankEvaluation`'s.  :meth:`run`
+    returns the metrics on rank 0 (None elsewhere).
 
     Parameters
     ----------
@@ -90,7 +89,7 @@ class PacRank(EpochLoop):
         self.time_scale = float(scale[0])
         self.model = self._build_model(1).to(self.device)
         net = self.model.net
-        self.static = net.static  # DistTGL's static memory, or None (speed.train.static)
+        self.static = net.static  # DistTGL's static memory, or None (speed.train.model.static)
         if self.static is not None:
             train = self.split.train_mask  # over the training period (self._train)
             src, dst = self._train.src[train], self._train.dst[train]
@@ -120,13 +119,7 @@ class PacRank(EpochLoop):
                              progress=config.progress if self.is_main else False, pipeline=config.pipeline,
                              staleness=config.staleness)
         self.graph: Optional[RankGraph] = None
-        self._eval_model: Optional[StatefulModel] = None
-        self._evaluator: Optional[Evaluator] = None
-        self._val_pool: Optional[np.ndarray] = None
-        self._seen: Optional[np.ndarray] = None  # nodes of the masked training events (local validation)
-        self._best_state: Optional[Dict] = None  # the best epoch's full-graph state, after a resume
-        self._best_in_eval_model = False  # or held by the evaluation model itself (local validation)
-        self.evaluation_threads: Optional[int] = None  # rank 0's threads while it evaluates alone
+        self._init_evaluation()
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
         self._init_loop()
 
@@ -238,149 +231,12 @@ class PacRank(EpochLoop):
         idx = batches.batch((step - 1) % n)
         return float(ev.t[idx[-1]])
 
-    # ---------------------------------------------------------------- evaluation
-    @property
-    def evaluator(self) -> Evaluator:
-        if self._evaluator is None:
-            cfg = self.config
-            self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
-                                        self.device, node_classification=False, progress=cfg.progress,
-                                        strategy=cfg.eval_negatives, keep_test_start=self.out is not None,
-                                        protocol=cfg.protocol_name)
-        return self._evaluator
-
-    def eval_model(self) -> StatefulModel:
-        """Rank 0's full-graph model (weights and state are loaded by :meth:`prepare_eval`)."""
-        if self._eval_model is None:
-            # building (and seeding) the model must not move this rank's RNG streams, or a
-            # resumed run would diverge from an uninterrupted one
-            rng = ckpt.rng_state()
-            self._eval_model = self._build_model(self.shards.num_nodes).to(self.device)
-            # the full-graph state on the device only where it fits (else each batch moves its rows)
-            place_state(self._eval_model, self.config.state_device, self.device, self.shards.num_nodes)
-            ckpt.set_rng_state(rng)
-        return self._eval_model
-
-    def prepare_eval(self, log: EpochLog) -> None:
-        """Gather every rank's node state into rank 0's full-graph model."""
-        rg = self.graph
-        payloads = gather_state(self.model, rg.nodes, rg.num_shared, self.world, self.rank, self.host_group)
-        # the rank's own state is not read again before the next epoch sizes it afresh: let it
-        # go, so rank 0 does not hold it beside the full-graph evaluation state
-        self.model.state.resize(0)
-        if not self.is_main:
-            return
-        groups = self.groups(log.epoch)
-        own = [own_nodes(self.shards, g) for g in groups]
-        rule = "last" if self.config.sync == "none" else self.config.sync
-        state = assemble(payloads, own, self.shards.shared, self.shards.num_nodes, rule)
-        model = self.eval_model()
-        model.load_params(self.model.params_state_dict())
-        model.state.reset()
-        model.state.load_rows(torch.arange(self.shards.num_nodes, device=self.device), state)
-        self.evaluator.prepare(model)
-
-    def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
-        if self.config.validation == "full":
-            return super().validate_epoch(log)
-        cfg = self.config
-        log.seconds["exchange"] = 0.0  # only a best epoch gathers state (on_best)
-        t0 = time.perf_counter()
-        backup = self.model.state.backup()  # the state at the end of training, for a best-epoch exchange
-        if self._val_pool is None:  # the masked training events' endpoints, as negative_pool takes them
-            src_seen, dst_seen = self.shards.trained_endpoints(self.new_nodes)
-            self._seen = src_seen | dst_seen
-            self._val_pool = np.flatnonzero(dst_seen if self.shards.bipartite else self._seen)
-        scores = local_validation(self.model, self.shards, self.graph, self._seen, self._val_pool, cfg.seed,
-                                  cfg.batch_size, self.device, self.rank, self.world, self.host_group)
-        self.model.state.restore(backup)
-        log.seconds["validate"] = time.perf_counter() - t0
-        return scores
-
-    def on_best(self, log: EpochLog) -> None:
-        if self.config.validation == "full":
-            return super().on_best(log)
-        # keep the best epoch's full-graph state; val and test run on it once, at the end
-        t0 = time.perf_counter()
-        self.prepare_eval(log)
-        log.seconds["exchange"] += time.perf_counter() - t0
-        if self.is_main:
-            self.best_params = self._params_copy()
-            # with local validation nothing else loads the evaluation model before the end: it
-            # holds the best epoch's state itself (a back-up is a full-graph copy, 1 GiB on a
-            # 10M-event log)
-            self._best_state = None
-            self._best_in_eval_model = True
-            self.best = {"val": log.val}
-
-    @contextmanager
-    def _alone(self):
-        """Rank 0 evaluating the full graph while the other ranks wait in a collective: on CPU it
-        takes the idle cores of its host for the while (its share is cores / ranks on the host),
-        then gives them back.  Not with ``--deterministic``, whose figures depend on the thread
-        count."""
-        if not self.is_main or self.world == 1 or self.device.type != "cpu" or self.config.deterministic:
-            yield
-            return
-        before = torch.get_num_threads()
-        self.evaluation_threads = max(before, default_threads(1))
-        apply_threads(self.evaluation_threads)
-        try:
-            yield
-        finally:
-            apply_threads(before)
-
-    def validate(self, log: Optional[EpochLog] = None) -> Dict:
-        with self._alone():
-            return super().validate(log)
-
-    def _best_results(self, log: EpochLog) -> Dict:
-        with self._alone():
-            return super()._best_results(log)
-
-    def final_results(self) -> Dict:
-        with self._alone():
-            return self._final_results()
-
-    def _final_results(self) -> Dict:
-        if self.config.validation == "full":
-            return super().final_results()
-        model = self.eval_model()
-        model.load_params(self.best_params)
-        if self._best_state is not None:  # a resumed run: the best epoch's state came from last.pt
-            model.state.restore(self._best_state)
-            self._best_state = None
-        if self.config.eval == "replay":
-            result = self.evaluator.replay(model)
-        else:
-            val, _ = self.evaluator.evaluate(model, "val")
-            test, _ = self.evaluator.evaluate(model, "test")
-            result = {"val": val, "test": test}
-        self.best = {**result, "val_local": self.best["val"]}
-        warning = None if "val" not in result else \
-            transfer_warning(result["val"], self.best["val_local"], self.config.average_every)
-        if warning:  # speed.train warns with it; the summary prints it
-            self.best["warnings"] = [warning]
-        self._save_best(self.stopping.best_epoch)
-        return self.best
-
     # ---------------------------------------------------------------- collectives
     def agree(self, flag: bool) -> bool:
         """Rank 0's decision, broadcast."""
         t = torch.tensor([int(flag)], dtype=torch.long)
         dist.broadcast(t, src=0, group=self.wait_group)  # rank 0 may have evaluated meanwhile
         return bool(t.item())
-
-    def _last_extra(self) -> Dict:
-        # with local validation the best epoch's full-graph state is needed at the end
-        best = self._best_state
-        if best is None and self._best_in_eval_model:
-            best = self._eval_model.state.backup()
-        return {**super()._last_extra(), "best_state": best}
-
-    def _load_extra(self, extra: Dict) -> None:
-        super()._load_extra(extra)
-        self._best_state = extra.get("best_state")
 
     def rng_states(self) -> List[Dict]:
         rngs = [None] * self.world

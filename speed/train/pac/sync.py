@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import SYNC_RULES  # the rules combine_shared applies ("none" never combines)
-from ..models import StatefulModel
+from ..model.network import StatefulModel
 from ..state.nodes import StateRows
 
 

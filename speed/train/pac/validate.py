@@ -25,12 +25,13 @@ import torch
 from ...data.events import Events
 from ...partition import _kernels
 from ...partition.shards import Shards
-from ..loader import EventStream
+from ..step.loader import EventStream
 from ..eval.metrics import link_metrics
 from ..eval.evaluator import stream_scores
-from ..eval.negatives import RandomNegatives, eval_seed
+from ..eval.negatives import eval_seed
+from ..step.negatives import RandomNegatives
 from .groups import RankGraph
-from .state import gather_rows
+from .gather import gather_rows
 
 
 def local_val_events(shards: Shards, graph: RankGraph, seen: np.ndarray, rank: int, world: int):

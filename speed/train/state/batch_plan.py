@@ -16,7 +16,7 @@ weights or on the stored memory is planned here, on the host, in numpy and numba
 
 :func:`build_plan` makes a :class:`BatchPlan`; :meth:`TemporalGNN.compute` reads the memory
 rows it names and runs the modules.  A plan can be built ahead of its step, in another thread
-(:mod:`speed.train.loader`), which is how host work overlaps the model's.
+(:mod:`speed.train.step.loader`), which is how host work overlaps the model's.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 @dataclass(frozen=True)
 class PlanNeeds:
     """What a model's plans must gather, declared by the model
-    (:meth:`~speed.train.models.TemporalGNN.plan_needs`).
+    (:meth:`~speed.train.model.network.TemporalGNN.plan_needs`).
 
     Attributes
     ----------
@@ -157,7 +157,7 @@ class BatchPlan:
     ev_src: torch.Tensor
     ev_dst: torch.Tensor
     dyrep: Optional[DyRepPlan] = None
-    stale: Optional[Tuple] = None  # memory rows read ahead (staleness > 0), see speed.train.loader
+    stale: Optional[Tuple] = None  # memory rows read ahead (staleness > 0), see speed.train.step.loader
 
     @property
     def num_keys(self) -> int:

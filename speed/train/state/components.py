@@ -18,6 +18,7 @@ from typing import Dict, Optional, Tuple, Type
 import numpy as np
 import torch
 
+from ..recipes import STATE_KINDS
 from .memory import NodeMemory
 from .values import EventValues
 
@@ -29,6 +30,8 @@ def component(name: str):
     def register(cls):
         cls.name = name
         cls.state_key = cls.__dict__.get("state_key", name)
+        if name in STATE_KINDS:  # what the configuration knows of it, without torch
+            cls.takes_unscored_events = STATE_KINDS[name].takes_unscored_events
         COMPONENTS[name] = cls
         return cls
     return register
@@ -48,10 +51,9 @@ class StateComponent:
 
     name = "component"
     state_key = "component"  # its entry in back-ups and checkpoints (its name unless set)
-    #: events taken in without being scored (PAC ``--observe shared``) are allowed
+    #: events taken in without being scored (PAC ``--observe shared``) are allowed (set from the
+    #: kind's row of :data:`speed.train.recipes.STATE_KINDS` when it has one)
     takes_unscored_events = True
-    #: why not, when not (the end of "--observe is not for MODEL, ...")
-    unscored_events_refusal = "whose state needs every event scored"
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):
         self.num_nodes = int(num_nodes)
@@ -131,9 +133,6 @@ class DualMemory(StateComponent):
     event was taken in (:class:`~speed.train.state.values.EventValues`): an event's message is
     built from those, while the updater writes ``h(t+)``."""
 
-    #: an event's message needs its endpoints' embeddings, computed only for scored events
-    takes_unscored_events = False
-    unscored_events_refusal = "whose messages carry each event's embeddings"
     state_key = "values"  # its entry in back-ups and checkpoints (the name earlier versions wrote)
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):

@@ -5,7 +5,7 @@ writes as events stream by -- the dynamic memory, the pending events
 (:class:`~speed.train.state.store.MessageStore`), the neighbour rings
 (:class:`~speed.train.state.sampler.RecentNeighborSampler`), the edge features, and the
 extra state a recipe declares (:mod:`speed.train.state.components`, e.g. TIGE's dual
-memory).  The model (:class:`~speed.train.models.TemporalGNN`) is weights only; PAC sync,
+memory).  The model (:class:`~speed.train.model.network.TemporalGNN`) is weights only; PAC sync,
 the evaluator, the Predictor, ``speed plan`` and checkpoints speak to the state through the
 verbs below, never to its parts.
 """

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Dict
 
-from .._util import atomic_file, jsonable
+from ..._util import atomic_file, jsonable
 
 
 def write_run(out: Path, metrics: Dict) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..models import StatefulModel
+from ..model.network import StatefulModel
 from ..state.components import COMPONENTS
 from ..state.nodes import StateRows
 from .sync import combine_shared

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
-from ..data.events import Events
+from ...data.events import Events
 
 
 class EventStream:
@@ -99,7 +99,7 @@ class PlanLoader:
         Whose node state the plans advance (and whose memory they read, with staleness).
     stream : EventStream
     batches : iterable of (positions, pass_ended)
-        :class:`~speed.train.engine.Batches` or :class:`~speed.train.engine.CyclingBatches`.
+        :class:`~speed.train.step.engine.Batches` or :class:`~speed.train.step.engine.CyclingBatches`.
     negatives : callable, optional
         ``negatives(n) -> (neg_src or None, neg_dst)``, int64 (n,): drawn in step order.
     pipeline : bool

@@ -1,4 +1,4 @@
-"""Memory-based temporal GNNs as compositions of :mod:`speed.train.modules`.
+"""Memory-based temporal GNNs as compositions of :mod:`speed.train.model.modules`.
 
 One class, :class:`TemporalGNN`, runs every model; :func:`build_model` picks its parts from
 the recipes of :mod:`speed.train.recipes`:
@@ -64,11 +64,11 @@ from .modules import (
     TimeEncoder,
     TimeProjectionEmbedding,
 )
-from .config import TrainConfig
-from .recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
-from .state.batch_plan import BatchPlan, PlanNeeds
-from .state.components import COMPONENTS
-from .state.nodes import NodeStates, as_numpy
+from ..config import TrainConfig
+from ..recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
+from ..state.batch_plan import BatchPlan, PlanNeeds
+from ..state.components import COMPONENTS
+from ..state.nodes import NodeStates, as_numpy
 from .static import StaticMemory
 
 
@@ -88,7 +88,7 @@ class TemporalGNN(nn.Module):
         attention over its neighbours) instead of its raw memory.
     static : StaticMemory, optional
         DistTGL's static node memory, added to the dynamic memory before an attention
-        embedding, after a memory-only one (JODIE, DyRep) (:mod:`speed.train.static`).  A
+        embedding, after a memory-only one (JODIE, DyRep) (:mod:`speed.train.model.static`).  A
         learned table is weights (an optimiser steps it), so it lives here.
     """
 
@@ -350,7 +350,7 @@ class StatefulModel:
 
 
 # build_model's own knobs (not training hyperparameters, so not in TrainConfig): JODIE's Δt
-# normaliser (a run derives it from the log, speed.train.trainer.time_scale) and dropout
+# normaliser (a run derives it from the log, speed.train.model.build.time_scale) and dropout
 MODEL_ONLY_DEFAULTS = {"time_scale": 1.0, "dropout": 0.1}
 
 

@@ -1,6 +1,6 @@
 """Using a trained run: :func:`load_run` and the :class:`Predictor` it returns.
 
-A run's ``checkpoint.pt`` (:mod:`speed.train.checkpoint`) holds the best weights and the
+A run's ``checkpoint.pt`` (:mod:`speed.train.run.checkpoint`) holds the best weights and the
 full-graph node state after the whole log.  For the state to be *used* -- continued on new
 events, embedded, scored -- it also carries what the model alone does not
 (:func:`predictor_payload`, written by every run, single-process or PAC):
@@ -28,13 +28,13 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from .._util import full_time, tune_allocator
-from ..data.events import Events
-from ..errors import InputError
+from ..._util import full_time, tune_allocator
+from ...data.events import Events
+from ...errors import InputError
 from . import checkpoint as ckpt
-from .models import StatefulModel, TemporalGNN, build_model
-from .state.nodes import NodeStates
-from ..data.node_index import NodeIndex
+from ..model.network import StatefulModel, TemporalGNN, build_model
+from ..state.nodes import NodeStates
+from ...data.node_index import NodeIndex
 
 AT = ("end", "test")
 PAYLOAD_FORMAT = 2  # 2: pending events kept past simultaneous batches, held sampler events
@@ -151,7 +151,7 @@ class Predictor:
 
     @property
     def stateful(self) -> StatefulModel:
-        """Weights and node state together: what an engine steps (:mod:`speed.train.online`)."""
+        """Weights and node state together: what an engine steps (:mod:`speed.train.online.update`)."""
         return self._model
 
     def load_weights(self, params: Dict[str, torch.Tensor]) -> None:
@@ -360,7 +360,7 @@ class Predictor:
     def admit(self, events) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Check new events and give them node rows and event ids: the first half of taking
         events in, shared by :meth:`update`, :meth:`score_stream` and the online updater
-        (:mod:`speed.train.online`).
+        (:mod:`speed.train.online.update`).
 
         Ids never seen get new rows (the node state and a static table grow), the events' edge
         features join the state's table, and :attr:`t_last` and :attr:`next_eid` move past the
@@ -379,7 +379,7 @@ class Predictor:
         eid : int64 ndarray, shape (n,)
             Event ids, following those the predictor holds.
         """
-        from ..data.readers import event_line, read_events
+        from ...data.readers import event_line, read_events
 
         where = None
         if isinstance(events, (str, Path)):
@@ -416,7 +416,7 @@ class Predictor:
     def _take(self, events, progress, extra=None, scored=None, desc: str = "update") -> "Predictor":
         """Admit ``events`` and step the model through them a batch at a time; ``extra(i, j, t)``
         adds queries to a batch's step and ``scored(i, j, z)`` reads its embeddings."""
-        from .._util import progress_bar
+        from ..._util import progress_bar
 
         s, d, tt, eid = self.admit(events)
         n = s.size

@@ -1,6 +1,6 @@
 """A trained run applied to files: what ``speed embed`` and ``speed score`` do.
 
-Both load the run (:func:`~speed.train.predictor.load_run`), optionally continue its memory
+Both load the run (:func:`~speed.train.run.predictor.load_run`), optionally continue its memory
 with a file of new events, and write their result atomically (nothing is left behind on an
 error).  Every problem with an input file names the file and the line.
 """
@@ -12,9 +12,9 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from .._util import atomic_file, check_output_file, full_time
-from ..data.readers import event_line, read_events
-from ..errors import InputError
+from ..._util import atomic_file, check_output_file, full_time
+from ...data.readers import event_line, read_events
+from ...errors import InputError
 from .predictor import load_run
 
 

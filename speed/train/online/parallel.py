@@ -4,7 +4,7 @@ N spawned ranks (gloo) take the events appended to the shards since the run, eac
 of its parts: an event goes to the part of its source (of its destination when the source is
 shared; by event id between two shared nodes), and part ``p`` to rank ``p mod N``.  Every rank
 loads the run and maps every new event (so new nodes get the same rows everywhere), then takes
-its own events in test then train (:class:`~speed.train.online.OnlineUpdater`), averaging the
+its own events in test then train (:class:`~speed.train.online.update.OnlineUpdater`), averaging the
 gradients of every step across the ranks, as DDP does: the weights stay identical, and every
 rank takes as many steps as the busiest one (idle steps add zero gradients).  As in PAC
 training, a rank's memory holds its own events only, so an event between two groups is scored
@@ -28,8 +28,8 @@ from typing import Dict
 import numpy as np
 import torch
 
-from ..errors import InputError
-from .config import UpdateConfig
+from ...errors import InputError
+from ..config import UpdateConfig
 
 
 def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np.ndarray:
@@ -45,10 +45,10 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
     import torch.distributed as dist
 
-    from .._threads import usable_cores
-    from ..partition.shards import Shards
-    from . import online
-    from .predictor import open_checkpoint, predictor_from
+    from ..._threads import usable_cores
+    from ...partition.shards import Shards
+    from . import update as online
+    from ..run.predictor import open_checkpoint, predictor_from
 
     started = time.perf_counter()
     torch.set_num_threads(max(1, usable_cores() // world))
@@ -115,7 +115,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
 def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: UpdateConfig) -> Dict:
     """Spawn ``nproc`` ranks for a parallel update (see the module docstring); returns the new
     run's metrics."""
-    from ..partition.shards import Shards
+    from ...partition.shards import Shards
 
     if not Path(shards).is_dir():
         raise InputError("a parallel update (nproc) reads its new events from a shards folder "
@@ -134,7 +134,7 @@ def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: Updat
     if sh.num_events <= done:
         raise InputError(f"the shards hold {sh.num_events:,} events and the run has taken in {done:,}: nothing new "
                          "to update with (append to them first: speed partition MORE -o SHARDS --append)", shards)
-    from .pac.launch import spawn
+    from ..pac.launch import spawn
 
     spawn(_rank_main, (str(run), str(shards), str(out), asdict(config), overwrite), nproc)
     return json.loads((Path(out) / "metrics.json").read_text())

@@ -2,17 +2,15 @@
 
 :class:`EpochLoop` is the one loop: train an epoch (a hook), validate on the full graph,
 stop early on validation AP, score the test period at each best epoch, write ``last.pt`` and
-``checkpoint.pt`` (:mod:`speed.train.checkpoint`), resume, and assemble ``metrics.json``.
+``checkpoint.pt`` (:mod:`speed.train.run.checkpoint`), resume, and assemble ``metrics.json``.
 :class:`Trainer` fills its hooks for one process over one stream; a PAC rank
 (:class:`speed.train.pac.rank.PacRank`) fills them for one rank of a parallel run.  Both
-train with the same :class:`~speed.train.engine.Engine` and evaluate with the same
+train with the same :class:`~speed.train.step.engine.Engine` and evaluate with the same
 :class:`~speed.train.eval.evaluator.Evaluator`.
 """
 
 from __future__ import annotations
 
-import os
-import random
 import sys
 import time
 from dataclasses import asdict
@@ -22,108 +20,24 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from ..data.events import Events
-from ..data.split import Split
-from .._threads import apply_threads, default_threads, usable_cores
-from .._util import tune_allocator
-from ..errors import InputError
-from . import checkpoint as ckpt
-from .config import TrainConfig
-from .engine import Batches, EarlyStopping, Engine, EpochLog, epoch_line
-from .loader import EventStream
-from .eval.evaluator import Evaluator
-from .models import StatefulModel, build_model
-from .eval.negatives import RandomNegatives, negative_pool, train_seed
-from .predictor import predictor_payload
-from .report import write_run
-from .static import make_optimizer, prepare_static
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def state_placement(setting: str, device: torch.device, state_bytes: int, free_bytes: Optional[int] = None) -> str:
-    """Where a model's node memories live: ``"device"`` or ``"host"``.
-
-    ``auto`` keeps them on an accelerator while they take at most half of its free memory, and in
-    host memory otherwise (TGL's and SPEED's ``--backup_memory_to_cpu``): each step then moves only
-    its batch's rows, and the other half stays for activations and the weights.  On a CPU the two
-    are the same place.
-
-    Parameters
-    ----------
-    setting : {"auto", "device", "host"}
-    device : torch.device
-        Where the weights compute.
-    state_bytes : int
-        The memories' bytes (:meth:`NodeStates.nbytes` for the rows the run holds).
-    free_bytes : int, optional
-        The device's free memory (default: ``torch.cuda.mem_get_info``).
-    """
-    if setting != "auto":
-        return setting
-    if device.type != "cuda":
-        return "device"
-    if free_bytes is None:
-        free_bytes = torch.cuda.mem_get_info(device)[0]
-    return "device" if state_bytes <= free_bytes // 2 else "host"
-
-
-def place_state(model: StatefulModel, setting: str, device: torch.device, num_nodes: int) -> str:
-    """Put ``model``'s memories where :func:`state_placement` says, for ``num_nodes`` rows;
-    returns the choice."""
-    where = state_placement(setting, device, model.state.nbytes(num_nodes))
-    model.keep_state_on("cpu" if where == "host" else device)
-    return where
-
-
-def seed_everything(seed: int, deterministic: bool = False) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far, in bytes (Linux reports KiB, macOS bytes)."""
-    import resource
-    import sys
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def time_scale(events: Events) -> float:
-    """Mean gap between a node's consecutive events (JODIE's Δt normaliser), vectorised."""
-    nodes = np.concatenate([events.src, events.dst])
-    t = np.concatenate([events.t_float(), events.t_float()])
-    order = np.lexsort((t, nodes))
-    n, tt = nodes[order], t[order]
-    same = n[1:] == n[:-1]
-    gaps = (tt[1:] - tt[:-1])[same]
-    scale = float(gaps.mean()) if gaps.size else 1.0
-    return scale if scale > 0 else 1.0
-
-
-def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> StatefulModel:
-    """The configured model for ``num_nodes`` node-state rows, with the log's edge features
-    (a static memory has a row for every node of ``events``)."""
-    return configured_model(config, num_nodes, events.msg_dim, events.num_nodes, time_scale(train), events.msg)
-
-
-def configured_model(config: TrainConfig, num_nodes: int, msg_dim: int, static_nodes: int, scale: float,
-                     features) -> StatefulModel:
-    """:func:`build_model` with the config's architecture and the log's facts; ``features``: the
-    edge features by event id (an array, a :class:`MappedFeatures` read in place, or None)."""
-    model = build_model(config.model, num_nodes, msg_dim=msg_dim, static_nodes=static_nodes, time_scale=scale,
-                        **config.architecture())
-    model.state.set_edge_features(features)
-    return model
+from ...data.events import Events
+from ...data.split import Split
+from ..._threads import apply_threads, default_threads, usable_cores
+from ..._util import tune_allocator
+from ...errors import InputError
+from ..run import checkpoint as ckpt
+from ..config import TrainConfig
+from ..step.engine import Batches, EarlyStopping, Engine, EpochLog, epoch_line
+from ..step.loader import EventStream
+from ..eval.evaluator import Evaluator
+from ..model.network import StatefulModel
+from ..step.negatives import RandomNegatives, negative_pool, train_seed
+from ..step.optim import make_optimizer
+from ..step.runtime import peak_rss_bytes, resolve_device, seed_everything
+from ..model.build import model_for, place_state
+from ..run.predictor import predictor_payload
+from ..run.report import write_run
+from ..model.static import prepare_static
 
 
 class EpochLoop:
@@ -311,7 +225,7 @@ class EpochLoop:
 
     # ------------------------------------------------------------- checkpoints
     def _record(self, epoch: int, rng: Optional[List[Dict]] = None) -> Dict:
-        """The run's record a checkpoint keeps (:data:`speed.train.checkpoint.RECORD`)."""
+        """The run's record a checkpoint keeps (:data:`speed.train.run.checkpoint.RECORD`)."""
         return dict(epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
                     optimizer=self.optimizer.state_dict(), rng=rng if rng is not None else [ckpt.rng_state()],
                     history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(), best=self.best,

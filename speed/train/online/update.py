@@ -6,7 +6,7 @@ a batch at a time (the run's batch size), prequentially ("test then train", as G
 continual protocol): each batch is first scored -- against one random negative destination per
 event (AP, AUC), and, when asked, against ``mrr_negatives`` more (MRR) -- from the state and
 weights as they are before it; then it is trained on (one optimiser step on the loss of
-:mod:`speed.train.engine`, from the same forward pass: updates run without dropout), and the
+:mod:`speed.train.step.engine`, from the same forward pass: updates run without dropout), and the
 memory takes it in.  No event is scored by weights or a
 memory that have seen it.
 
@@ -16,7 +16,7 @@ fraction of earlier interactions added to each step's loss against forgetting (p
 reservoir the run keeps: the neighbours the run ended with, then the updates' own events; they
 are scored at the step's time from today's memory and never written to it, so no event sees
 its future), or ``train=False``: memory only, the weights fixed (what
-:meth:`~speed.train.predictor.Predictor.update` does, scored the same way).
+:meth:`~speed.train.run.predictor.Predictor.update` does, scored the same way).
 
 The result is a complete run: ``checkpoint.pt`` (weights, node state, optimiser, the predictor
 payload, so :func:`load_run`, ``embed``, ``score`` and a further update work), ``metrics.json``
@@ -35,17 +35,17 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .._util import atomic_dir, jsonable, progress_bar
-from ..data.events import Events
-from ..errors import InputError
-from . import checkpoint as ckpt
-from .engine import Engine, link_loss
-from .loader import Step
-from .eval.metrics import batch_link_metrics, ranking_metrics
-from .predictor import Predictor, open_checkpoint, payload_of, predictor_from
-from .config import UpdateConfig
-from .static import make_optimizer
-from .trainer import seed_everything
+from ..._util import atomic_dir, jsonable, progress_bar
+from ...data.events import Events
+from ...errors import InputError
+from ..run import checkpoint as ckpt
+from ..step.engine import Engine, link_loss
+from ..step.loader import Step
+from ..eval.metrics import batch_link_metrics, ranking_metrics
+from ..run.predictor import Predictor, open_checkpoint, payload_of, predictor_from
+from ..config import UpdateConfig
+from ..step.optim import make_optimizer
+from ..step.runtime import seed_everything
 
 REPLAY_CAPACITY = 100_000  # interactions the reservoir keeps (about 1.6 MB)
 # The updates' default learning rate, over the run's: an update sees each event once where
@@ -121,8 +121,8 @@ def _grow_optimizer_state(optimizer) -> None:
 
 def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
     """The new events: Events, a file, or a shards folder (its events after those the run has)."""
-    from ..data.readers import read_events
-    from ..partition.shards import Shards
+    from ...data.readers import read_events
+    from ...partition.shards import Shards
 
     if isinstance(data, Events):
         return data
@@ -168,7 +168,7 @@ class OnlineUpdater:
                 for group in getattr(opt, "param_groups", []) if opt is not None else []:
                     group["lr"] = lr
         # one step for every run: the forward pass is the weights', or their DDP wrapper in a
-        # parallel update (:mod:`speed.train.online_parallel`), which averages the gradients
+        # parallel update (:mod:`speed.train.online.parallel`), which averages the gradients
         self.engine = Engine(self.model, self.optimizer, forward=forward)
         self._last_batch: Optional[Step] = None
         n = len(pred.index)
@@ -216,7 +216,7 @@ class OnlineUpdater:
         """Take in ``events`` (one increment); returns its entry of ``metrics.json``.
 
         ``mine`` (bool, shape (E,)) and ``steps``: one rank of a parallel update
-        (:mod:`speed.train.online_parallel`): every event is mapped to its row (so new nodes get
+        (:mod:`speed.train.online.parallel`): every event is mapped to its row (so new nodes get
         the same rows on every rank), the rank scores and trains the events of ``mine``, and
         takes ``steps`` optimiser steps per pass in all, idle ones after its own, so that every
         rank's gradient averaging (the DDP wrapper given as ``forward``) lines up."""
@@ -380,13 +380,13 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
         ``metrics.json`` of the new run; its ``updates`` list ends with this increment's scores
         (``ap``, ``auc``, ``mrr`` when asked, per-window figures, seconds).
     """
-    from .checkpoint import RUN_MARKERS
+    from ..run.checkpoint import RUN_MARKERS
 
     config = UpdateConfig(**kwargs).validate()
     run, out = Path(run), Path(out)
     if out.resolve() == run.resolve():
         raise InputError("the updated run needs its own folder (--out): the run it starts from stays as it was", out)
-    from .._util import check_output_dir
+    from ..._util import check_output_dir
 
     check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
     state, payload = open_checkpoint(run)
@@ -404,7 +404,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
                   state: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
     """Write the updated run to ``out`` (atomically): ``checkpoint.pt`` from ``updater``, the
     run's ``metrics.json`` with ``entry`` added to its ``updates``, and ``updates.png``."""
-    from .checkpoint import RUN_MARKERS
+    from ..run.checkpoint import RUN_MARKERS
 
     history = list(metrics.get("updates", []))
     entry["increment"] = len(history) + 1

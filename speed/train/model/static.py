@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._util import progress_bar
+from ..._util import progress_bar
 from .modules import LinkPredictor
 PRETRAIN_EPOCHS = 10  # DistTGL pre-trains 10 epochs on its four small logs
 PRETRAIN_BATCH = 600
@@ -115,102 +115,6 @@ class StaticMemory(nn.Module):
         """Bytes of the table, with the two Adam moments of a learned one."""
         n = self.table.numel() * self.table.element_size()
         return int(n * (3 if self.trainable else 1))
-
-
-class RowAdam(torch.optim.Optimizer):
-    """torch's ``SparseAdam`` (the same update, the same state), computed with dense row ops.
-
-    ``SparseAdam`` builds sparse tensors three times a step (``sparse_mask`` of both moments,
-    the sparse update); here the gradient's rows are gathered once and the moments and the
-    table are written back by index: 2.1 ms against 3.0 ms a step for 2,500 rows of 100 on one
-    thread (``benchmarks/static_cost.py --optimizer``), on a step of about 28 ms (TGN,
-    Wikipedia).  As in ``SparseAdam``, ``eps`` is added to the square root of the uncorrected
-    second moment and the bias corrections go into the step size; the state (``step``,
-    ``exp_avg``, ``exp_avg_sq``) is the same, so checkpoints of either load into the other and
-    :func:`merge_static` merges its moments.
-
-    Parameters
-    ----------
-    params : iterable of parameters with sparse gradients
-    lr : float
-    betas : (float, float)
-    eps : float
-    """
-
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
-        if not lr > 0:
-            raise ValueError(f"invalid learning rate: {lr}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if not p.grad.is_sparse:
-                    raise RuntimeError("RowAdam takes sparse gradients (an embedding read with sparse=True)")
-                grad = p.grad.coalesce()  # the update is not linear: one row per index
-                rows, g = grad._indices()[0], grad._values()
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1  # an empty gradient counts as a step, as in SparseAdam
-                if g.numel() == 0:
-                    continue
-                m = state["exp_avg"].index_select(0, rows)
-                v = state["exp_avg_sq"].index_select(0, rows)
-                m.add_(g.sub(m).mul_(1 - beta1))  # old + (1 - b) (new - old), as SparseAdam
-                v.add_(g.pow(2).sub_(v).mul_(1 - beta2))
-                state["exp_avg"].index_copy_(0, rows, m)
-                state["exp_avg_sq"].index_copy_(0, rows, v)
-                step = state["step"]
-                step_size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-                p.index_add_(0, rows, m.div_(v.sqrt_().add_(group["eps"])).mul_(-step_size))
-        return None
-
-
-class TwoOptimizers:
-    """Dense Adam over the weights and sparse Adam over a learned static table, stepped as one
-    (the engine and the checkpoints see one optimiser)."""
-
-    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.Optimizer):
-        self.dense, self.sparse = dense, sparse
-
-    @property
-    def param_groups(self):
-        return self.dense.param_groups + self.sparse.param_groups
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.dense.zero_grad(set_to_none=set_to_none)
-        self.sparse.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        self.dense.step()
-        self.sparse.step()
-
-    def state_dict(self) -> dict:
-        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.dense.load_state_dict(state["dense"])
-        self.sparse.load_state_dict(state["sparse"])
-
-
-def make_optimizer(model: nn.Module, lr: float, static_lr: Optional[float] = None):
-    """Adam over ``model``'s weights at ``lr``; a learned static table gets its own sparse
-    Adam at ``static_lr`` (default ``lr``)."""
-    static = getattr(model, "static", None)
-    if static is None or not static.trainable:
-        # foreach: one kernel per step for all parameters instead of a Python loop over them
-        return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr, foreach=True)
-    local = set(model.local_parameters())
-    dense = [p for n, p in model.named_parameters() if p.requires_grad and n not in local]
-    return TwoOptimizers(torch.optim.Adam(dense, lr=lr, foreach=True),
-                         RowAdam([static.table], lr=lr if static_lr is None else static_lr))
 
 
 @torch.no_grad()
@@ -346,3 +250,59 @@ def prepare_static(model: nn.Module, src: np.ndarray, dst: np.ndarray, pool: np.
 
         dist.broadcast(table, src=0, group=group)
     static.load_table(table)
+
+
+class RowAdam(torch.optim.Optimizer):
+    """torch's ``SparseAdam`` (the same update, the same state), computed with dense row ops.
+
+    ``SparseAdam`` builds sparse tensors three times a step (``sparse_mask`` of both moments,
+    the sparse update); here the gradient's rows are gathered once and the moments and the
+    table are written back by index: 2.1 ms against 3.0 ms a step for 2,500 rows of 100 on one
+    thread (``benchmarks/static_cost.py --optimizer``), on a step of about 28 ms (TGN,
+    Wikipedia).  As in ``SparseAdam``, ``eps`` is added to the square root of the uncorrected
+    second moment and the bias corrections go into the step size; the state (``step``,
+    ``exp_avg``, ``exp_avg_sq``) is the same, so checkpoints of either load into the other and
+    :func:`merge_static` merges its moments.
+
+    Parameters
+    ----------
+    params : iterable of parameters with sparse gradients
+    lr : float
+    betas : (float, float)
+    eps : float
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        if not lr > 0:
+            raise ValueError(f"invalid learning rate: {lr}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if not p.grad.is_sparse:
+                    raise RuntimeError("RowAdam takes sparse gradients (an embedding read with sparse=True)")
+                grad = p.grad.coalesce()  # the update is not linear: one row per index
+                rows, g = grad._indices()[0], grad._values()
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1  # an empty gradient counts as a step, as in SparseAdam
+                if g.numel() == 0:
+                    continue
+                m = state["exp_avg"].index_select(0, rows)
+                v = state["exp_avg_sq"].index_select(0, rows)
+                m.add_(g.sub(m).mul_(1 - beta1))  # old + (1 - b) (new - old), as SparseAdam
+                v.add_(g.pow(2).sub_(v).mul_(1 - beta2))
+                state["exp_avg"].index_copy_(0, rows, m)
+                state["exp_avg_sq"].index_copy_(0, rows, v)
+                step = state["step"]
+                step_size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+                p.index_add_(0, rows, m.div_(v.sqrt_().add_(group["eps"])).mul_(-step_size))
+        return None

@@ -1,7 +1,7 @@
 """The training engine: what the single-process trainer and every PAC rank run.
 
 * :class:`Batches` / :class:`CyclingBatches` -- chronological batches over an event stream
-  (:class:`~speed.train.loader.EventStream`); the cycling form runs a fixed number of steps,
+  (:class:`~speed.train.step.loader.EventStream`); the cycling form runs a fixed number of steps,
   starting the stream again when it runs out (Alg. 2);
 * :class:`Engine` -- one optimiser step (:meth:`Engine.step`) and one epoch
   (:meth:`Engine.run_epoch`, with Alg. 2's back-up at the end of each complete pass and
@@ -9,10 +9,10 @@
 * :class:`EarlyStopping` and :class:`EpochLog`.
 
 The engine is given the model (weights and node state, a
-:class:`~speed.train.models.StatefulModel`), the optimiser and the callable that runs the
+:class:`~speed.train.model.network.StatefulModel`), the optimiser and the callable that runs the
 forward pass (the weights, or their DDP wrapper under PAC): DDP wraps the weights and nothing
 else.  Each
-step's host work is planned by a :class:`~speed.train.loader.PlanLoader`, in a background
+step's host work is planned by a :class:`~speed.train.step.loader.PlanLoader`, in a background
 thread with ``pipeline=True``.
 """
 
@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._util import progress_bar
+from ..._util import progress_bar
 from .loader import EventStream, PlanLoader, Step
-from .eval.negatives import NegativeSampler
+from .negatives import NegativeSampler
 
 
 class Batches:
@@ -213,7 +213,7 @@ class Engine:
     def step(self, step: Step, collect: Optional[list] = None, score: bool = False,
              ranked: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
              extra_loss: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> StepResult:
-        """One step on a planned batch (in the memory order of :mod:`speed.train.models`): the
+        """One step on a planned batch (in the memory order of :mod:`speed.train.model.network`): the
         forward pass, then, when the engine has an optimiser, one optimiser step on the batch's
         loss; the node state takes the batch in either way.
 
@@ -286,7 +286,7 @@ class Engine:
         (Alg. 2).  ``on_step(step)`` runs after each step; with ``sync_every = K`` it may change
         the node state after every K-th step (PAC's periodic sync), and the pipeline waits for it.
         ``observed``: events each step takes in without scoring them
-        (:class:`~speed.train.loader.PlanLoader`).
+        (:class:`~speed.train.step.loader.PlanLoader`).
         """
         model = self.model
         model.train()

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from .._util import atomic_file
-from ..errors import InputError
+from ..._util import atomic_file
+from ...errors import InputError
 
 FORMAT = 1
 BEST = "checkpoint.pt"
@@ -112,7 +112,7 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
     params : dict of tensors, optional
         For ``last``: the network's state dict.
     predictor : dict, optional
-        The predictor payload (:func:`speed.train.predictor.predictor_payload`), so the run
+        The predictor payload (:func:`speed.train.run.predictor.predictor_payload`), so the run
         can be loaded and used.
     extra : dict, optional
         What else the file keeps (``last``: what a resumed run needs).

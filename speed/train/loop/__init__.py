@@ -1,0 +1,1 @@
+"""The epoch loop every run shares, and the single-process trainer."""

@@ -1,0 +1,1 @@
+"""The weights: modules, the networks built from a recipe, a static memory, and a run's model."""
