@@ -18,6 +18,15 @@ from ..errors import InputError, MissingDependencyError
 from .commands import COMMANDS
 from .parser import EXIT_INPUT, UNSET, build_parser
 
+
+def _say(line: str, file=None) -> None:
+    """One line on stderr in one write: with unbuffered output (PYTHONUNBUFFERED) ``print``
+    writes the text and its newline apart, and the lines of processes sharing the stream (ranks,
+    parallel commands) could then run together."""
+    file = sys.stderr if file is None else file
+    file.write(line + "\n")
+    file.flush()
+
 __all__ = ["EXIT_INPUT", "build_parser", "main"]
 
 
@@ -62,7 +71,7 @@ def _one_line_warnings(command: str):
     import warnings
 
     def show(message, category, filename, lineno, file=None, line=None):
-        print(f"speed {command}: warning: {message}", file=sys.stderr if file is None else file, flush=True)
+        _say(f"speed {command}: warning: {message}", sys.stderr if file is None else file)
 
     saved = warnings.showwarning
     warnings.showwarning = show
@@ -86,14 +95,14 @@ def _run(args, argv) -> int:
                 _apply_config_file(args, argv)
             return COMMANDS[args.command](args)
     except (InputError, MissingDependencyError) as exc:
-        print(f"speed {args.command}: error: {exc}{_flag_hint(exc)}", file=sys.stderr)
+        _say(f"speed {args.command}: error: {exc}{_flag_hint(exc)}")
         return EXIT_INPUT
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
-        print(f"speed {args.command}: interrupted", file=sys.stderr)
+        _say(f"speed {args.command}: interrupted")
         return 130
     except Stopped as exc:
-        print(f"speed {args.command}: {exc}", file=sys.stderr)
+        _say(f"speed {args.command}: {exc}")
         return exc.exit_code
