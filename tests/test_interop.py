@@ -39,7 +39,7 @@ def test_from_dgl_sorts_and_validates(dgl):
     g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])))
     g.edata["ts"] = torch.tensor([3.0, 1.0, 2.0])
     ev = speed.from_dgl(g, time_key="ts")
-    assert list(ev.t) == [1.0, 2.0, 3.0] and list(ev.src) == [1, 2, 0] and not ev.meta["sorted_input"]
+    assert list(ev.t) == [1.0, 2.0, 3.0] and list(ev.src) == [1, 2, 0] and not ev.meta.sorted_input
     with pytest.raises(speed.InputError, match="no edge feature 't'"):
         speed.from_dgl(g)
 
@@ -104,7 +104,7 @@ def test_pyg_round_trip():
     back = speed.from_pyg(data, num_nodes=ev.num_nodes)
     for k in ("src", "dst", "t", "msg", "label"):
         assert np.array_equal(getattr(back, k), getattr(ev, k)), k
-    assert back.num_nodes == 35 and back.meta["format"] == "pyg"
+    assert back.num_nodes == 35 and back.meta.format == "pyg"
     assert speed.from_pyg(data).num_nodes == int(max(ev.src.max(), ev.dst.max())) + 1  # PyG's own count
     # PyG's own temporal batching takes it
     from torch_geometric.loader import TemporalDataLoader

@@ -151,7 +151,7 @@ def test_jodie_format_run_keeps_users_and_items_apart(tmp_path):
         lines.append(f"{u},{i},{tt:.3f},0,0.5")
     (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
     events = speed.read_events(tmp_path / "log.csv")
-    assert events.meta["format"] == "jodie"
+    assert events.meta.format == "jodie"
     speed.train(events, model="jodie", out=tmp_path / "run", **TINY)
     pred = speed.load_run(tmp_path / "run")
     assert pred.index.per_side

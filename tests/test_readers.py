@@ -24,7 +24,7 @@ def test_jodie_with_features_and_short_header(tmp_path):
     p = write(tmp_path, "w.csv", "user_id,item_id,timestamp,state_label,comma_separated_list_of_features\n"
                                  "u1,i9,0.0,0,0.5,1.5\nu2,i9,1.0,1,0.25,2.0\nu1,i3,2.0,0,0.0,0.0\n")
     ev = speed.read_events(p)
-    assert ev.meta["format"] == "jodie" and ev.bipartite
+    assert ev.meta.format == "jodie" and ev.bipartite
     assert ev.num_nodes == 4  # users u1, u2 -> 0, 1; items i3, i9 -> 2, 3
     assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [3, 3, 2]
     assert list(ev.node_ids) == ["u1", "u2", "i3", "i9"]
@@ -42,7 +42,7 @@ def test_jodie_items_after_users_even_when_ids_overlap(tmp_path):
 def test_snap_whitespace_with_comments(tmp_path):
     p = write(tmp_path, "c.txt", "# SNAP graph\n# comment\n10 20 5\n20 30 7\n10 30 9\n")
     ev = speed.read_events(p)
-    assert ev.meta["format"] == "snap" and not ev.bipartite
+    assert ev.meta.format == "snap" and not ev.bipartite
     assert list(ev.node_ids) == [10, 20, 30]
     assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [1, 2, 2]
     assert list(ev.t) == [5.0, 7.0, 9.0]
@@ -51,7 +51,7 @@ def test_snap_whitespace_with_comments(tmp_path):
 def test_tgl_edges_csv(tmp_path):
     p = write(tmp_path, "edges.csv", ",src,dst,time,ext_roll\n0,3,4,1.5,0\n1,4,5,2.5,0\n2,3,5,3.5,1\n")
     ev = speed.read_events(p)
-    assert ev.meta["format"] == "tgl"
+    assert ev.meta.format == "tgl"
     assert list(ev.node_ids[ev.src]) == [3, 4, 3] and list(ev.node_ids[ev.dst]) == [4, 5, 5]
     assert list(ev.t) == [1.5, 2.5, 3.5]
 
@@ -59,7 +59,7 @@ def test_tgl_edges_csv(tmp_path):
 def test_generic_with_header_and_named_columns(tmp_path):
     p = write(tmp_path, "g.csv", "when,amount,from,to,fraud\n3,1.0,a,b,0\n1,2.0,b,c,1\n2,3.0,c,a,0\n")
     ev = speed.read_events(p, src_col="from", dst_col="to", time_col="when", label_col="fraud")
-    assert ev.meta["sorted_input"] is False  # times 3, 1, 2 were stable-sorted
+    assert ev.meta.sorted_input is False  # times 3, 1, 2 were stable-sorted
     assert list(ev.t) == [1.0, 2.0, 3.0]
     assert list(ev.node_ids[ev.src]) == ["b", "c", "a"] and list(ev.label) == [1, 0, 0]
 
@@ -67,7 +67,7 @@ def test_generic_with_header_and_named_columns(tmp_path):
 def test_generic_by_index_without_header(tmp_path):
     p = write(tmp_path, "g.tsv", "5\t7\t100\tx\n7\t9\t200\ty\n")
     ev = speed.read_events(p, src_col=2, dst_col=0, time_col=1)
-    assert ev.meta["format"] in ("snap", "csv")
+    assert ev.meta.format in ("snap", "csv")
     assert list(ev.t) == [7.0, 9.0]
     assert list(ev.node_ids[ev.src]) == [100, 200] and list(ev.node_ids[ev.dst]) == [5, 7]
 
@@ -94,7 +94,7 @@ def test_parquet(tmp_path):
     p = tmp_path / "e.parquet"
     pq.write_table(pa.table({"a": [1, 2, 3], "b": [2, 3, 1], "time": [0.5, 0.25, 1.0]}), p)
     ev = speed.read_events(p, time_col="time")
-    assert ev.meta["format"] == "parquet" and list(ev.t) == [0.25, 0.5, 1.0]
+    assert ev.meta.format == "parquet" and list(ev.t) == [0.25, 0.5, 1.0]
     with pytest.raises(speed.InputError, match="unknown time column 'nope'"):
         speed.read_events(p, time_col="nope")
 
@@ -109,7 +109,7 @@ def test_mixed_int_and_string_ids_fall_back_to_strings(tmp_path):
 def test_shared_wikipedia_and_collegemsg(shared_data):
     wiki = speed.read_events(shared_data / "wikipedia.csv")
     assert (len(wiki), wiki.num_nodes, wiki.bipartite) == (157_474, 9_227, True)
-    assert int(wiki.label.sum()) == 217 and wiki.meta["sorted_input"]
+    assert int(wiki.label.sum()) == 217 and wiki.meta.sorted_input
     cm = speed.read_events(shared_data / "CollegeMsg.txt")
     assert (len(cm), cm.num_nodes, cm.bipartite) == (59_835, 1_899, False)
 
@@ -166,13 +166,13 @@ def test_from_arrays_validation():
     with pytest.raises(speed.InputError, match="no events"):
         speed.Events.from_arrays([], [], [])
     ev = speed.Events.from_arrays(["a", "b", "a"], ["b", "c", "c"], [2, 1, 1])
-    assert ev.num_nodes == 3 and ev.meta["sorted_input"] is False
+    assert ev.num_nodes == 3 and ev.meta.sorted_input is False
     assert list(ev.node_ids[ev.src]) == ["b", "a", "a"]
 
 
 def test_duplicates_and_self_loops_are_kept_and_counted():
     ev = speed.Events.from_arrays([0, 0, 1, 2, 0], [1, 1, 1, 0, 1], [1, 1, 2, 3, 3])
-    assert len(ev) == 5 and ev.meta["self_loops"] == 1 and ev.meta["duplicate_events"] == 1
+    assert len(ev) == 5 and ev.meta.self_loops == 1 and ev.meta.duplicate_events == 1
 
 
 def test_same_column_twice_is_refused(tmp_path):
@@ -194,7 +194,7 @@ def test_dyglib_processed_format_with_edge_features(tmp_path):
     feats = np.vstack([np.zeros((1, 3)), rng.random((e, 3))]).astype(np.float32)  # row 0: DyGLib's padding
     np.save(tmp_path / "ml_toy.npy", feats)
     ev = speed.read_events(tmp_path / "ml_toy.csv", progress=False)
-    assert ev.meta["format"] == "dyglib" and len(ev) == e
+    assert ev.meta.format == "dyglib" and len(ev) == e
     np.testing.assert_array_equal(ev.msg, feats[idx])
     np.testing.assert_array_equal(ev.label, label)
     assert np.array_equal(ev.node_ids[ev.src], u) and np.array_equal(ev.node_ids[ev.dst], i)
@@ -234,7 +234,7 @@ def test_tgl_ext_roll_is_the_split_and_edge_features_load(tmp_path):
     feats = torch.rand(e, 4)
     torch.save(feats, tmp_path / "edge_features.pt")
     ev = speed.read_events(tmp_path / "edges.csv", progress=False)
-    assert ev.meta["format"] == "tgl" and ev.meta["split_times"] == (1990.0, 2390.0)
+    assert ev.meta.format == "tgl" and ev.meta.split_times == (1990.0, 2390.0)
     np.testing.assert_array_equal(ev.msg, feats.numpy())
     out = tmp_path / "shards"
     assert main(["partition", str(tmp_path / "edges.csv"), "-o", str(out), "--no-progress"]) == 0
@@ -265,8 +265,8 @@ def test_split_column_is_the_split(tmp_path):
                                                                 t, period))
     log = write(tmp_path, "log.csv", "user_id,item_id,timestamp,period,f1\n" + rows)  # JODIE-style, one feature
     ev = speed.read_events(log, split_col="period", progress=False)
-    assert ev.meta["split_times"] == (1790.0, 2290.0) and ev.msg.shape == (300, 1)  # the column is no feature
-    assert speed.read_events(log, split_col=3, progress=False).meta["split_times"] == (1790.0, 2290.0)
+    assert ev.meta.split_times == (1790.0, 2290.0) and ev.msg.shape == (300, 1)  # the column is no feature
+    assert speed.read_events(log, split_col=3, progress=False).meta.split_times == (1790.0, 2290.0)
     out = tmp_path / "shards"
     assert main(["partition", str(log), "-o", str(out), "--split-col", "period", "--no-progress"]) == 0
     sp = json.loads((out / "manifest.json").read_text())["split"]
@@ -276,7 +276,7 @@ def test_split_column_is_the_split(tmp_path):
     # numbers 0/1/2, and refusals that name the line
     nums = "".join(f"1,2,{x},{k}\n" for x, k in zip(t, np.repeat([0, 1, 2], [180, 50, 70])))
     assert speed.read_events(write(tmp_path, "n.csv", "src,dst,t,roll\n" + nums),
-                             split_col="roll").meta["split_times"] == (1790.0, 2290.0)
+                             split_col="roll").meta.split_times == (1790.0, 2290.0)
     bad = nums.replace("1,2,100,0\n", "1,2,100,tain\n")
     with pytest.raises(speed.InputError, match=r"b\.csv:12: split column: 'tain'"):
         speed.read_events(write(tmp_path, "b.csv", "src,dst,t,roll\n" + bad), split_col="roll")
@@ -296,7 +296,7 @@ def test_a_src_dst_time_header_is_one_id_space(tmp_path):
     # and a unipartite log read as bipartite would silently give one id two nodes.
     p = write(tmp_path, "m.csv", "src,dst,time\n1,2,1.0\n2,1,2.0\n1,3,3.0\n")
     ev = speed.read_events(p)
-    assert ev.meta["format"] == "csv" and not ev.bipartite
+    assert ev.meta.format == "csv" and not ev.bipartite
     assert ev.num_nodes == 3 and list(ev.node_ids) == [1, 2, 3]
     assert list(ev.src) == [0, 1, 0] and list(ev.dst) == [1, 0, 2]
     j = write(tmp_path, "j.csv", "user_id,item_id,timestamp\n1,2,1.0\n2,1,2.0\n")
@@ -335,3 +335,19 @@ def test_the_block_parser_and_pyarrow_read_the_same_arrays(n, sep, header, crlf,
     for name in ("src", "dst", "t", "label", "node_ids"):
         a, b = getattr(fast, name), getattr(slow, name)
         assert (a is None and b is None) or np.array_equal(a, b), name
+
+
+def test_events_meta_is_typed(tmp_path):
+    """What a reader learns of a log is a dataclass: a misspelt field is an error, not a new key."""
+    from speed.data.meta import EventsMeta
+
+    path = tmp_path / "log.csv"
+    path.write_text("src,dst,t\n1,2,3\n2,1,2\n")
+    ev = speed.read_events(path, progress=False)
+    assert isinstance(ev.meta, EventsMeta)
+    assert ev.meta.format == "csv" and ev.meta.sorted_input is False and ev.meta.first_data_line == 2
+    with pytest.raises(TypeError, match="no field splt_times"):
+        ev.meta.update(splt_times=(1.0, 2.0))
+    with pytest.warns(DeprecationWarning, match="meta.format"):
+        assert ev.meta["format"] == "csv"
+    assert ev.select(slice(0, 1)).meta is not ev.meta and ev.select(slice(0, 1)).meta.source == str(path)

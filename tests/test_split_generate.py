@@ -90,13 +90,13 @@ def test_write_generated_reads_back(tmp_path):
 
 def test_generator_has_no_self_loops():
     ev = speed.generate_events(num_nodes=300, num_events=50_000, alpha=1.5, communities=2, seed=0)
-    assert ev.meta["self_loops"] == 0
+    assert ev.meta.self_loops == 0
 
 
 def test_generator_fanout_makes_runs_that_share_a_source_and_a_time(tmp_path):
     one = speed.generate_events(num_nodes=200, num_events=40_000, alpha=1.5, seed=0)
     ev = speed.generate_events(num_nodes=200, num_events=40_000, alpha=1.5, fanout=4, seed=0)
-    assert np.all(np.diff(ev.t) >= 0) and ev.meta["self_loops"] == 0
+    assert np.all(np.diff(ev.t) >= 0) and ev.meta.self_loops == 0
 
     def mean_run(e):  # consecutive events with the same source and time
         starts = np.r_[True, (e.src[1:] != e.src[:-1]) | (e.t[1:] != e.t[:-1])]

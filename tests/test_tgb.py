@@ -45,14 +45,14 @@ def make_tgb(root, n=1200, k=12, seed=0):
 def test_read_tgb_keeps_ids_split_and_stored_negatives(tmp_path):
     folder, (u, i, ts, val_time, test_time) = make_tgb(tmp_path)
     ev = speed.read_tgb(folder)
-    assert ev.meta["format"] == "tgb" and ev.meta["split_times"] == (val_time, test_time)
+    assert ev.meta.format == "tgb" and ev.meta.split_times == (val_time, test_time)
     np.testing.assert_array_equal(ev.src, u)  # TGB's ids, unchanged
     np.testing.assert_array_equal(ev.dst, i)
     assert ev.msg.shape == (len(u), 3)
-    cand, valid = ev.meta["eval_candidates"]["test"]
+    cand, valid = ev.meta.eval_candidates["test"]
     assert cand.shape == (int((ts > test_time).sum()), 12)
     assert valid.sum(1).min() == 7 and valid.sum(1).max() == 12
-    sp = speed.chronological_split(ev, times=ev.meta["split_times"])
+    sp = speed.chronological_split(ev, times=ev.meta.split_times)
     assert (sp.num_train, sp.num_val, sp.num_test) == ((ts <= val_time).sum(), ((ts > val_time) & (ts <= test_time)).sum(),
                                                        (ts > test_time).sum())
 
@@ -63,7 +63,7 @@ def test_training_ranks_test_events_against_the_stored_negatives(tmp_path):
     assert m["data"]["num_test_events"] == int((ts > test_time).sum())
     assert m["protocol"] == "tgb" and "inductive" not in m["test"]  # TGB's protocol is transductive
     ev = speed.read_tgb(folder)
-    cand, valid = ev.meta["eval_candidates"]["test"]
+    cand, valid = ev.meta.eval_candidates["test"]
     saved = np.load(tmp_path / "run" / "negatives.npz")
     np.testing.assert_array_equal(saved["test_candidates"], cand)
     # rescore the test period with the predictor: the same MRR as the run's evaluation

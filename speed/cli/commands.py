@@ -103,7 +103,7 @@ def _partition_in_memory(args, out: Path, progress) -> None:
     t_read = time.perf_counter() - t0
     t0 = time.perf_counter()
     # TGL's ext_roll or a --split-col
-    times = args.split_times if args.split_times is not None else events.meta.get("split_times")
+    times = args.split_times if args.split_times is not None else events.meta.split_times
     split = chronological_split(events, val=args.val, test=args.test, seed=args.seed, times=times,
                                 new_node_fraction=args.new_node_fraction)
     t_split = time.perf_counter() - t0

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Optional
 
 import numpy as np
 
 from ..errors import InputError
 from . import _kernels
+from .meta import EventsMeta
 
 
 def _as_1d(name: str, a, dtype=None) -> np.ndarray:
@@ -70,11 +71,12 @@ class Events:
         Original id of each compact node (ints or strings).
     bipartite : bool
         Sources and destinations are disjoint node sets.
-    meta : dict
-        Provenance: ``source``, ``format``, ``sorted_input``, counts of self-loops and
-        duplicate events; for unsorted input ``input_order`` (int64 (E,), the input row of
-        each sorted event); for a text file ``first_data_line`` (see
-        :func:`speed.data.readers.event_line`).
+    meta : EventsMeta
+        Provenance and facts (:class:`speed.data.meta.EventsMeta`): ``source``, ``format``,
+        ``sorted_input``, counts of self-loops and duplicate events; for unsorted input
+        ``input_order`` (int64 (E,), the input row of each sorted event); for a text file
+        ``first_data_line`` (see :func:`speed.data.readers.event_line`); a data set's own
+        ``split_times``.
     """
 
     src: np.ndarray
@@ -86,7 +88,7 @@ class Events:
     label: Optional[np.ndarray] = None
     node_ids: Optional[np.ndarray] = None
     bipartite: bool = False
-    meta: Dict[str, Any] = field(default_factory=dict)
+    meta: EventsMeta = field(default_factory=EventsMeta)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -177,7 +179,7 @@ class Events:
             if label.shape[0] != n:
                 raise InputError(f"label has {label.shape[0]} entries, expected {n}")
 
-        meta: Dict[str, Any] = {"sorted_input": True}
+        meta = EventsMeta(sorted_input=True)
         k = int(_kernels.first_unsorted(t))
         if k >= 0:
             if not sort:
@@ -186,8 +188,8 @@ class Events:
             src, dst, t = src[order], dst[order], t[order]
             msg = None if msg is None else msg[order]
             label = None if label is None else label[order]
-            meta["sorted_input"] = False
-            meta["input_order"] = order  # sorted event k was input row order[k] (to name its line)
+            meta.sorted_input = False
+            meta.input_order = order  # sorted event k was input row order[k] (to name its line)
         if bipartite is None:
             seen_src = np.zeros(num_nodes, dtype=bool)
             seen_src[src] = True
@@ -204,8 +206,8 @@ class Events:
             bipartite=bool(bipartite),
             meta=meta,
         )
-        ev.meta["self_loops"] = int(np.count_nonzero(ev.src == ev.dst))
-        ev.meta["duplicate_events"] = int(_kernels.count_duplicate_events(ev.src, ev.dst, ev.t, ev.num_nodes))
+        ev.meta.self_loops = int(np.count_nonzero(ev.src == ev.dst))
+        ev.meta.duplicate_events = int(_kernels.count_duplicate_events(ev.src, ev.dst, ev.t, ev.num_nodes))
         return ev
 
     # ------------------------------------------------------------- accessors
@@ -249,7 +251,7 @@ class Events:
             label=None if self.label is None else self.label[index],
             node_ids=self.node_ids,
             bipartite=self.bipartite,
-            meta=dict(self.meta),
+            meta=self.meta.copy(),
         )
 
     def __getitem__(self, index) -> "Events":

@@ -217,7 +217,7 @@ def chronological_split(
     new_node_fraction : float
         Hold out ``int(new_node_fraction * |nodes|)`` of the nodes seen in val/test: their events
         are masked out of training (TGN's protocol; default 0.1).  A log whose benchmark is
-        transductive (``events.meta["transductive"]``, e.g. TGB's) holds none out.
+        transductive (``events.meta.transductive``, e.g. TGB's) holds none out.
     seed : int
         Seeds the choice of held-out nodes.
     times : (float, float), optional
@@ -229,7 +229,7 @@ def chronological_split(
     Split
     """
     check_fractions(val, test, new_node_fraction)
-    if events.meta.get("transductive"):  # the benchmark's own protocol decides
+    if events.meta.transductive:  # the benchmark's own protocol decides
         new_node_fraction = 0.0
     val_time, test_time, num_train, num_val, num_test = split_points(events.t_float(), val, test, times)
     later = slice(num_train, len(events))

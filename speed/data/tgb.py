@@ -10,8 +10,8 @@ negative destinations it is ranked against.  :func:`read_tgb` reads these files 
 
 * node ids stay TGB's, so the stored negatives apply as they are;
 * the split is TGB's: ``t <= quantile(t, 0.70)`` train, ``<= quantile(t, 0.85)`` val, the rest
-  test (``meta["split_times"]``), transductive (no held-out nodes);
-* the negatives become ``meta["eval_candidates"]``: for ``"val"`` and ``"test"``, int64
+  test (``meta.split_times``), transductive (no held-out nodes);
+* the negatives become ``meta.eval_candidates``: for ``"val"`` and ``"test"``, int64
   candidates (n, K) padded to the longest list and a bool mask of the real ones.  The
   evaluator ranks each test event against them (MRR, Hits@k; TGB's tie rule).
 
@@ -86,7 +86,7 @@ def read_tgb(folder, val_ratio: float = VAL_RATIO, test_ratio: float = TEST_RATI
     Returns
     -------
     Events
-        Time-sorted, TGB node ids, ``msg`` from the edge features, and ``meta``:
+        Time-sorted, TGB node ids, ``msg`` from the edge features, and ``meta`` (:class:`~speed.data.meta.EventsMeta`):
         ``split_times``, ``transductive=True``, ``eval_candidates``, ``format="tgb"``.
     """
     folder = Path(folder)

@@ -298,7 +298,7 @@ def append_result(into, events: Events, progress: Optional[bool] = None) -> Part
     shards = Shards(into)
     new = Events(src=src, dst=dst, t=events.t, eid=np.arange(shards.num_events - len(events), shards.num_events),
                  num_nodes=shards.num_nodes, msg=events.msg, label=events.label, node_ids=shards.node_ids,
-                 bipartite=shards.bipartite, meta=dict(events.meta))
+                 bipartite=shards.bipartite, meta=events.meta.copy())
     keys = ("replication_factor", "edge_cut", "cut_events", "shared_nodes", "part_events", "part_nodes",
             "assigned_events", "largest_part_ratio", "stream_loads", "dropped_events", "num_hubs", "dynamic_hubs",
             "num_train_nodes", "num_partitioned_events", "appends", "advice")

@@ -200,7 +200,7 @@ def map_events(shards: Shards, saved: SavedStream, events: Events):
         src, _ = index.rows(src_ids, "src")
         dst, n = index.rows(dst_ids, "dst")
     except InputError as exc:
-        raise InputError(f"{exc} (the shards' node ids)", events.meta.get("source")) from None
+        raise InputError(f"{exc} (the shards' node ids)", events.meta.source) from None
     is_src = None if saved.is_src is None else (index.sides == "src")
     return src, dst, index.ids, n, is_src
 
@@ -212,17 +212,17 @@ def check_times(events: Events, t_last: float) -> None:
     t = events.t_float()
     old = np.flatnonzero(t < t_last)
     if old.size:
-        order = events.meta.get("input_order")
+        order = events.meta.input_order
         k = int(old[np.argmin(order[old])]) if order is not None else int(old[0])  # first in the file
         raise InputError(f"time {full_time(t[k], events.meta.get('time_text'))} is earlier than the shards' last "
                          f"event ({full_time(t_last)}): only later events can be appended (equal times are "
-                         f"allowed)", events.meta.get("source"), event_line(events, k))
+                         f"allowed)", events.meta.source, event_line(events, k))
 
 
 def stored_columns(shards: Shards, events: Events) -> Dict[str, np.ndarray]:
     """The new events' ``t``, ``label`` and ``msg`` in the shards' stored dtypes and shapes."""
     base = shards.segments[0].arrays
-    where = events.meta.get("source")
+    where = events.meta.source
     t_dtype = base["t"].dtype
     t = events.t
     if t_dtype.kind in "iu" and np.asarray(t).dtype.kind == "f":
@@ -427,13 +427,13 @@ def append_events(path, events: Events, progress: Optional[bool] = None) -> Tupl
     shards = Shards(path)
     state_path = check_appendable(shards)
     if len(events) == 0:
-        raise InputError("no events to append", events.meta.get("source"))
+        raise InputError("no events to append", events.meta.source)
     check_times(events, last_time(shards))
     saved = SavedStream.load(state_path, shards.manifest.get("num_partitioned_events", shards.num_train_events)
                              + len(events))
     if numbers_sides_apart(events.meta) != (saved.is_src is not None):
         raise InputError("these events number sources and destinations apart and the shards do not, or the other way "
-                         "round (read them in the format the shards were partitioned from)", events.meta.get("source"))
+                         "round (read them in the format the shards were partitioned from)", events.meta.source)
     with timer.stage("read"):
         src, dst, node_ids, num_nodes, is_src = map_events(shards, saved, events)
         cols = stored_columns(shards, events)
@@ -483,7 +483,7 @@ def continue_in_memory(saved: SavedStream, events: Events, num_parts: int, progr
         ``appended_edge_cut``.
     """
     if len(events) == 0:
-        raise InputError("no events to partition", events.meta.get("source"))
+        raise InputError("no events to partition", events.meta.source)
     if events.num_nodes < saved.num_nodes:
         raise InputError(f"these events have {events.num_nodes} nodes, fewer than the {saved.num_nodes} of the stream "
                          "so far: partial_fit needs the same node ids (or use into=SHARDS, which matches ids)")

@@ -37,6 +37,7 @@ import numpy as np
 
 from .._util import StageTimer, atomic_dir, full_time, progress_bar
 from ..data import _kernels as data_kernels
+from ..data.meta import EventsMeta
 from ..data.readers import RESTART, BlockStream
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
     SplitPoints, split_points
@@ -205,7 +206,7 @@ class LogInfo:
     bipartite: bool
     msg_dim: int
     label: Optional[bool]
-    meta: dict = field(default_factory=dict)
+    meta: EventsMeta = field(default_factory=EventsMeta)
 
     def __len__(self) -> int:
         return self.num_events
@@ -312,10 +313,10 @@ def _parse(source: BlockStream, spill: Spill, progress):
     msg_dim = int(spill.files["msg"][2][0]) if "msg" in spill.files else 0
     info = LogInfo(num_events=spill.rows, num_nodes=0, bipartite=source.bipartite, msg_dim=msg_dim,
                    label=True if "label" in spill.files else None,
-                   meta={"source": str(source.path), "format": source.fmt, "sorted_input": True,
-                         **source.provenance()})
-    info.meta["whole_labels"] = state["whole_labels"]
-    info.meta["t_range"] = (state.get("first_t", state["last_t"]), state["last_t"])
+                   meta=EventsMeta(source=str(source.path), format=source.fmt, sorted_input=True,
+                                   **source.provenance()))
+    info.meta.whole_labels = state["whole_labels"]
+    info.meta.t_range = (state.get("first_t", state["last_t"]), state["last_t"])
     return (src_marks, dst_marks), info
 
 
@@ -477,7 +478,7 @@ class _Pipeline:
         specs = {name: (np.dtype(np.int32 if fits[name] else np.int64), ()) for name in ("src", "dst")}
         specs["t"] = (np.dtype(np.float64), ())
         specs["eid"] = (np.dtype(np.int32 if fits["eid"] else np.int64), ())
-        whole = self.info.meta.pop("whole_labels")
+        whole, self.info.meta.whole_labels = self.info.meta.whole_labels, None  # (not a fact for the manifest)
         if "label" in self.spill.files:
             specs["label"] = (np.dtype(np.int64 if whole else np.float64), ())
         if "msg" in self.spill.files:

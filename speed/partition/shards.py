@@ -37,6 +37,7 @@ import numpy as np
 
 from .._util import atomic_dir, jsonable, progress_bar
 from ..data.events import Events
+from ..data.meta import EventsMeta
 from ..errors import InputError
 from . import _kernels
 from .columns import BucketColumns
@@ -62,10 +63,10 @@ def _fits_int32(events: Events, name: str) -> bool:
 
 
 def _time_range(events) -> dict:
-    """``t_min``/``t_max`` of a log: from its times, or from ``meta["t_range"]`` when the log
+    """``t_min``/``t_max`` of a log: from its times, or from ``meta.t_range`` when the log
     was streamed (out of core) and never held."""
-    if "t_range" in events.meta:
-        lo, hi = events.meta["t_range"]
+    if events.meta.t_range is not None:
+        lo, hi = events.meta.t_range
     elif hasattr(events, "t_float") and len(events):
         t = events.t_float()
         lo, hi = t[0], t[-1]
@@ -98,15 +99,16 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
     }
     manifest.update({k: v for k, v in st.items() if k not in manifest})
     manifest["input"] = {
-        "source": events.meta.get("source"),
-        "format": events.meta.get("format"),
-        "sorted_input": events.meta.get("sorted_input", True),
-        "self_loops": events.meta.get("self_loops"),
-        "duplicate_events": events.meta.get("duplicate_events"),
+        "source": events.meta.source,
+        "format": events.meta.format,
+        "sorted_input": events.meta.sorted_input,
+        "self_loops": events.meta.self_loops,
+        "duplicate_events": events.meta.duplicate_events,
         "bipartite": bool(events.bipartite),
         "msg_dim": events.msg_dim,
         "has_label": events.label is not None,
-        **{k: events.meta[k] for k in ("columns", "out_of_order_rows", "time_text") if k in events.meta},
+        **{k: getattr(events.meta, k) for k in ("columns", "out_of_order_rows", "time_text")
+           if getattr(events.meta, k) is not None},
         **_time_range(events),
     }
     if split is not None:
@@ -194,12 +196,12 @@ def write_shards(path, result, events: Optional[Events] = None, split=None, over
     return Path(path)
 
 
-def numbers_sides_apart(meta: dict) -> bool:
+def numbers_sides_apart(meta: EventsMeta) -> bool:
     """Whether a log's reader numbered sources and destinations apart (JODIE's format), so one
     id may name a source and a destination that are different nodes."""
     from ..data.readers.formats import FORMAT_SPECS
 
-    spec = FORMAT_SPECS.get(meta.get("format"))
+    spec = FORMAT_SPECS.get(meta.format)
     return bool(spec is not None and spec.bipartite)
 
 
@@ -457,7 +459,7 @@ class Shards:
             src=out["src"], dst=out["dst"], t=out["t"], eid=out["eid"], num_nodes=self.num_nodes,
             msg=out.get("msg"), label=out.get("label"), node_ids=self.node_ids,
             bipartite=self.bipartite,
-            meta={"source": str(self.path), "format": "shards"},
+            meta=EventsMeta(source=str(self.path), format="shards"),
         )
 
     def split(self, events: Optional[Events] = None):

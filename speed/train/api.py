@@ -50,8 +50,8 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         from .eval.edgebank import run_edgebank
 
         events, split = _load(data, split, config)
-        config = config.for_data(events.meta.get("format"))
-        split.require_trainable(events.meta.get("source"))
+        config = config.for_data(events.meta.format)
+        split.require_trainable(events.meta.source)
         return run_edgebank(events, split, config, out, mode="unlimited" if config.model == "edgebank" else "window")
     if parallel:
         path = data.path if isinstance(data, Shards) else data
@@ -79,8 +79,8 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     from .loop.trainer import Trainer
 
     events, split = _load(data, split, config)
-    config = config.for_data(events.meta.get("format"))
-    split.require_trainable(events.meta.get("source"))
+    config = config.for_data(events.meta.format)
+    split.require_trainable(events.meta.source)
     return Trainer(events, split, config, out=out).fit()
 
 
@@ -107,7 +107,7 @@ def _load(data, split: Optional[Split], config: TrainConfig):
     return data, split or chronological_split(data, val=config.val, test=config.test,
                                               new_node_fraction=config.hold_out, seed=config.seed,
                                               times=config.split_times if config.split_times is not None
-                                              else data.meta.get("split_times"))  # e.g. TGL's ext_roll
+                                              else data.meta.split_times)  # e.g. TGL's ext_roll
 
 
 def check_hold_out(config: TrainConfig, stored: float, path) -> None:

@@ -61,7 +61,7 @@ def read_events(
         with or without a zone (``Z``, ``+02:00``; none means UTC), are detected and
         converted to epoch seconds.
     sort : bool
-        Stable-sort unsorted logs by time (reported in ``meta['sorted_input']``);
+        Stable-sort unsorted logs by time (reported in ``meta.sorted_input``);
         ``False`` refuses them.
     progress : bool, optional
         Progress bar on stderr; default on when stderr is a terminal.
@@ -70,7 +70,7 @@ def read_events(
     split_col : int or str, optional
         A column that assigns each event to ``train``, ``val`` or ``test`` (or 0, 1, 2, as
         TGL's ``ext_roll``).  The periods must follow each other in time; they become the
-        split times in ``meta["split_times"]``, which ``speed partition`` and ``speed
+        split times in ``meta.split_times``, which ``speed partition`` and ``speed
         train`` use as the chronological split.
 
     Returns
@@ -152,17 +152,17 @@ def read_events(
                             bipartite=True if bipartite else None, remap=False, sort=sort)
     ev.meta.update(source=str(path), format=fmt)
     names = lay.header if lay is not None else col_names
-    ev.meta["columns"] = {k: column_label(cols[k], names) for k in ("src", "dst", "t", "label")
+    ev.meta.columns = {k: column_label(cols[k], names) for k in ("src", "dst", "t", "label")
                           if cols.get(k) is not None}
-    ev.meta["out_of_order_rows"] = out_of_order
+    ev.meta.out_of_order_rows = out_of_order
     if lay is not None and text_time:
-        ev.meta["time_text"] = "iso"
+        ev.meta.time_text = "iso"
     if time_col is None and fmt in ("csv", "snap", "parquet"):
         _check_guessed_time(ev, path)
     if lay is not None:
         ev.meta.update(first_data_line=lay.first_data_line, gzip=gz)
     if split_times is not None:
-        ev.meta["split_times"] = split_times
+        ev.meta.split_times = split_times
     return ev
 
 
@@ -185,8 +185,8 @@ def _check_guessed_time(ev: Events, path: Path) -> None:
     t = ev.t_float()
     distinct = int(np.count_nonzero(t[1:] != t[:-1])) + 1
     reasons = []
-    if ev.meta["out_of_order_rows"] > 0.05 * (n - 1):
-        reasons.append(f"{100 * ev.meta['out_of_order_rows'] / (n - 1):.0f}% of its rows are earlier than the row "
+    if ev.meta.out_of_order_rows > 0.05 * (n - 1):
+        reasons.append(f"{100 * ev.meta.out_of_order_rows / (n - 1):.0f}% of its rows are earlier than the row "
                        "before")
     if distinct <= 10 and t[0] >= -10 and t[-1] <= 10 and np.all(t == np.round(t)):
         reasons.append(f"it holds only {distinct} distinct small whole numbers ({t[0]:g} to {t[-1]:g}), like a "
@@ -194,7 +194,7 @@ def _check_guessed_time(ev: Events, path: Path) -> None:
     if reasons:
         import warnings
 
-        warnings.warn(f"{path}: the time was taken from {ev.meta['columns']['t']} by default, but "
+        warnings.warn(f"{path}: the time was taken from {ev.meta.columns['t']} by default, but "
                       f"{' and '.join(reasons)}; if the time is in another column, pass --time-col "
                       "(time_col=)", ColumnGuessWarning, stacklevel=3)
 
@@ -204,11 +204,11 @@ def event_line(events: Events, k: int) -> Optional[int]:
     ``k`` (a position in the sorted log), or None when it did not come from a text file.
     For error messages about an event found after reading."""
     meta = events.meta
-    if "first_data_line" not in meta:
+    if meta.first_data_line is None:
         return None
-    order = meta.get("input_order")
+    order = meta.input_order
     row = int(order[k]) if order is not None else int(k)
-    return row_to_line(Path(meta["source"]), meta["gzip"], meta["first_data_line"], row)
+    return row_to_line(Path(meta.source), meta.gzip, meta.first_data_line, row)
 
 
 def text_source(path: Path, fmt: Optional[str], cols_in: dict, sep: Optional[str], header: Optional[bool],

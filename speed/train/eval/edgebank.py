@@ -161,7 +161,7 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
         "edgebank": {"mode": mode, "window": window},
         "data": {"num_events": len(events), "num_nodes": events.num_nodes,
                  "num_train_events": int(split.train_mask.sum()), "num_val_events": split.num_val,
-                 "num_test_events": split.num_test, "source": events.meta.get("source")},
+                 "num_test_events": split.num_test, "source": events.meta.source},
         "epochs": [],
         "best_epoch": None,
         "val": val,

@@ -242,7 +242,7 @@ class Evaluator:
     @property
     def stored_candidates(self) -> bool:
         """The log brought its own ranking negatives (e.g. TGB's, :func:`speed.read_tgb`)."""
-        return self.events.meta.get("eval_candidates") is not None
+        return self.events.meta.eval_candidates is not None
 
     def ranks(self, period: str) -> bool:
         """Whether ``period``'s events are ranked: the test with ranking candidates, and
@@ -268,7 +268,7 @@ class Evaluator:
         the real candidates (a row has fewer when fewer remain, as in TGB; a log with stored
         candidates, e.g. TGB's, pads them too)."""
         if self.stored_candidates:  # already filtered by whoever made them (TGB does), used as they are
-            return self.events.meta["eval_candidates"][period]
+            return self.events.meta.eval_candidates[period]
         if period not in self._candidates:
             idx, k, ev = self.period(period), self.mrr_negatives, self.events
             seed = [eval_seed(self.seed, period), k]

@@ -193,9 +193,10 @@ class EpochLoop:
             "data": {"num_events": len(self.events), "num_nodes": self.events.num_nodes,
                      "num_train_events": int(self.split.train_mask.sum()), "num_val_events": self.split.num_val,
                      "num_test_events": self.split.num_test, "msg_dim": self.events.msg_dim,
-                     "source": self.events.meta.get("source"), **self.data_summary(),
+                     "source": self.events.meta.source, **self.data_summary(),
                      "num_train_period_events": int(self.split.num_train),
-                     **{k: self.events.meta[k] for k in ("columns", "time_text") if k in self.events.meta},
+                     **{k: getattr(self.events.meta, k) for k in ("columns", "time_text")
+                        if getattr(self.events.meta, k) is not None},
                      **({"t_min": float(self.events.t_float()[0]), "t_max": float(self.events.t_float()[-1])}
                         if len(self.events) else {}),
                      **({"ranking_candidates": "stored"} if self.evaluator.stored_candidates else {})},

@@ -393,7 +393,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
     events = new_events(data, metrics, reader, config.progress)
     if len(events) == 0:
-        raise InputError("no new events", events.meta.get("source"))
+        raise InputError("no new events", events.meta.source)
     pred = predictor_from(state, payload, "end", config.device, run)
     updater = OnlineUpdater(pred, state, payload, config)
     entry = updater.run(events)
@@ -408,7 +408,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
 
     history = list(metrics.get("updates", []))
     entry["increment"] = len(history) + 1
-    entry["source"] = events.meta.get("source")
+    entry["source"] = events.meta.source
     history.append(entry)
     data_info = dict(metrics.get("data", {}))
     data_info["num_events"] = int(data_info.get("num_events", 0)) + len(events)

@@ -8,6 +8,7 @@ from typing import List, Optional
 import numpy as np
 
 from ...data.events import Events
+from ...data.meta import EventsMeta
 from ...partition.shards import Shards
 from ..config import ConfigError
 
@@ -165,5 +166,5 @@ def rank_graph(shards: Shards, group: np.ndarray, new_nodes: Optional[np.ndarray
     if new_nodes is not None and new_nodes.any():
         ev = ev.select(~(new_nodes[ev.src] | new_nodes[ev.dst]))
     local = Events(src=g2l[ev.src], dst=g2l[ev.dst], t=ev.t, eid=ev.eid, num_nodes=int(nodes.size),
-                   bipartite=ev.bipartite, meta={"source": str(shards.path), "parts": group.tolist()})
+                   bipartite=ev.bipartite, meta=EventsMeta(source=str(shards.path), parts=group.tolist()))
     return RankGraph(parts=group, nodes=nodes, num_shared=int(shards.shared.size), events=local)

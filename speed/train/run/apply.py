@@ -144,7 +144,7 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     score = pred.score(src, dst, ev.t_float())
     unseen = int(np.count_nonzero((pred.index.lookup(src, "src") < 0) | (pred.index.lookup(dst, "dst") < 0)))
     # back to the file's order
-    order = ev.meta.get("input_order")
+    order = ev.meta.input_order
     pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")
     table = pa.table({"src": pa.array(src[pos]), "dst": pa.array(dst[pos]), "t": pa.array(ev.t[pos]),
                       "score": pa.array(score[pos])})

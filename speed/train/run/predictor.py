@@ -432,8 +432,8 @@ class Predictor:
 
     def _check_update(self, src, dst, t, where: Optional[Events], event_line) -> None:
         def fail(k: int, problem: str):
-            if where is not None and where.meta.get("source"):
-                raise InputError(problem, where.meta["source"], event_line(where, k))
+            if where is not None and where.meta.source:
+                raise InputError(problem, where.meta.source, event_line(where, k))
             raise InputError(f"update: event {k}: {problem}")
 
         bad = np.flatnonzero(~np.isfinite(t))
@@ -449,7 +449,7 @@ class Predictor:
 
     def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
         d = self._model.net.msg_dim
-        src = where.meta.get("source") if where is not None else None
+        src = where.meta.source if where is not None else None
         if d == 0:
             return None  # a model without edge features ignores any given
         if msg is None:
