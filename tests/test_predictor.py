@@ -91,9 +91,9 @@ def test_update_embed_score_and_their_refusals(run):
     t0 = pred.t_last
     assert len(pred.node_ids) == events.num_nodes
     with pytest.raises(speed.InputError, match="older than the memory's last update"):
-        pred.update(([1000], [5], [t0 - 1]))
+        pred.advance(([1000], [5], [t0 - 1]))
     with pytest.raises(speed.InputError, match="earlier than the previous event"):
-        pred.update(([1000, 1007], [5, 8], [t0 + 2, t0 + 1]))
+        pred.advance(([1000, 1007], [5, 8], [t0 + 2, t0 + 1]))
     with pytest.raises(speed.InputError, match="before the memory's last update"):
         pred.embed([1000], t0 - 1)
     with pytest.raises(speed.InputError, match="before the memory's last update"):
@@ -101,14 +101,14 @@ def test_update_embed_score_and_their_refusals(run):
     with pytest.raises(speed.InputError, match="not an integer"):
         pred.embed(["abc"])
     before = pred.embed([1000, 5], t0 + 1)
-    pred.update(([1000, 424242], [5, 5], [t0 + 1, t0 + 2]))  # one node the run never saw
+    pred.advance(([1000, 424242], [5, 5], [t0 + 1, t0 + 2]))  # one node the run never saw
     assert pred.t_last == t0 + 2 and len(pred.node_ids) == events.num_nodes + 1
     after = pred.embed([1000, 5], t0 + 3)
     assert not np.allclose(before, after)  # the memory moved on
     p = pred.score([1000, 424242, 999999], [5, 5, 5], t0 + 3)
     z_src, z_dst = pred.embed([1000, 424242, 999999], t0 + 3), pred.embed([5, 5, 5], t0 + 3)
     with torch.no_grad():
-        want = torch.sigmoid(pred.model.score(torch.from_numpy(z_src), torch.from_numpy(z_dst))).numpy()
+        want = torch.sigmoid(pred.net.score(torch.from_numpy(z_src), torch.from_numpy(z_dst))).numpy()
     np.testing.assert_allclose(p, want, atol=1e-6)  # scores are the decoder on the embeddings
     # 999999 was only scored and embedded: read-only, it was not added (424242 came by update)
     assert pred.embed_all().shape == (events.num_nodes + 1, pred.embedding_dim)
@@ -120,10 +120,10 @@ def test_edge_features_are_required_when_the_model_uses_them(tmp_path):
     pred = speed.load_run(tmp_path)
     t = pred.t_last + 1
     with pytest.raises(speed.InputError, match="uses 3 edge features"):
-        pred.update(([1000], [5], [t]))
+        pred.advance(([1000], [5], [t]))
     with pytest.raises(speed.InputError, match="uses 3 edge features"):
-        pred.update(([1000], [5], [t], np.zeros((1, 2))))
-    pred.update(([1000], [5], [t], np.ones((1, 3))))
+        pred.advance(([1000], [5], [t], np.zeros((1, 2))))
+    pred.advance(([1000], [5], [t], np.ones((1, 3))))
     assert pred.state.edge_features.shape[1] == 3
 
 
@@ -185,7 +185,7 @@ def test_cli_embed_and_score(run, tmp_path, capsys):
     emb = np.load(tmp_path / "emb.npy")
     ids = (tmp_path / "emb.nodes.csv").read_text().split()
     assert ids[0] == "id" and len(ids) - 1 == emb.shape[0] == events.num_nodes + 1 and ids[-1] == "77777"
-    pred = speed.load_run(path).update(([1000, 77777], [5, 8], [t0 + 1, t0 + 2]))
+    pred = speed.load_run(path).advance(([1000, 77777], [5, 8], [t0 + 1, t0 + 2]))
     np.testing.assert_allclose(emb, pred.embed_all(t0 + 3), atol=1e-6)
 
     assert main(["score", str(path), str(tmp_path / "pairs.csv"), "-o", str(tmp_path / "s.csv"), "--no-progress"]) == 0
@@ -221,7 +221,7 @@ def test_checkpoint_config_is_the_runs_and_an_older_payload_is_refused(run, tmp_
     path, _ = run
     metrics = json.loads((path / "metrics.json").read_text())
     pred = speed.load_run(path)
-    assert pred.config == metrics["config"] and pred.model.name == metrics["model"]
+    assert pred.config == metrics["config"] and pred.net.name == metrics["model"]
     # a checkpoint whose predictor payload has another format is refused with one line, not misread
     state = torch.load(path / "checkpoint.pt", weights_only=False)
     state["extra"]["predictor"]["format"] -= 1
@@ -247,5 +247,5 @@ def test_scoring_and_embedding_never_add_nodes(tmp_path):
     assert len(pred.node_ids) == n
     again = pred.score([573, 10**9 + 7], [288, 10**9 + 8], t=t + 1)
     np.testing.assert_allclose(first, again, rtol=1e-6)  # every unseen node reads the same cold state
-    pred.update(([10**9], [288], [t + 2]))
+    pred.advance(([10**9], [288], [t + 2]))
     assert len(pred.node_ids) == n + 1

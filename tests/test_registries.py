@@ -81,7 +81,7 @@ def test_a_new_model_trains_saves_and_loads_as_a_run(monkeypatch, tmp_path):
     metrics = Trainer(ev, split, config, model=model, out=tmp_path / "run").fit()
     assert 0.0 <= metrics["test"]["transductive"]["ap"] <= 1.0
     pred = load_run(tmp_path / "run")
-    assert pred.model.name == "counted"
+    assert pred.net.name == "counted"
     counts = pred.state.memory_dict()["batch_count.memory"][:, 0]
     # every node took part in some batch of the log, and no node in more batches than the best
     # epoch's training, validation and test periods have

@@ -107,7 +107,7 @@ def test_learned_rows_train_only_for_training_nodes_and_the_test_period_never_tr
         for kind in ("learned", "pretrained"):
             out = tmp_path / f"{tag}_{kind}"
             speed.train(events, model="tgn", epochs=2, static_memory=kind, new_node_fraction=0.0, out=out, **TINY)
-            runs[tag, kind] = speed.load_run(out).model.static.table.detach()
+            runs[tag, kind] = speed.load_run(out).net.static.table.detach()
     for kind in ("learned", "pretrained"):
         table = runs["a", kind]
         assert table[41].abs().sum() == 0 and table[42].abs().sum() == 0  # only in the test period
@@ -149,7 +149,7 @@ def test_parallel_run_trains_one_table_that_plan_counts(tmp_path, capsys):
                     **{**TINY, "deterministic": False})
     ranks = m["epochs"][-1]["ranks"]
     assert all(r["static_merge_seconds"] >= 0 for r in ranks)
-    table = speed.load_run(tmp_path / "run").model.static.table.detach()
+    table = speed.load_run(tmp_path / "run").net.static.table.detach()
     events = speed.load_shards(tmp_path / "s").events()
     assert table.shape == (events.num_nodes, 8)
     trained = (table.abs().sum(1) > 0).sum().item()

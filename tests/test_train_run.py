@@ -197,7 +197,7 @@ def test_message_and_aggregator_options_build_those_modules(tmp_path):
     ev = periodic_log(rounds=20)
     m = speed.train(ev, model="tgn", epochs=1, seed=0, message="mlp", aggregator="mean", out=tmp_path, **SMALL)
     assert m["config"]["message"] == "mlp" and m["config"]["aggregator"] == "mean"
-    model = speed.load_run(tmp_path).model  # rebuilt from the checkpoint's spec
+    model = speed.load_run(tmp_path).net  # rebuilt from the checkpoint's spec
     assert isinstance(model.message, MLPMessage) and isinstance(model.aggregator, MeanAggregator)
     with pytest.raises(speed.InputError, match="aggregator must be one of last, mean"):
         speed.train(ev, model="tgn", aggregator="max", **SMALL)

@@ -126,7 +126,7 @@ def test_update_with_a_learned_static_table_grows_it_for_new_nodes(tmp_path):
     m = update(tmp_path / "run", new, tmp_path / "run2", progress=False)
     assert m["updates"][0]["new_nodes"] > 0
     pred = speed.load_run(tmp_path / "run2")
-    assert pred.model.static.table.shape[0] >= len(pred.node_ids)
+    assert pred.net.static.table.shape[0] >= len(pred.node_ids)
 
 
 def test_bad_updates_are_refused(trained, tmp_path, capsys):
@@ -207,9 +207,9 @@ def test_parallel_update_from_shards(tmp_path):
     assert 0 <= par2["ap"] <= 1 and len(par2["windows"]) == 10
     updated = speed.load_run(tmp_path / "par2")
     again = speed.load_run(tmp_path / "run")
-    again.model.load_state_dict({k: v for k, v in updated.model.state_dict().items()})
+    again.net.load_state_dict({k: v for k, v in updated.net.state_dict().items()})
     new = speed.load_shards(s).events("appended")
-    again.update(new)
+    again.advance(new)
     for name, mem in updated.state.memories().items():
         torch.testing.assert_close(again.state.memories()[name].memory, mem.memory, atol=1e-5, rtol=0)
         torch.testing.assert_close(again.state.memories()[name].last_update, mem.last_update)

@@ -170,7 +170,7 @@ class EpochLoop:
                 improved = False
                 if self.is_main:
                     log.val = val
-                    improved = self.stopping.update(epoch, self.selection_score(val))
+                    improved = self.stopping.offer(epoch, self.selection_score(val))
                 if self.agree(improved):
                     self.on_best(log)
             stop = self.agree(self.stopping.should_stop)
@@ -262,21 +262,21 @@ class EpochLoop:
         """Continue from ``out/last.pt``: weights, optimiser, RNG, history, early stopping."""
         if self.out is None:
             raise InputError("resume needs the run directory (out=...)")
-        state = ckpt.load_checkpoint(Path(self.out) / ckpt.LAST)
-        if state.model_name != self.model.name:
-            raise InputError(f"cannot resume: the run trained {state.model_name}, not {self.model.name}",
+        saved = ckpt.load_checkpoint(Path(self.out) / ckpt.LAST)
+        if saved.model_name != self.model.name:
+            raise InputError(f"cannot resume: the run trained {saved.model_name}, not {self.model.name}",
                              Path(self.out) / ckpt.LAST)
-        if len(state.rng) != self.world:
-            raise InputError(f"cannot resume: the run had {len(state.rng)} processes, not {self.world}",
+        if len(saved.rng) != self.world:
+            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world}",
                              Path(self.out) / ckpt.LAST)
-        self.model.load_params(state.model)
-        self.optimizer.load_state_dict(state.optimizer)
-        ckpt.set_rng_state(state.rng[getattr(self, "rank", 0)])
-        self.history = [EpochLog(**h) for h in state.history]
-        self.stopping.load_state_dict(state.stopping)
-        self.best = state.best
-        self._load_extra(state.extra)
-        self.start_epoch = state.epoch + 1
+        self.model.load_params(saved.model)
+        self.optimizer.load_state_dict(saved.optimizer)
+        ckpt.set_rng_state(saved.rng[getattr(self, "rank", 0)])
+        self.history = [EpochLog(**h) for h in saved.history]
+        self.stopping.load_state_dict(saved.stopping)
+        self.best = saved.best
+        self._load_extra(saved.extra)
+        self.start_epoch = saved.epoch + 1
 
 
 class Trainer(EpochLoop):

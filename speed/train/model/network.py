@@ -35,7 +35,7 @@ Per batch (the host work is planned apart, :mod:`speed.train.state.batch_plan`):
 1. :meth:`TemporalGNN.compute` embeds the batch's queries ``z_i(t)`` from the memory as seen
    at ``t`` and from the neighbours strictly before ``t``;
 2. the decoder scores the batch;
-3. :meth:`TemporalGNN.observe` stores, for the batch's endpoints, their memory as seen at the
+3. :meth:`StatefulModel.absorb` stores, for the batch's endpoints, their memory as seen at the
    batch's last time (detached); the batch's events are then their pending events;
 4. the optimiser steps.
 

@@ -58,13 +58,13 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     if rank:
         cfg = replace(cfg, progress=False)
     run_p = Path(run)
-    state, payload = open_checkpoint(run_p)
+    saved, payload = open_checkpoint(run_p)
     metrics = json.loads((run_p / "metrics.json").read_text()) if (run_p / "metrics.json").exists() else {}
     events = online.new_events(shards_path, metrics, None, False)
     shards = Shards(shards_path)
     mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
-    pred = predictor_from(state, payload, "end", cfg.device, run_p)
-    net = pred.model
+    pred = predictor_from(saved, payload, "end", cfg.device, run_p)
+    net = pred.net
     # a learned static table's rows stay each rank's own, as under PAC (sparse gradients)
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         net, net.local_parameters())
@@ -74,7 +74,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     ddp = torch.nn.parallel.DistributedDataParallel(
         net, device_ids=[pred.device.index] if pred.device.type == "cuda" else None,
         find_unused_parameters=True) if cfg.train else None
-    up = online.OnlineUpdater(pred, state, payload, cfg, forward=ddp)
+    up = online.OnlineUpdater(pred, saved, payload, cfg, forward=ddp)
     own = -(-int(mine.sum()) // pred.batch_size)
     steps = torch.tensor([own])
     dist.all_reduce(steps, op=dist.ReduceOp.MAX)
@@ -90,9 +90,9 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     # the exact state after the increment, for the trained weights: the run's end state, then
     # every new event taken in, memory only
     weights = {k: v.detach().clone() for k, v in up.model.params_state_dict().items()}
-    final_pred = predictor_from(state, payload, "end", cfg.device, run_p)
+    final_pred = predictor_from(saved, payload, "end", cfg.device, run_p)
     final_pred.load_weights(weights)
-    memory = online.OnlineUpdater(final_pred, state, payload, replace(cfg, train=False, passes=1, replay=0.0,
+    memory = online.OnlineUpdater(final_pred, saved, payload, replace(cfg, train=False, passes=1, replay=0.0,
                                                                       mrr=False))
     new_nodes = memory.run(events)["new_nodes"]
     memory.optimizer = up.optimizer
@@ -109,7 +109,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
              "loss": float(np.mean([x["loss"] for x in shares if x["loss"] is not None] or [np.nan])),
              **online.score_entry(pos, neg, cand, t_all, pred.batch_size, cfg.windows)}
     entry["seconds"] = time.perf_counter() - started
-    online.write_updated(run_p, Path(out), metrics, events, entry, memory, state, payload, overwrite)
+    online.write_updated(run_p, Path(out), metrics, events, entry, memory, saved, payload, overwrite)
 
 
 def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: UpdateConfig) -> Dict:

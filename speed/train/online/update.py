@@ -16,7 +16,7 @@ fraction of earlier interactions added to each step's loss against forgetting (p
 reservoir the run keeps: the neighbours the run ended with, then the updates' own events; they
 are scored at the step's time from today's memory and never written to it, so no event sees
 its future), or ``train=False``: memory only, the weights fixed (what
-:meth:`~speed.train.run.predictor.Predictor.update` does, scored the same way).
+:meth:`~speed.train.run.predictor.Predictor.advance` does, scored the same way).
 
 The result is a complete run: ``checkpoint.pt`` (weights, node state, optimiser, the predictor
 payload, so :func:`load_run`, ``embed``, ``score`` and a further update work), ``metrics.json``
@@ -147,11 +147,11 @@ def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Eve
 class OnlineUpdater:
     """Prequential updates of one loaded run (see the module docstring)."""
 
-    def __init__(self, pred: Predictor, state: ckpt.Checkpoint, payload: Dict, config: UpdateConfig,
+    def __init__(self, pred: Predictor, saved: ckpt.Checkpoint, payload: Dict, config: UpdateConfig,
                  forward=None):
         self.pred, self.config, self.payload = pred, config, payload
         self.model = pred.stateful
-        self.run_config = dict(state.config)
+        self.run_config = dict(saved.config)
         self.rng = np.random.default_rng(config.seed)
         self.increments = 0
         lr = config.lr if config.lr is not None else LR_SCALE * float(self.run_config.get("lr", 1e-4))
@@ -159,7 +159,7 @@ class OnlineUpdater:
         if config.train:
             self.optimizer = make_optimizer(self.model.net, lr, self.run_config.get("static_lr"))
             try:
-                self.optimizer.load_state_dict(state.optimizer)
+                self.optimizer.load_state_dict(saved.optimizer)
             except (ValueError, KeyError, RuntimeError):
                 pass  # a run whose optimiser does not match (e.g. another static table): fresh moments
             _grow_optimizer_state(self.optimizer)
@@ -389,19 +389,19 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     from ..._util import check_output_dir
 
     check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
-    state, payload = open_checkpoint(run)
+    saved, payload = open_checkpoint(run)
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
     events = new_events(data, metrics, reader, config.progress)
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
-    pred = predictor_from(state, payload, "end", config.device, run)
-    updater = OnlineUpdater(pred, state, payload, config)
+    pred = predictor_from(saved, payload, "end", config.device, run)
+    updater = OnlineUpdater(pred, saved, payload, config)
     entry = updater.run(events)
-    return write_updated(run, out, metrics, events, entry, updater, state, payload, overwrite)
+    return write_updated(run, out, metrics, events, entry, updater, saved, payload, overwrite)
 
 
 def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Dict, updater: OnlineUpdater,
-                  state: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
+                  saved: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
     """Write the updated run to ``out`` (atomically): ``checkpoint.pt`` from ``updater``, the
     run's ``metrics.json`` with ``entry`` added to its ``updates``, and ``updates.png``."""
     from ..run.checkpoint import RUN_MARKERS
@@ -415,7 +415,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
     data_info["num_nodes"] = len(updater.pred.index)
     new_metrics = {**metrics, "data": data_info, "updates": history, "updated_from": str(run)}
     with atomic_dir(out, overwrite=overwrite, markers=RUN_MARKERS, kind="run folder") as tmp:
-        _save(tmp, updater, state, payload)
+        _save(tmp, updater, saved, payload)
         (tmp / "metrics.json").write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
         plot_updates(new_metrics, tmp / UPDATES_PLOT)
         for name in ("config.toml", "curves.png"):
@@ -424,7 +424,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
     return new_metrics
 
 
-def _save(folder: Path, updater: OnlineUpdater, state: ckpt.Checkpoint, payload: Dict) -> None:
+def _save(folder: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
     """``checkpoint.pt`` of the updated run: weights and node state now, the optimiser, and the
     predictor payload (with the negative pool and the replay reservoir)."""
     pred, model = updater.pred, updater.model
@@ -432,8 +432,8 @@ def _save(folder: Path, updater: OnlineUpdater, state: ckpt.Checkpoint, payload:
     new_payload["negative_pool"] = updater.pool.copy()
     new_payload["bipartite"] = updater.bipartite
     new_payload["replay"] = updater.reservoir.state()
-    record = state.record(optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
-                          else state.optimizer, rng=[ckpt.rng_state()], num_nodes=model.num_nodes)
+    record = saved.record(optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
+                          else saved.optimizer, rng=[ckpt.rng_state()], num_nodes=model.num_nodes)
     ckpt.write_checkpoint(folder / ckpt.BEST, "best", record, model=model, predictor=new_payload)
 
 

@@ -25,7 +25,7 @@ def _continued(run, events, device: str, progress: Optional[bool], reader: Optio
     if events is None:
         return pred, 0
     new = read_events(events, sort=False, progress=progress, **(reader or {}))
-    pred.update(new, progress=progress)
+    pred.advance(new, progress=progress)
     return pred, len(new)
 
 

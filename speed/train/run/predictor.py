@@ -13,7 +13,7 @@ events, embedded, scored -- it also carries what the model alone does not
 * the same state at the start of the test period, so the test period can be scored again
   exactly as the run's evaluation scored it (``load_run(run, at="test")``).
 
-Causality is the same as in training: :meth:`Predictor.update` takes events in the run's
+Causality is the same as in training: :meth:`Predictor.advance` takes events in the run's
 batch size (events of one batch do not see each other) and refuses any event older than
 the memory's last update; :meth:`Predictor.embed` and :meth:`Predictor.score` refuse times
 before it, because the memory already holds later events.
@@ -22,6 +22,7 @@ before it, because the memory already holds later events.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -73,7 +74,7 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
 def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
     """The payload of a predictor as it is now (after updates), for a new ``checkpoint.pt``."""
     ef = pred.state.edge_feature_table()
-    features = None if ef is None or pred.model.msg_dim == 0 else np.asarray(ef)
+    features = None if ef is None or pred.net.msg_dim == 0 else np.asarray(ef)
     is_src = (pred.index.sides == "src") if pred.index.per_side else None
     return _payload(pred.stateful, pred.index.ids, features, pred.t_last, pred.next_eid, pred.batch_size, test_start,
                     is_src=is_src)
@@ -121,7 +122,7 @@ class Predictor:
     model : TemporalGNN
         The weights, in eval mode.
     state : NodeStates
-        The node state; it moves on with :meth:`update`.
+        The node state; it moves on with :meth:`advance`.
     t_last : float
         Time of the latest event in the memory: updates, embeddings and scores must not be
         earlier.
@@ -140,9 +141,17 @@ class Predictor:
         self.run = run
 
     @property
-    def model(self) -> TemporalGNN:
+    def net(self) -> TemporalGNN:
         """The weights (in eval mode)."""
         return self._model.net
+
+    @property
+    def model(self) -> TemporalGNN:
+        """The weights: deprecated name of :attr:`net` ("model" is the weights and their node
+        state together elsewhere, :attr:`stateful`)."""
+        warnings.warn("Predictor.model is deprecated: use Predictor.net (the weights)", DeprecationWarning,
+                      stacklevel=2)
+        return self.net
 
     @property
     def state(self) -> NodeStates:
@@ -344,8 +353,9 @@ class Predictor:
         return cat(pos) if pos else np.empty(0, dtype=np.float32), cat(neg), cat(cand)
 
     @torch.no_grad()
-    def update(self, events, progress: Optional[bool] = None) -> "Predictor":
-        """Continue the memory with new events, in the run's batch size.
+    def advance(self, events, progress: Optional[bool] = None) -> "Predictor":
+        """Continue the memory with new events, in the run's batch size; the weights stay as they
+        are (``speed update`` also trains them: :func:`speed.update`).
 
         Parameters
         ----------
@@ -356,6 +366,12 @@ class Predictor:
             Runs with edge features need ``msg`` (float, shape (n, msg_dim)).
         """
         return self._take(events, progress)
+
+    def update(self, events, progress: Optional[bool] = None) -> "Predictor":
+        """Deprecated name of :meth:`advance` (``update`` is ``speed update``, which trains)."""
+        warnings.warn("Predictor.update is deprecated: use Predictor.advance (memory only; speed.update trains)",
+                      DeprecationWarning, stacklevel=2)
+        return self.advance(events, progress)
 
     def admit(self, events) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Check new events and give them node rows and event ids: the first half of taking
@@ -481,8 +497,8 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
     """
     if at not in AT:
         raise InputError(f"at must be one of {', '.join(AT)}, got {at!r}")
-    state, payload = open_checkpoint(run)
-    return predictor_from(state, payload, at, device, Path(run))
+    saved, payload = open_checkpoint(run)
+    return predictor_from(saved, payload, at, device, Path(run))
 
 
 def open_checkpoint(run):
@@ -496,15 +512,15 @@ def open_checkpoint(run):
         if model is not None and model.startswith("edgebank"):
             raise InputError(f"{model} is a baseline with no trained model to load", run)
         raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
-    state = ckpt.load_checkpoint(path)
-    payload = state.extra.get("predictor") if isinstance(state.extra, dict) else None
+    saved = ckpt.load_checkpoint(path)
+    payload = saved.extra.get("predictor") if isinstance(saved.extra, dict) else None
     if not payload or payload.get("format") != PAYLOAD_FORMAT:
         raise InputError("this checkpoint has no predictor state (written by an older version of speed); "
                          "train the run again to use it", path)
-    return state, payload
+    return saved, payload
 
 
-def predictor_from(state, payload: Dict, at: str = "end", device: str = "cpu", run: Optional[Path] = None
+def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", run: Optional[Path] = None
                    ) -> Predictor:
     """A :class:`Predictor` from an opened checkpoint (:func:`open_checkpoint`)."""
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
@@ -514,7 +530,7 @@ def predictor_from(state, payload: Dict, at: str = "end", device: str = "cpu", r
     tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
     path = None if run is None else run / ckpt.BEST
     model = build_model(**payload["spec"])
-    model.load_state_dict(state.model)
+    model.load_state_dict(saved.model)
     model.state.set_edge_features(payload["edge_features"])
     if at == "end":
         model.state.load_structures(payload["end"])
@@ -526,7 +542,7 @@ def predictor_from(state, payload: Dict, at: str = "end", device: str = "cpu", r
         t_last = payload["test_start"]["t"]
     model = model.to(torch.device(device))
     index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"], sides=payload.get("is_src"))
-    return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], state.config, run)
+    return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], saved.config, run)
 
 
 def _run_model(run: Path) -> Optional[str]:

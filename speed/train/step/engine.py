@@ -120,8 +120,8 @@ class EarlyStopping:
         self.best_epoch: Optional[int] = None
         self.waited = 0
 
-    def update(self, epoch: int, score: float) -> bool:
-        """Record an epoch's score; True if it is the best so far."""
+    def offer(self, epoch: int, score: float) -> bool:
+        """Offer an epoch's validation score; True if it is the best so far."""
         if score > self.best_score:
             self.best_score, self.best_epoch, self.waited = score, epoch, 0
             return True
