@@ -349,3 +349,21 @@ def test_jodie_logs_append_users_and_items_on_their_own_sides(tmp_path, capsys):
     assert np.array_equal(sh.node_ids[ev.src], users) and np.array_equal(sh.node_ids[ev.dst], items)
     assert not set(ev.src.tolist()) & set(ev.dst.tolist())
     assert sh.num_nodes == np.unique(users).size + np.unique(items).size
+
+
+def test_in_memory_and_out_of_core_appends_check_columns_alike(tmp_path, capsys):
+    """One rule for the new events' columns: the same refusal, in memory and out of core."""
+    rng = np.random.default_rng(2)
+    src, dst, t = random_stream(rng, 40, 300)
+    head = "user_id,item_id,timestamp,state_label,comma_separated_list_of_features"
+    lines = [head] + [f"{a},{b},{c},0,0.5" for a, b, c in zip(src, dst, t)]
+    (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")
+    assert main(["partition", str(tmp_path / "a.csv"), "-o", str(tmp_path / "s"), "--parts", "2", "--no-progress"]) == 0
+    assert Shards(tmp_path / "s").msg_dim == 1
+    more = tmp_path / "b.csv"
+    more.write_text(f"{head}\n1,2,{int(t[-1]) + 1},0\n2,3,{int(t[-1]) + 2},0\n")
+    said = []
+    for extra in ([], ["--max-memory", "1G"]):
+        assert main(["partition", str(more), "-o", str(tmp_path / "s"), "--append", "--no-progress", *extra]) == 2
+        said.append(capsys.readouterr().err.strip())
+    assert said[0] == said[1] and "the shards store 1 edge features per event and these events have none" in said[0]

@@ -81,11 +81,12 @@ def find_cycle(graph):
     return None
 
 
-def layer_of(mod):
-    for k, prefixes in enumerate(LAYERS):
+def layer_of(mod, layers=None, what="a layer: add it to LAYERS"):
+    """The position of ``mod`` in ``layers`` (lowest first; default :data:`LAYERS`)."""
+    for k, prefixes in enumerate(LAYERS if layers is None else layers):
         if any(mod == p or mod.startswith(p + ".") for p in prefixes):
             return k
-    raise AssertionError(f"{mod} belongs to no layer: add it to LAYERS")
+    raise AssertionError(f"{mod} belongs to no {what}")
 
 
 def test_no_import_circle():
@@ -114,10 +115,7 @@ TRAIN_ROOMS = [
 
 
 def room_of(mod):
-    for k, prefixes in enumerate(TRAIN_ROOMS):
-        if any(mod == p or mod.startswith(p + ".") for p in prefixes):
-            return k
-    raise AssertionError(f"{mod} is in no room of speed.train: add it to TRAIN_ROOMS")
+    return layer_of(mod, TRAIN_ROOMS, "a room of speed.train: add it to TRAIN_ROOMS")
 
 
 def test_training_rooms_point_downward():

@@ -214,35 +214,47 @@ def check_times(events: Events, t_last: float) -> None:
     if old.size:
         order = events.meta.input_order
         k = int(old[np.argmin(order[old])]) if order is not None else int(old[0])  # first in the file
-        raise InputError(f"time {full_time(t[k], events.meta.get('time_text'))} is earlier than the shards' last "
+        raise InputError(f"time {full_time(t[k], events.meta.time_text)} is earlier than the shards' last "
                          f"event ({full_time(t_last)}): only later events can be appended (equal times are "
                          f"allowed)", events.meta.source, event_line(events, k))
+
+
+def check_columns(shards: Shards, has_label: bool, msg_dim: int, where) -> None:
+    """The new events' columns against what the shards store: one rule for the append in
+    memory and out of core (a label where the shards keep one, as many edge features)."""
+    base = shards.segments[0].arrays
+    if "label" in base and not has_label:
+        raise InputError("the shards store a label per event and these events have none", where)
+    if "msg" in base and msg_dim != shards.msg_dim:
+        raise InputError(f"the shards store {shards.msg_dim} edge features per event and these events have "
+                         f"{msg_dim or 'none'}", where)
+    if "msg" not in base and msg_dim:
+        raise InputError(f"these events have {msg_dim} edge features and the shards store none", where)
+
+
+def check_whole_times(shards: Shards, t: np.ndarray, where, line_of=None) -> None:
+    """Shards that store whole times take whole times only (``line_of(k)``: the file line of
+    event ``k``, when known)."""
+    if shards.segments[0].arrays["t"].dtype.kind in "iu" and np.asarray(t).dtype.kind == "f":
+        frac = np.flatnonzero(t != np.round(t))
+        if frac.size:
+            k = int(frac[0])
+            raise InputError(f"time {t[k]!r} is not a whole number, and the shards store whole times", where,
+                             None if line_of is None else line_of(k))
 
 
 def stored_columns(shards: Shards, events: Events) -> Dict[str, np.ndarray]:
     """The new events' ``t``, ``label`` and ``msg`` in the shards' stored dtypes and shapes."""
     base = shards.segments[0].arrays
     where = events.meta.source
-    t_dtype = base["t"].dtype
-    t = events.t
-    if t_dtype.kind in "iu" and np.asarray(t).dtype.kind == "f":
-        if not np.all(t == np.round(t)):
-            k = int(np.flatnonzero(t != np.round(t))[0])
-            raise InputError(f"time {t[k]!r} is not a whole number, and the shards store whole times", where)
-    out = {"t": np.asarray(t).astype(t_dtype, copy=False)}
+    check_columns(shards, events.label is not None, events.msg_dim, where)
+    check_whole_times(shards, events.t, where)
+    out = {"t": np.asarray(events.t).astype(base["t"].dtype, copy=False)}
     if "label" in base:
-        if events.label is None:
-            raise InputError("the shards store a label per event and these events have none", where)
         out["label"] = np.asarray(events.label).astype(base["label"].dtype, copy=False)
     if "msg" in base:
-        d = shards.msg_dim
-        if events.msg_dim != d:
-            raise InputError(f"the shards store {d} edge features per event and these events have {events.msg_dim}",
-                             where)
         out["msg"] = np.asarray(events.msg).astype(base["msg"].dtype, copy=False).reshape(
             (len(events),) + base["msg"].shape[1:])
-    elif events.msg_dim:
-        raise InputError(f"these events have {events.msg_dim} edge features and the shards store none", where)
     return out
 
 

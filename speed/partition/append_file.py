@@ -17,7 +17,8 @@ import numpy as np
 
 from .._util import StageTimer, full_time
 from ..errors import InputError
-from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, commit, continue_stream,
+from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, check_columns,
+                     check_whole_times, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
 from .saved_stream import SavedStream
@@ -121,25 +122,12 @@ def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] =
             index.rows(np.unique(np.concatenate(new_src)), "src")
             _, num_nodes = index.rows(np.unique(np.concatenate(new_dst)), "dst")
             base = shards.segments[0].arrays
-            names = {}
-            for name in ("label", "msg"):
-                if name in base:
-                    if name not in spill.files:
-                        raise InputError(f"the shards store {'a label' if name == 'label' else 'edge features'} per "
-                                         "event and these events have none", source.path)
-                    names[name] = base[name].dtype
-            if "msg" in spill.files and "msg" in base and spill.files["msg"][2] != tuple(base["msg"].shape[1:]):
-                raise InputError(f"the shards store {shards.msg_dim} edge features per event and these events have "
-                                 f"{spill.files['msg'][2][0]}", source.path)
-            if "msg" in spill.files and "msg" not in base:
-                raise InputError("these events have edge features and the shards store none", source.path)
-            if base["t"].dtype.kind in "iu":
-                tt = spill.memmap("t")
-                frac = np.flatnonzero(tt != np.round(tt))
-                if frac.size:
-                    raise InputError(f"time {tt[frac[0]]!r} is not a whole number, and the shards store whole times",
-                                     source.path, source.line_of(int(frac[0])))
-                del tt
+            msg_dim = int(spill.files["msg"][2][0]) if "msg" in spill.files else 0
+            check_columns(shards, "label" in spill.files, msg_dim, source.path)
+            names = {name: base[name].dtype for name in ("label", "msg") if name in base}
+            tt = spill.memmap("t")
+            check_whole_times(shards, tt, source.path, lambda k: source.line_of(k))
+            del tt
         saved.is_src = None if saved.is_src is None else (index.sides == "src")
         row_bytes = sum(np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s in spill.files.values())
         chunk = chunk_events(budget, num_nodes, row_bytes)
