@@ -43,7 +43,7 @@ def main(argv=None) -> dict:
     import torch
 
     import speed
-    from speed.train import checkpoint as ckpt
+    from speed.train.run import checkpoint as ckpt
     from speed.train.eval.metrics import link_metrics
     from speed.train.eval.evaluator import stream_scores
     from speed.train.step.loader import EventStream

@@ -56,11 +56,17 @@ def worker(a) -> dict:
     torch.set_num_threads(a.threads)
     import speed
     from speed.train import TrainConfig, Trainer
-    from speed.train import models, modules
+    try:  # this layout: the training package in rooms
+        from speed.train.model import modules, network as models
+        from speed.train.step import loader
+    except ImportError:  # earlier versions
+        from speed.train import models, modules
+        loader = None
 
     clock = {"active": None, "stages": {}}
-    if hasattr(models, "StatefulModel"):  # this version: plans on the host, memory from keys
-        from speed.train import loader
+    if hasattr(models, "StatefulModel"):  # plans on the host, memory from keys
+        if loader is None:
+            from speed.train import loader
 
         _wrap(loader.PlanLoader, "_make", "planning and sampling", clock)
         _wrap(models.TemporalGNN, "key_states", "memory update", clock)

@@ -123,7 +123,7 @@ def test_checkpoint_arrays_are_written_as_tensors(tmp_path):
     made a run's peak at the end.  They load back as the same arrays; other values as they were."""
     import zipfile
 
-    from speed.train import checkpoint as ckpt
+    from speed.train.run import checkpoint as ckpt
 
     big = np.arange(2_000_000, dtype=np.int64)
     state = {"sampler": {"nbr": big, "t": big.astype(np.float64)[::2], "names": np.array(["a", "bc"])},
