@@ -55,6 +55,7 @@ __all__ = [
     "Trainer",
     "build_model",
     "chronological_split",
+    "convert_run",
     "from_dgl",
     "from_pyg",
     "generate_events",
@@ -77,7 +78,8 @@ __all__ = [
 
 # Training needs torch and scikit-learn, which take seconds to import; `speed partition` and
 # code that only partitions should not pay for them, so these names load on first use.
-_LAZY = ("MODELS", "Predictor", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "load_run", "update")
+_LAZY = ("MODELS", "Predictor", "TemporalGNN", "TrainConfig", "Trainer", "build_model", "convert_run", "load_run",
+         "update")
 
 
 def __getattr__(name):

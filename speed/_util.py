@@ -153,7 +153,7 @@ def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kin
 
     It may when it does not exist or is an empty folder; with ``overwrite``, also when it
     holds one of ``markers`` (a file only ``speed`` writes there: ``manifest.json`` of a
-    shards folder, ``metrics.json`` or ``last.pt`` of a run).  ``--overwrite`` therefore
+    shards folder, ``metrics.json`` or ``last.json`` of a run).  ``--overwrite`` therefore
     replaces what ``speed`` wrote and never a folder of the user's.
 
     Parameters

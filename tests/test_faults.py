@@ -98,7 +98,7 @@ def test_resume_without_a_checkpoint_fails_before_any_rank_starts(shards, tmp_pa
     (tmp_path / "run").mkdir()
     r = _cli(["train", shards, "--nproc", "2", "--resume", "--out", tmp_path / "run"])
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == f"speed train: error: {tmp_path / 'run' / 'last.pt'}: no checkpoint here to resume from"
+    assert r.stderr.strip() == f"speed train: error: {tmp_path / 'run' / 'last.json'}: no checkpoint here to resume from"
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +212,7 @@ while True:
 def test_kill_9_during_a_checkpoint_write_keeps_the_previous_one(tmp_path):
     from speed.train.run.checkpoint import load_checkpoint
 
-    path = tmp_path / "last.pt"
+    path = tmp_path / "last.json"
     rng = random.Random(3)
     for _ in range(2):
         proc = subprocess.Popen([sys.executable, "-c", _CHECKPOINT_WRITER, str(path)], stdout=subprocess.PIPE,

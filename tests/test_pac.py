@@ -165,7 +165,7 @@ def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp
             assert r["memory_bytes"] < m["memory_bytes_unpartitioned"]
         assert sorted(sum((r["parts"] for r in e["ranks"]), [])) == [0, 1, 2, 3]
     assert {"ap", "auc"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
-    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "curves.png").exists()
+    assert (tmp_path / "best.json").exists() and (tmp_path / "curves.png").exists()
 
 
 def test_uneven_parts_run_equal_steps(tmp_path):
@@ -330,7 +330,7 @@ def test_local_validation_keeps_the_test_exact(shards4, tmp_path):
     approx = local["epochs"][0]["val"]
     assert approx["scope"] == "local" and local["val_local"] == approx
     assert 0 < approx["transductive"]["count"] <= full["val"]["transductive"]["count"]
-    assert (tmp_path / "local" / "checkpoint.pt").exists()
+    assert (tmp_path / "local" / "best.json").exists()
 
 
 def test_the_pipeline_waits_for_in_epoch_syncs_and_pass_ends(tmp_path):

@@ -11,6 +11,7 @@ import speed
 from speed.cli import main
 from speed.train.eval.metrics import link_metrics
 from speed.data.node_index import NodeIndex
+from speed.train.run.checkpoint import load_checkpoint
 
 TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
             num_threads=1, epochs=1, seed=0)
@@ -164,7 +165,7 @@ def test_jodie_format_run_keeps_users_and_items_apart(tmp_path):
 def test_load_run_errors(tmp_path, run):
     with pytest.raises(speed.InputError, match="no such run directory"):
         speed.load_run(tmp_path / "nothing")
-    with pytest.raises(speed.InputError, match="no checkpoint.pt here"):
+    with pytest.raises(speed.InputError, match="no best.json here"):
         speed.load_run(tmp_path)
     with pytest.raises(speed.InputError, match="at must be one of"):
         speed.load_run(run[0], at="middle")
@@ -213,7 +214,7 @@ def test_cli_refusals_name_the_line_and_write_nothing(run, tmp_path, capsys):
     assert main(["embed", str(path), "-o", str(out), "--at", str(t0 - 1)]) == 2
     assert "--at" in capsys.readouterr().err
     assert main(["embed", str(tmp_path), "-o", str(out)]) == 2
-    assert "no checkpoint.pt here" in capsys.readouterr().err
+    assert "no best.json here" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.csv", "oldsorted.csv", "pairs.csv"]
 
 
@@ -223,11 +224,11 @@ def test_checkpoint_config_is_the_runs_and_an_older_payload_is_refused(run, tmp_
     pred = speed.load_run(path)
     assert pred.config == metrics["config"] and pred.net.name == metrics["model"]
     # a checkpoint whose predictor payload has another format is refused with one line, not misread
-    state = torch.load(path / "checkpoint.pt", weights_only=False)
-    state["extra"]["predictor"]["format"] -= 1
+    saved = load_checkpoint(path / "best.json")
+    saved.extra["predictor"]["format"] -= 1
     old = tmp_path / "old"
     old.mkdir()
-    torch.save(state, old / "checkpoint.pt")
+    saved.save(old / "best.json")
     with pytest.raises(speed.InputError, match="written by an older version of speed"):
         speed.load_run(old)
 

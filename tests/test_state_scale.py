@@ -117,11 +117,12 @@ def test_state_placement():
                     progress=False)
 
 
-def test_checkpoint_arrays_are_written_as_tensors(tmp_path):
-    """A checkpoint's numpy arrays (neighbour rings, pending events) go into the archive as
-    tensor records, not pickled: pickling copies an array whole in memory (twice) first, which
-    made a run's peak at the end.  They load back as the same arrays; other values as they were."""
-    import zipfile
+def test_checkpoint_arrays_are_written_as_tensors_and_mapped_back(tmp_path):
+    """A checkpoint's arrays (neighbour rings, pending events) go into its safetensors file and
+    the JSON beside it stays small; reading maps them (no copy made until written to), and they
+    come back as the same arrays, other values as they were.  The tensor file is an ordinary
+    safetensors file."""
+    from safetensors.numpy import load_file
 
     from speed.train.run import checkpoint as ckpt
 
@@ -130,12 +131,14 @@ def test_checkpoint_arrays_are_written_as_tensors(tmp_path):
              "rng": (np.uint32(5), np.arange(3, dtype=np.uint32)), "w": torch.ones(3)}
     c = ckpt.Checkpoint(kind="best", epoch=1, model_name="tgn", config={}, model=state, optimizer={}, rng=[],
                         history=[], stopping={}, best={}, num_nodes=1)
-    path = c.save(tmp_path / "c.pt")
-    with zipfile.ZipFile(path) as z:
-        pickled = max(i.file_size for i in z.infolist() if i.filename.endswith("data.pkl"))
-    assert pickled < 10_000  # the 24 MB of arrays are tensor records beside the pickle
+    path = c.save(tmp_path / "c.json")
+    assert path.stat().st_size < 10_000  # the 24 MB of arrays are in the tensor file
+    (tensors,) = tmp_path.glob("c.*.safetensors")
+    assert np.array_equal(load_file(tensors)["/model/sampler/nbr"], big)
     back = ckpt.load_checkpoint(path).model
-    assert isinstance(back["sampler"]["nbr"], np.ndarray) and np.array_equal(back["sampler"]["nbr"], big)
+    assert isinstance(back["sampler"]["nbr"], np.memmap) and np.array_equal(back["sampler"]["nbr"], big)
     assert np.array_equal(back["sampler"]["t"], big.astype(np.float64)[::2])
     assert back["sampler"]["names"].tolist() == ["a", "bc"] and back["rng"][1].dtype == np.uint32
     assert torch.equal(back["w"], torch.ones(3))
+    back["sampler"]["nbr"][0] = -1  # copy-on-write: the file is not changed
+    assert ckpt.load_checkpoint(path).model["sampler"]["nbr"][0] == 0

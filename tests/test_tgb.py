@@ -59,7 +59,7 @@ def test_read_tgb_keeps_ids_split_and_stored_negatives(tmp_path):
 
 def test_training_ranks_test_events_against_the_stored_negatives(tmp_path):
     folder, (u, i, ts, _, test_time) = make_tgb(tmp_path)
-    m = speed.train(folder, model="tgn", out=tmp_path / "run", **TINY)
+    m = speed.train(speed.read_tgb(folder), model="tgn", out=tmp_path / "run", **TINY)
     assert m["data"]["num_test_events"] == int((ts > test_time).sum())
     assert m["protocol"] == "tgb" and "inductive" not in m["test"]  # TGB's protocol is transductive
     ev = speed.read_tgb(folder)
@@ -73,7 +73,8 @@ def test_training_ranks_test_events_against_the_stored_negatives(tmp_path):
     ranks = ranking_metrics(pos, neg, valid)
     assert ranks["mrr"] == pytest.approx(m["test"]["transductive"]["mrr"], abs=1e-9)
     # and from the command line
-    assert main(["train", str(folder), "--out", str(tmp_path / "cli"), "--epochs", "1", "--memory-dim", "8",
+    assert main(["train", str(folder), "--format", "tgb", "--out", str(tmp_path / "cli"), "--epochs", "1",
+                 "--memory-dim", "8",
                  "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
 
 

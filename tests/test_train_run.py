@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import speed
 from speed.cli import main
 from speed.train import TrainConfig, Trainer
 from speed.train.recipes import MODELS
+from speed.train.run.checkpoint import load_checkpoint
 
 
 def periodic_log(num_users=12, num_items=6, rounds=60, seed=0):
@@ -75,9 +75,9 @@ def test_cli_train_writes_metrics_curves_and_checkpoint(tmp_path, capsys):
     assert {"ap", "auc", "mrr"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
     assert "negatives_true_edges" in m
     assert (run / "curves.png").stat().st_size > 1000
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
-    assert {"model", "optimizer", "epoch", "rng", "config"} <= set(ckpt)
-    assert "memory.memory" in ckpt["model"]
+    ckpt = load_checkpoint(run / "best.json")
+    assert ckpt.epoch >= 1 and ckpt.optimizer and ckpt.rng and ckpt.config
+    assert "memory.memory" in ckpt.model
 
 
 def test_node_classification_when_labels_exist():
@@ -153,7 +153,7 @@ def test_best_and_last_share_one_checkpoint_schema(tmp_path):
 
     ev = periodic_log()
     speed.train(ev, model="tige", epochs=2, lr=1e-3, seed=0, out=tmp_path, **SMALL)
-    best, last = load_checkpoint(tmp_path / "checkpoint.pt"), load_checkpoint(tmp_path / "last.pt")
+    best, last = load_checkpoint(tmp_path / "best.json"), load_checkpoint(tmp_path / "last.json")
     assert (best.kind, last.kind) == ("best", "last") and last.epoch == 2
     # best: weights and the whole node state of both TIGE memories, with the values the pending
     # events' messages carry; last: weights only
@@ -166,9 +166,9 @@ def test_best_and_last_share_one_checkpoint_schema(tmp_path):
     assert kept["values"].shape == (kept["eid"].numel(), 2, 16)
     model = speed.build_model("tige", ev.num_nodes, memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5)
     model.load_state_dict(best.model)  # a full-graph model loads the best checkpoint as it is
-    (tmp_path / "broken.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(speed.InputError, match="broken.pt: not a readable checkpoint"):
-        load_checkpoint(tmp_path / "broken.pt")
+    (tmp_path / "broken.json").write_bytes(b"not a checkpoint")
+    with pytest.raises(speed.InputError, match="broken.json: not a readable JSON file"):
+        load_checkpoint(tmp_path / "broken.json")
 
 
 def test_cli_defaults_come_from_the_config():
@@ -227,7 +227,7 @@ def test_max_steps_cuts_each_epoch_and_never_makes_it_the_best(tmp_path, capsys)
     m = speed.train(ev, epochs=2, seed=0, max_steps=3, out=tmp_path, **SMALL)
     assert all(e["cut"] and e["train_events"] == 3 * SMALL["batch_size"] and not e["val"] for e in m["epochs"])
     assert m["best_epoch"] is None and "test" not in m
-    assert (tmp_path / "last.pt").exists() and not (tmp_path / "checkpoint.pt").exists()
+    assert (tmp_path / "last.json").exists() and not (tmp_path / "best.json").exists()
     from speed.cli.summaries import format_train_summary
 
     text = format_train_summary(m, tmp_path)

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import InputError
+from ..data.tgb import TGB_HINT
 from .summaries import format_plan, format_summary, format_train_summary
 
 
@@ -17,8 +18,11 @@ def _read(args):
     from ..data.readers import read_events
     from ..data.tgb import read_tgb, tgb_name
 
-    if Path(args.input).is_dir() and tgb_name(args.input) is not None:  # a TGB dataset folder
+    if args.format == "tgb":  # a TGB dataset folder: its tables are pickles, read only when asked
         return read_tgb(args.input)
+    folder = Path(args.input)
+    if folder.is_dir() and not (folder / "manifest.json").exists() and tgb_name(folder) is not None:
+        raise InputError(TGB_HINT, args.input)
 
     return read_events(args.input, sort=not args.no_sort, progress=None if not args.no_progress else False,
                        **_reader_kwargs(args))
@@ -26,7 +30,8 @@ def _read(args):
 
 def _reader_kwargs(args) -> dict:
     sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
-    kw = dict(fmt=args.format, src_col=args.src_col, dst_col=args.dst_col, time_col=args.time_col,
+    kw = dict(fmt=None if args.format == "tgb" else args.format, src_col=args.src_col, dst_col=args.dst_col,
+              time_col=args.time_col,
               label_col=args.label_col, sep=sep, time_format=args.time_format)
     if hasattr(args, "split_col"):
         kw["split_col"] = args.split_col
@@ -154,7 +159,7 @@ def train_command(args) -> int:
     config["progress"] = False if args.no_progress else None
     parallel = args.nproc is not None or under_torchrun()
     # an event log is read here, with the reader options; shards (and parallel runs) by path
-    data = inp if (inp.is_dir() or parallel) else _read(args)
+    data = inp if ((inp.is_dir() and args.format != "tgb") or parallel) else _read(args)
     try:
         with warnings.catch_warnings():  # the summary prints a run's warnings, once, in its own words
             warnings.simplefilter("ignore", TransferWarning)
@@ -231,6 +236,15 @@ def plan_command(args) -> int:
     return 0
 
 
+def convert_run_command(args) -> int:
+    from ..train.run.checkpoint import convert_run
+
+    out = convert_run(args.old, args.new, trust_pickle=args.trust_pickle)
+    print(f"converted {args.old} -> {out} (best.json, last.json and their safetensors files; no pickle)")
+    return 0
+
+
 # the subcommand -> its function (``speed.cli.main`` dispatches on the parsed command name)
 COMMANDS = {"partition": partition_command, "train": train_command, "plan": plan_command,
-            "embed": embed_command, "score": score_command, "generate": generate_command, "update": update_command}
+            "embed": embed_command, "score": score_command, "generate": generate_command, "update": update_command,
+            "convert-run": convert_run_command}

@@ -68,7 +68,9 @@ def _add_reader_options(p: argparse.ArgumentParser, log_only: bool = True) -> No
     from ..data.readers import FORMATS
 
     g = p.add_argument_group("input")
-    g.add_argument("--format", choices=FORMATS, default=None, help="input format (default: detected)")
+    g.add_argument("--format", choices=FORMATS + ("tgb",), default=None,
+                   help="input format (default: detected); tgb: a processed TGB dataset folder, whose tables are "
+                        "pickles (reading them can run code: only folders you trust)")
     g.add_argument("--src-col", type=_column, default=None, metavar="C", help="source column: name or 0-based index")
     g.add_argument("--dst-col", type=_column, default=None, metavar="C", help="destination column")
     g.add_argument("--time-col", type=_column, default=None, metavar="C", help="time column")
@@ -169,9 +171,9 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a temporal GNN on an event log or a shards directory")
     t.add_argument("input", help="event log (same formats as partition) or a shards directory")
-    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, checkpoint.pt, last.pt")
+    t.add_argument("--out", required=True, help="run directory for metrics.json, curves.png, best.json, last.json")
     t.add_argument("--overwrite", action="store_true",
-                   help="reuse an existing run folder (one with metrics.json or last.pt; never another folder)")
+                   help="reuse an existing run folder (one with metrics.json or last.json; never another folder)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_split_times(t)
     t.add_argument("--config", default=None, metavar="FILE",
@@ -242,6 +244,14 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     u.add_argument("--json", action="store_true", help="print this increment's scores as JSON")
     u.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_reader_options(u, log_only=False)
+
+    c = sub.add_parser("convert-run", help="convert a run folder of an earlier version (pickled best.json, "
+                                           "last.json) to today's format (safetensors and JSON)")
+    c.add_argument("old", help="the run folder of an earlier version (left as it is)")
+    c.add_argument("new", help="the converted run folder to write (must not exist)")
+    c.add_argument("--trust-pickle", action="store_true",
+                   help="unpickle the old checkpoints, which can run any code they name: only for folders you made "
+                        "or trust (required)")
 
     g = sub.add_parser("generate", help="write a synthetic power-law event log (CSV, .gz to compress)")
     g.add_argument("output", help="CSV file to write")

@@ -116,7 +116,7 @@ def format_train_summary(m: dict, out: Path) -> str:
                          + (f"  cut after {e['train_events']:,} events (--max-steps)" if e.get("cut") else ""))
         lines.append("")
         head = f"best epoch {m['best_epoch']} ({m['model']})"
-        files = "metrics.json, curves.png, checkpoint.pt, last.pt, negatives.npz, config.toml"
+        files = "metrics.json, curves.png, best.json, last.json, negatives.npz, config.toml"
     d = m.get("data", {})
     if d.get("num_events"):
         cols = f" ({', '.join(f'{k} {v}' for k, v in d['columns'].items())})" if d.get("columns") else ""
@@ -130,8 +130,8 @@ def format_train_summary(m: dict, out: Path) -> str:
                          "keeps them)")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
-                     "validated or tested, and no checkpoint.pt was written")
-        lines.append(f"wrote {out}/metrics.json, curves.png, last.pt")
+                     "validated or tested, and no best.json was written")
+        lines.append(f"wrote {out}/metrics.json, curves.png, last.json")
         return "\n".join(lines)
     tt, ti = m["test"]["transductive"], m["test"].get("inductive")
     how = {"per_batch": "mean over batches", "pooled": "pooled"}.get(tt.get("aggregate"), "pooled")

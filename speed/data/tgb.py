@@ -36,6 +36,11 @@ VAL_RATIO, TEST_RATIO = 0.15, 0.15
 _SIDE_FILES = ("_edge", "_node", "_nodeid", "_edgetype", "_nodeType")
 
 
+# what a folder that looks like a TGB dataset is told: its tables are read only when asked
+TGB_HINT = ("looks like a TGB dataset folder (ml_NAME.pkl): its tables are pickles, and reading them can run code; "
+            "read it with --format tgb (speed.read_tgb) only if you trust where it came from")
+
+
 def tgb_name(folder) -> Optional[str]:
     """The dataset name of a processed TGB folder (``ml_{name}.pkl`` inside), or None."""
     folder = Path(folder)
@@ -75,6 +80,9 @@ def _load_pickle(path: Path):
 def read_tgb(folder, val_ratio: float = VAL_RATIO, test_ratio: float = TEST_RATIO) -> Events:
     """Read a processed TGB link-prediction folder as :class:`Events` with TGB's split and
     stored negatives (see the module docstring).
+
+    TGB ships its tables as pickles, and unpickling runs whatever code a file names: call this
+    (or ``--format tgb``) only on folders you trust.  Nothing else in ``speed`` opens a pickle.
 
     Parameters
     ----------

@@ -33,7 +33,7 @@ _WHERE = {"train": "api", "TrainConfig": "config", "Batches": "step.engine", "Cy
           "StateRows": "state.nodes", "StatefulModel": "model.network", "TemporalGNN": "model.network",
           "build_model": "model.network", "RecentNeighborSampler": "state.sampler", "Trainer": "loop.trainer",
           "Predictor": "run.predictor", "load_run": "run.predictor", "update": "api", "UpdateConfig": "config",
-          "OnlineUpdater": "online.update"}
+          "OnlineUpdater": "online.update", "convert_run": "run.checkpoint"}
 
 
 def __getattr__(name):
@@ -46,4 +46,5 @@ def __getattr__(name):
 
 __all__ = ["Batches", "CyclingBatches", "EarlyStopping", "Engine", "EpochLog", "Evaluator", "MODELS", "NodeMemory",
            "NodeStates", "Predictor", "RecentNeighborSampler", "StateRows", "StatefulModel", "TemporalGNN",
-           "TrainConfig", "Trainer", "OnlineUpdater", "UpdateConfig", "build_model", "load_run", "train", "update"]
+           "TrainConfig", "Trainer", "OnlineUpdater", "UpdateConfig", "build_model", "convert_run", "load_run", "train",
+           "update"]

@@ -25,7 +25,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         merged graph, with the split stored at partitioning time), or a path to either.
     model : {"jodie", "dyrep", "tgn", "tige"}
     out : path-like, optional
-        Run directory for ``metrics.json``, ``curves.png``, ``checkpoint.pt`` and ``last.pt``.
+        Run directory for ``metrics.json``, ``curves.png``, ``best.json`` and ``last.json``.
     split : Split, optional
         Overrides the chronological split of an event log.
     nproc : int, optional
@@ -93,9 +93,11 @@ def _load(data, split: Optional[Split], config: TrainConfig):
         if not p.exists():
             raise InputError("file not found", p)
         if p.is_dir():
-            from ..data.tgb import read_tgb, tgb_name
+            from ..data.tgb import TGB_HINT, tgb_name
 
-            data = read_tgb(p) if tgb_name(p) is not None else Shards(p)
+            if tgb_name(p) is not None and not (p / "manifest.json").exists():  # never unpickled unasked
+                raise InputError(TGB_HINT, p)
+            data = Shards(p)
         else:
             data = read_events(p, progress=config.progress)
     if isinstance(data, Shards):
@@ -118,8 +120,8 @@ def check_hold_out(config: TrainConfig, stored: float, path) -> None:
                          f"{config.new_node_fraction:g}", path)
     spec = PROTOCOLS.get(config.protocol) if config.protocol is not None else None
     if spec is not None and spec.transductive and stored > 0:
-        raise InputError(f"{spec.title}'s protocol is transductive, but the shards hold out new_node_fraction={stored:g}"
-                         f" of the nodes: re-partition with --new-node-fraction 0", path)
+        raise InputError(f"{spec.title}'s protocol is transductive, but the shards hold out "
+                         f"new_node_fraction={stored:g} of the nodes: re-partition with --new-node-fraction 0", path)
 
 
 def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = False, nproc: Optional[int] = None,

@@ -302,7 +302,8 @@ def _number(x) -> bool:
 
 @dataclass
 class UpdateConfig:
-    """How :func:`speed.train.online.update.update` takes in new events (the one place of these defaults; the CLI reads them).
+    """How :func:`speed.train.online.update.update` takes in new events (the one place of these
+    defaults; the CLI reads them).
 
     Attributes
     ----------

@@ -50,10 +50,13 @@ def edge_features(path: Path, num_events: int) -> Optional[np.ndarray]:
         return None
     import torch
 
-    try:
-        feats = torch.load(pt, map_location="cpu")
-    except Exception as exc:  # truncated, or not a torch file
-        raise InputError(f"unreadable edge features ({type(exc).__name__}: {exc})", pt) from None
+    try:  # tensors only: a file that needs any other object unpickled is refused, never run
+        feats = torch.load(pt, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, not a torch file, or holding more than tensors
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights_only" in str(exc) or "Unsupported" in str(exc) or "global" in str(exc).lower():
+            why = "it holds more than tensors, and speed loads tensors only (weights_only)"
+        raise InputError(f"unreadable edge features ({why})", pt) from None
     if not isinstance(feats, torch.Tensor) or feats.dim() != 2 or feats.shape[0] != num_events:
         shape = tuple(feats.shape) if isinstance(feats, torch.Tensor) else type(feats).__name__
         raise InputError(f"edge features must be a tensor of {num_events} rows (one per edge), got {shape}", pt)

@@ -1,8 +1,8 @@
 """The epoch loop of every run, and the single-process trainer.
 
 :class:`EpochLoop` is the one loop: train an epoch (a hook), validate on the full graph,
-stop early on validation AP, score the test period at each best epoch, write ``last.pt`` and
-``checkpoint.pt`` (:mod:`speed.train.run.checkpoint`), resume, and assemble ``metrics.json``.
+stop early on validation AP, score the test period at each best epoch, write ``last.json`` and
+``best.json`` (:mod:`speed.train.run.checkpoint`), resume, and assemble ``metrics.json``.
 :class:`Trainer` fills its hooks for one process over one stream; a PAC rank
 (:class:`speed.train.pac.rank.PacRank`) fills them for one rank of a parallel run.  Both
 train with the same :class:`~speed.train.step.engine.Engine` and evaluate with the same
@@ -157,7 +157,7 @@ class EpochLoop:
         cfg = self.config
         if cfg.resume:
             self.load_last()
-            self.announce(f"resumed from epoch {self.start_epoch - 1} ({Path(self.out) / 'last.pt'}); "
+            self.announce(f"resumed from epoch {self.start_epoch - 1} ({Path(self.out) / 'last.json'}); "
                           f"training epochs {self.start_epoch} to {cfg.epochs}")
         started = time.perf_counter()
         for epoch in range(self.start_epoch, cfg.epochs + 1):
@@ -233,7 +233,7 @@ class EpochLoop:
                     num_nodes=self.events.num_nodes, val_ap=self.stopping.best_score)
 
     def _save_best(self, epoch: int) -> None:
-        """``checkpoint.pt``: weights and the full-graph node state after the log, at the best epoch."""
+        """``best.json``: weights and the full-graph node state after the log, at the best epoch."""
         model = self.eval_model()
         if self.out is None:
             return
@@ -244,7 +244,7 @@ class EpochLoop:
                               predictor=predictor)
 
     def save_last(self, epoch: int) -> None:
-        """``last.pt``: everything ``resume`` needs (every process's RNG state)."""
+        """``last.json``: everything ``resume`` needs (every process's RNG state)."""
         rngs = self.rng_states()
         if not self.is_main or self.out is None:
             return
@@ -252,14 +252,14 @@ class EpochLoop:
                               params=self.model.params_state_dict(), extra=self._last_extra())
 
     def _last_extra(self) -> Dict:
-        """What else ``last.pt`` must hold to finish the run after a resume."""
+        """What else ``last.json`` must hold to finish the run after a resume."""
         return {"best_params": self.best_params}
 
     def _load_extra(self, extra: Dict) -> None:
         self.best_params = extra.get("best_params")
 
     def load_last(self) -> None:
-        """Continue from ``out/last.pt``: weights, optimiser, RNG, history, early stopping."""
+        """Continue from ``out/last.json``: weights, optimiser, RNG, history, early stopping."""
         if self.out is None:
             raise InputError("resume needs the run directory (out=...)")
         saved = ckpt.load_checkpoint(Path(self.out) / ckpt.LAST)
@@ -293,7 +293,7 @@ class Trainer(EpochLoop):
     model : StatefulModel, optional
         Built from ``config`` when omitted.
     out : path-like, optional
-        Run directory for ``metrics.json``, ``curves.png``, ``checkpoint.pt`` and ``last.pt``.
+        Run directory for ``metrics.json``, ``curves.png``, ``best.json`` and ``last.json``.
     """
 
     def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,

@@ -127,8 +127,12 @@ def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: Updat
         raise InputError("replay is not taken by a parallel update (nproc): update in one process")
     # what a rank would find wrong, said here in one line (a rank's error ends the whole job)
     run = Path(run)
-    if not (run / "checkpoint.pt").exists():
-        raise InputError("no checkpoint.pt here: not a finished `speed train` run", run)
+    from ..run import checkpoint as ckpt
+
+    if not (run / ckpt.BEST).exists():
+        if (run / ckpt.OLD_BEST).exists():
+            raise InputError(ckpt.CONVERT_HINT, run)
+        raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
     done = int(json.loads((run / "metrics.json").read_text()).get("data", {}).get("num_events", 0)) \
         if (run / "metrics.json").exists() else 0
     if sh.num_events <= done:

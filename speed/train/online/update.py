@@ -18,7 +18,7 @@ are scored at the step's time from today's memory and never written to it, so no
 its future), or ``train=False``: memory only, the weights fixed (what
 :meth:`~speed.train.run.predictor.Predictor.advance` does, scored the same way).
 
-The result is a complete run: ``checkpoint.pt`` (weights, node state, optimiser, the predictor
+The result is a complete run: ``best.json`` (weights, node state, optimiser, the predictor
 payload, so :func:`load_run`, ``embed``, ``score`` and a further update work), ``metrics.json``
 (the run's, plus ``updates``: one entry per increment, with the scores of ``windows`` slices of
 it) and ``updates.png`` (the scores over time).
@@ -402,7 +402,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
 
 def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Dict, updater: OnlineUpdater,
                   saved: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
-    """Write the updated run to ``out`` (atomically): ``checkpoint.pt`` from ``updater``, the
+    """Write the updated run to ``out`` (atomically): ``best.json`` from ``updater``, the
     run's ``metrics.json`` with ``entry`` added to its ``updates``, and ``updates.png``."""
     from ..run.checkpoint import RUN_MARKERS
 
@@ -425,7 +425,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
 
 
 def _save(folder: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
-    """``checkpoint.pt`` of the updated run: weights and node state now, the optimiser, and the
+    """``best.json`` of the updated run: weights and node state now, the optimiser, and the
     predictor payload (with the negative pool and the replay reservoir)."""
     pred, model = updater.pred, updater.model
     new_payload = payload_of(pred, test_start=payload.get("test_start"))

@@ -49,7 +49,7 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
 
 # Full-graph states rank 0 holds at once during evaluation, counted: the evaluation model's, the
 # test period's start (kept for the new-node pass and for load_run(at="test")), and while
-# checkpoint.pt is written a copy of the model's state and of its neighbour rings and pending
+# best.json is written a copy of the model's state and of its neighbour rings and pending
 # events (the predictor's end snapshot).  (The evaluation model holds the best epoch's state
 # itself: no back-up of it.)
 EVAL_STATE_COPIES = 4

@@ -152,7 +152,7 @@ class RankEvaluation(EpochLoop):
             return super().final_results()
         model = self.eval_model()
         model.load_params(self.best_params)
-        if self._best_state is not None:  # a resumed run: the best epoch's state came from last.pt
+        if self._best_state is not None:  # a resumed run: the best epoch's state came from last.json
             model.state.restore(self._best_state)
             self._best_state = None
         if self.config.eval == "replay":

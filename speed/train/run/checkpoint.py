@@ -1,18 +1,24 @@
 """One checkpoint schema for every run: best and last, single-process and PAC.
 
-A run directory holds two files of the same schema (:class:`Checkpoint`):
+A run directory holds two checkpoints of the same schema (:class:`Checkpoint`), each a pair of
+files written by :mod:`.serial` -- tensors in ``NAME.safetensors``, everything else in
+``NAME.json`` -- so that opening a run never runs code (no pickle):
 
-* ``checkpoint.pt`` -- the best epoch by validation AP: weights *and* the full-graph node
-  state at the end of that epoch's training (PAC: assembled from the ranks), so a model can
-  be rebuilt and continued from it;
-* ``last.pt`` -- the latest epoch: weights, optimiser, every rank's RNG state, the epoch
-  history and early-stopping state, so ``resume=True`` continues the run exactly.
+* ``best.json`` -- the best epoch by validation AP: weights *and* the full-graph node state
+  after the log, so a model can be rebuilt, used and continued from it;
+* ``last.json`` -- the latest epoch: weights, optimiser, every rank's RNG state (as numbers),
+  the epoch history and early-stopping state, so ``resume=True`` continues the run exactly.
 
-Both are written atomically by one process (rank 0).
+Both are written atomically by one process (rank 0).  Run folders of earlier versions held
+pickles (``checkpoint.pt``, ``last.pt``): they are refused with the command that converts them,
+``speed convert-run OLD NEW --trust-pickle``, which unpickles only when told to
+(:func:`convert_run`).
 """
 
 from __future__ import annotations
 
+import os
+import pickle  # format 1 only: convert_run(trust_pickle=True)
 import random
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,14 +27,20 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from ..._util import atomic_file
 from ...errors import InputError
+from .serial import load_tree, save_tree
 
-FORMAT = 1
-BEST = "checkpoint.pt"
-LAST = "last.pt"
+FORMAT = 2  # 2: safetensors and JSON (1: one torch pickle per checkpoint)
+BEST = "best.json"
+LAST = "last.json"
+# the pickled checkpoints of format 1, read only by convert_run(trust_pickle=True)
+OLD_BEST = "checkpoint.pt"
+OLD_LAST = "last.pt"
 # a folder holding one of these is a run folder: --overwrite may reuse it
-RUN_MARKERS = ("metrics.json", LAST, BEST)
+RUN_MARKERS = ("metrics.json", LAST, BEST, OLD_LAST, OLD_BEST)
+CONVERT_HINT = ("a run folder of an earlier version of speed, whose checkpoints are pickles (opening one can run "
+                "code): convert it with `speed convert-run OLD NEW --trust-pickle`, only if you trust where it came "
+                "from")
 
 
 @dataclass
@@ -82,12 +94,8 @@ class Checkpoint:
         return {**{name: getattr(self, name) for name in RECORD}, **changes}
 
     def save(self, path) -> Path:
-        path = Path(path)
-        # shallow: dataclasses.asdict would deep-copy every array of the node state first
-        state = _nested(_to_stored, {f.name: getattr(self, f.name) for f in fields(self)})
-        with atomic_file(path) as tmp:
-            torch.save(state, tmp)
-        return path
+        """Write the checkpoint as ``path`` (JSON) and its tensors beside it (no pickle)."""
+        return save_tree({f.name: getattr(self, f.name) for f in fields(self)}, path)
 
 
 # what a checkpoint records of its run, beside the model (write_checkpoint's ``record``)
@@ -131,76 +139,30 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
     return Checkpoint(kind=kind, model=state, pending=pending, extra=extra, **record).save(path)
 
 
-# numpy dtypes a torch tensor can hold (torch.from_numpy shares the memory)
-_TENSOR_DTYPES = {np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
-                                        np.float32, np.float64)}
-
-
-class StoredArray:
-    """A numpy array saved as a tensor.  ``torch.save`` writes a tensor's bytes straight into the
-    archive, while a pickled array is first copied whole into memory (twice: the pickle's bytes,
-    then its buffer); the node state's neighbour rings and pending events are arrays, and those
-    copies made a run's peak memory at the end, when the best checkpoint is written."""
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
-
-
-def _to_stored(x):
-    if isinstance(x, np.ndarray) and x.dtype in _TENSOR_DTYPES:
-        return StoredArray(torch.from_numpy(np.ascontiguousarray(x)))
-    return x
-
-
-def _from_stored(x):
-    return x.tensor.numpy() if isinstance(x, StoredArray) else x
-
-
-def _nested(f, x):
-    """``x`` with ``f`` applied to every value inside its dicts, lists and tuples; containers
-    with nothing changed are returned as they are (a state dict keeps its ``_metadata``)."""
-    y = f(x)
-    if y is not x:
-        return y
-    if isinstance(x, dict):
-        items = {k: _nested(f, v) for k, v in x.items()}
-        if all(items[k] is v for k, v in x.items()):
-            return x
-        out = type(x)(items)
-        if hasattr(x, "_metadata"):
-            out._metadata = x._metadata
-        return out
-    if type(x) in (list, tuple):
-        items = [_nested(f, v) for v in x]
-        return x if all(a is b for a, b in zip(items, x)) else type(x)(items)
-    return x
-
-
 def require_resumable(out) -> Path:
-    """``out/last.pt`` exists and is a torch archive: cheap checks a launcher makes before any
-    rank starts, so ``--resume`` on the wrong folder is a one-line error (exit 2), not a
-    failure inside every rank.  The ranks still read it fully (:func:`load_checkpoint`)."""
-    import zipfile
-
+    """``out/last.json`` exists: a cheap check a launcher makes before any rank starts, so
+    ``--resume`` on the wrong folder is a one-line error (exit 2), not a failure inside every
+    rank.  The ranks still read it fully (:func:`load_checkpoint`)."""
     if out is None:
         raise InputError("resume needs the run directory (out=...)")
     path = Path(out) / LAST
     if not path.exists():
+        if (Path(out) / OLD_LAST).exists():
+            raise InputError(CONVERT_HINT, Path(out))
         raise InputError("no checkpoint here to resume from", path)
-    if not zipfile.is_zipfile(path):
-        raise InputError("not a readable checkpoint (not a torch archive)", path)
     return path
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and check a checkpoint; a missing, foreign or damaged file is an :class:`InputError`."""
+    """Read and check a checkpoint (its tensors memory-mapped); a missing, foreign or damaged
+    file is an :class:`InputError`, and so is a pickled checkpoint of an earlier version."""
     path = Path(path)
     if not path.exists():
+        old = path.parent / (OLD_BEST if path.name == BEST else OLD_LAST)
+        if old.exists():
+            raise InputError(CONVERT_HINT, path.parent)
         raise InputError("no checkpoint here", path)
-    try:
-        state = _nested(_from_stored, torch.load(path, map_location="cpu", weights_only=False))
-    except Exception as exc:  # truncated or not a torch file
-        raise InputError(f"not a readable checkpoint ({type(exc).__name__})", path) from None
+    state = load_tree(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else None
         raise InputError(f"unknown checkpoint format {found!r} (this version reads format {FORMAT})", path)
@@ -209,6 +171,86 @@ def load_checkpoint(path) -> Checkpoint:
     if missing:
         raise InputError(f"checkpoint lacks {', '.join(missing)}", path)
     return Checkpoint(**{k: v for k, v in state.items() if k in names})
+
+
+def convert_run(old, new, trust_pickle: bool = False) -> Path:
+    """Convert a run folder of an earlier version (pickled ``checkpoint.pt`` / ``last.pt``) into
+    a new folder ``new`` of today's format.
+
+    Unpickling runs whatever code the file names, so it is done only with ``trust_pickle=True``
+    (``speed convert-run OLD NEW --trust-pickle``), for folders you made or trust.  The other files
+    (``metrics.json``, ``curves.png``, ``negatives.npz``, ...) are copied; ``old`` is left as it was.
+    """
+    import shutil
+
+    from ..._util import atomic_dir
+
+    old, new = Path(old), Path(new)
+    if not trust_pickle:
+        raise InputError("converting a run unpickles its checkpoints, which can run code: pass --trust-pickle "
+                         "(trust_pickle=True) only for a folder you trust", old)
+    if not (old / OLD_BEST).exists() and not (old / OLD_LAST).exists():
+        raise InputError(f"no {OLD_BEST} or {OLD_LAST} here: not a run folder of an earlier version", old)
+    with atomic_dir(new, overwrite=False, markers=RUN_MARKERS, kind="run folder") as tmp:
+        for name in sorted(os.listdir(old)):
+            src = old / name
+            if name in (OLD_BEST, OLD_LAST):
+                state = _unpickle(src)
+                state["format"] = FORMAT
+                Checkpoint(**{k: v for k, v in state.items() if k in {f.name for f in fields(Checkpoint)}}).save(
+                    tmp / (BEST if name == OLD_BEST else LAST))
+            elif src.is_file() and not src.is_symlink():
+                shutil.copy2(src, tmp / name)
+    return new
+
+
+def _unpickle(path: Path) -> Dict[str, Any]:
+    """A format-1 checkpoint, unpickled (runs code: only for :func:`convert_run` with trust)."""
+    try:  # (format 1 named its array class under the module's old place, speed.train.checkpoint)
+        state = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RenamedPickle)
+    except Exception as exc:
+        raise InputError(f"not a readable checkpoint ({type(exc).__name__})", path) from None
+    if not isinstance(state, dict) or state.get("format") != 1:
+        raise InputError("not a checkpoint of format 1", path)
+    return _nested(_from_stored, state)
+
+
+class _RenamedUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        return super().find_class(__name__ if module == "speed.train.checkpoint" else module, name)
+
+
+class _RenamedPickle:
+    """``pickle`` with format 1's class names mapped to where they live now (torch.load's
+    ``pickle_module``)."""
+
+    Unpickler = _RenamedUnpickler
+    load = staticmethod(pickle.load)
+    __name__ = "pickle"
+
+
+class StoredArray:
+    """How format 1 stored a numpy array (a tensor inside the pickle); kept so that
+    :func:`_unpickle` can read those files."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+def _from_stored(x):
+    return x.tensor.numpy() if isinstance(x, StoredArray) else x
+
+
+def _nested(f, x):
+    """``x`` with ``f`` applied to every value inside its dicts, lists and tuples."""
+    y = f(x)
+    if y is not x:
+        return y
+    if isinstance(x, dict):
+        return type(x)({k: _nested(f, v) for k, v in x.items()})
+    if type(x) in (list, tuple):
+        return type(x)(_nested(f, v) for v in x)
+    return x
 
 
 def rng_state() -> Dict[str, Any]:

@@ -1,6 +1,6 @@
 """Using a trained run: :func:`load_run` and the :class:`Predictor` it returns.
 
-A run's ``checkpoint.pt`` (:mod:`speed.train.run.checkpoint`) holds the best weights and the
+A run's ``best.json`` (:mod:`speed.train.run.checkpoint`) holds the best weights and the
 full-graph node state after the whole log.  For the state to be *used* -- continued on new
 events, embedded, scored -- it also carries what the model alone does not
 (:func:`predictor_payload`, written by every run, single-process or PAC):
@@ -44,7 +44,7 @@ _CHUNK = 4096  # nodes or pairs per forward pass when embedding and scoring (no 
 
 # ----------------------------------------------------------------------- the payload
 def predictor_payload(model: StatefulModel, events: Events, batch_size: int, test_start: Optional[dict]) -> Dict:
-    """What ``checkpoint.pt`` needs beyond the model's state dict to be loaded as a predictor.
+    """What ``best.json`` needs beyond the model's state dict to be loaded as a predictor.
 
     Parameters
     ----------
@@ -72,7 +72,7 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
 
 
 def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
-    """The payload of a predictor as it is now (after updates), for a new ``checkpoint.pt``."""
+    """The payload of a predictor as it is now (after updates), for a new ``best.json``."""
     ef = pred.state.edge_feature_table()
     features = None if ef is None or pred.net.msg_dim == 0 else np.asarray(ef)
     is_src = (pred.index.sides == "src") if pred.index.per_side else None
@@ -484,7 +484,7 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
     Parameters
     ----------
     run : path-like
-        The run directory (with ``checkpoint.pt``).
+        The run directory (with ``best.json``).
     at : {"end", "test"}
         The node state after the whole log (to go on from), or at the start of the test
         period (to score it again as the run's evaluation did).
@@ -511,6 +511,8 @@ def open_checkpoint(run):
         model = _run_model(run)
         if model is not None and model.startswith("edgebank"):
             raise InputError(f"{model} is a baseline with no trained model to load", run)
+        if (run / ckpt.OLD_BEST).exists():
+            raise InputError(ckpt.CONVERT_HINT, run)
         raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
     saved = ckpt.load_checkpoint(path)
     payload = saved.extra.get("predictor") if isinstance(saved.extra, dict) else None

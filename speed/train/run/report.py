@@ -43,7 +43,7 @@ def plot_curves(metrics: Dict, path: Path) -> None:
     ax[1].set_ylabel(f"validation AP ({metrics.get('protocol', 'tgn')} protocol)")
     best = metrics.get("best_epoch")
     if best is not None:
-        for a in ax:  # the epoch whose weights checkpoint.pt holds
+        for a in ax:  # the epoch whose weights best.json holds
             a.axvline(best, color="tab:red", alpha=0.5, linestyle=":", label=f"best epoch ({best})")
     ax[1].legend()
     from matplotlib.ticker import MaxNLocator
