@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import InputError
-from ..data.tgb import TGB_HINT
+from ..data.tgb import TGB_FORMAT, TGB_HINT
 from .summaries import format_plan, format_summary, format_train_summary
 
 
@@ -18,7 +18,7 @@ def _read(args):
     from ..data.readers import read_events
     from ..data.tgb import read_tgb, tgb_name
 
-    if args.format == "tgb":  # a TGB dataset folder: its tables are pickles, read only when asked
+    if args.format == TGB_FORMAT:  # a TGB dataset folder: its tables are pickles, read only when asked
         return read_tgb(args.input)
     folder = Path(args.input)
     if folder.is_dir() and not (folder / "manifest.json").exists() and tgb_name(folder) is not None:
@@ -30,7 +30,7 @@ def _read(args):
 
 def _reader_kwargs(args) -> dict:
     sep = {"\\t": "\t", "tab": "\t", "space": " "}.get(args.sep, args.sep)
-    kw = dict(fmt=None if args.format == "tgb" else args.format, src_col=args.src_col, dst_col=args.dst_col,
+    kw = dict(fmt=None if args.format == TGB_FORMAT else args.format, src_col=args.src_col, dst_col=args.dst_col,
               time_col=args.time_col,
               label_col=args.label_col, sep=sep, time_format=args.time_format)
     if hasattr(args, "split_col"):
@@ -159,7 +159,7 @@ def train_command(args) -> int:
     config["progress"] = False if args.no_progress else None
     parallel = args.nproc is not None or under_torchrun()
     # an event log is read here, with the reader options; shards (and parallel runs) by path
-    data = inp if ((inp.is_dir() and args.format != "tgb") or parallel) else _read(args)
+    data = inp if ((inp.is_dir() and args.format != TGB_FORMAT) or parallel) else _read(args)
     try:
         with warnings.catch_warnings():  # the summary prints a run's warnings, once, in its own words
             warnings.simplefilter("ignore", TransferWarning)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL
+from ..data.tgb import TGB_FORMAT
 
 EXIT_INPUT = 2
 UNSET = object()  # the default of every training option when finding the flags given explicitly
@@ -68,7 +69,7 @@ def _add_reader_options(p: argparse.ArgumentParser, log_only: bool = True) -> No
     from ..data.readers import FORMATS
 
     g = p.add_argument_group("input")
-    g.add_argument("--format", choices=FORMATS + ("tgb",), default=None,
+    g.add_argument("--format", choices=FORMATS + (TGB_FORMAT,), default=None,
                    help="input format (default: detected); tgb: a processed TGB dataset folder, whose tables are "
                         "pickles (reading them can run code: only folders you trust)")
     g.add_argument("--src-col", type=_column, default=None, metavar="C", help="source column: name or 0-based index")

@@ -36,6 +36,8 @@ VAL_RATIO, TEST_RATIO = 0.15, 0.15
 _SIDE_FILES = ("_edge", "_node", "_nodeid", "_edgetype", "_nodeType")
 
 
+# the input format of a TGB folder (``--format tgb``; ``meta.format`` of what read_tgb returns)
+TGB_FORMAT = "tgb"
 # what a folder that looks like a TGB dataset is told: its tables are read only when asked
 TGB_HINT = ("looks like a TGB dataset folder (ml_NAME.pkl): its tables are pickles, and reading them can run code; "
             "read it with --format tgb (speed.read_tgb) only if you trust where it came from")
@@ -120,7 +122,7 @@ def read_tgb(folder, val_ratio: float = VAL_RATIO, test_ratio: float = TEST_RATI
             for p, mask in (("val", (ts > val_time) & (ts <= test_time)), ("test", ts > test_time))}
     top = max(int(src.max()), int(dst.max()), *(int(c[0].max(initial=0)) for c in cand.values()))
     ev = Events.from_arrays(src, dst, ts, msg=msg, num_nodes=top + 1, remap=False)
-    ev.meta.update(source=str(folder), format="tgb", tgb_name=name, split_times=(val_time, test_time),
+    ev.meta.update(source=str(folder), format=TGB_FORMAT, tgb_name=name, split_times=(val_time, test_time),
                    transductive=True, eval_candidates=cand)
     return ev
 
