@@ -67,8 +67,9 @@ def main(argv=None) -> int:
                                         "--overwrite", "--no-progress"], check=True, stdout=subprocess.DEVNULL)
             print(f"trained {run} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         ids = np.loadtxt(log, delimiter=",", skiprows=1, max_rows=20, usecols=(0, 1), dtype=np.int64)
+        t = json.loads((run / "metrics.json").read_text())["data"]["t_max"] + 1
         pairs = work / f"pairs-{n}.csv"
-        pairs.write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in ids[:10]))
+        pairs.write_text("src,dst,t\n" + "".join(f"{a},{b},{t:.0f}\n" for a, b in ids[:10]))
         logs[n] = (run, pairs)
     rows = {n: {"run_bytes": folder_bytes(run), "seconds": [], "peak_rss_bytes": []} for n, (run, _) in logs.items()}
     for k in range(args.repeats):  # side by side: small, large, small, large, ...

@@ -250,3 +250,37 @@ def test_scoring_and_embedding_never_add_nodes(tmp_path):
     np.testing.assert_allclose(first, again, rtol=1e-6)  # every unseen node reads the same cold state
     pred.advance(([10**9], [288], [t + 2]))
     assert len(pred.node_ids) == n + 1
+
+
+def _mapped(a, folder) -> bool:
+    """Whether ``a`` (an array or tensor) lies in a mapping of one of ``folder``'s safetensors files
+    (Linux's /proc/self/maps), not in rows of its own."""
+    ptr = a.data_ptr() if isinstance(a, torch.Tensor) else a.__array_interface__["data"][0]
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith(str(folder)) and parts[5].endswith(".safetensors"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= ptr < hi:
+                return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's mappings (Linux)")
+def test_opening_a_run_maps_its_rows_and_scoring_reads_only_what_it_touches(run, tmp_path):
+    """load_run maps the node rows (memories, neighbour rings, pending events) from the run's
+    tensor file and holds them as they are: scoring a few pairs materialises no per-node array,
+    so its cost does not grow with the node count (benchmarks/run_open.py measures the RSS).
+    Writing to a loaded run changes that process's copy only, never the file."""
+    path, events = run
+    pred = speed.load_run(path)
+    t = pred.t_last + 5
+    ids = pred.node_ids[:5]
+    before = pred.score(ids, pred.node_ids[5:10], t=t)
+    state = pred.state
+    rows = [m.memory for m in state.memories().values()] + [m.last_update for m in state.memories().values()]
+    rows += [state.sampler.nbr, state.sampler.nbr_t, state.sampler.nbr_e, state.store.start, state.store.count]
+    assert all(_mapped(a, path) for a in rows)
+    digest = {p.name: p.read_bytes() for p in path.iterdir() if p.suffix == ".safetensors"}
+    pred.advance((ids, pred.node_ids[5:10], np.full(5, t)))  # written in place: copy-on-write pages
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.suffix == ".safetensors"} == digest
+    np.testing.assert_array_equal(speed.load_run(path).score(ids, pred.node_ids[5:10], t=t), before)

@@ -342,11 +342,12 @@ class StatefulModel:
         entries, and ``memory.memory``, ``memory.last_update`` (and TIGE's ``left_memory.*``)."""
         return {**self.net.state_dict(), **self.state.memory_dict()}
 
-    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
-        """Load what :meth:`state_dict` wrote (memories sized to their rows)."""
+    def load_state_dict(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
+        """Load what :meth:`state_dict` wrote (memories sized to their rows; ``adopt``: the
+        memories hold the given tensors themselves, see :meth:`NodeStates.load_memory_dict`)."""
         prefixes = self.state.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith(prefixes)})
-        self.state.load_memory_dict({k: v for k, v in state.items() if k.startswith(prefixes)})
+        self.state.load_memory_dict({k: v for k, v in state.items() if k.startswith(prefixes)}, adopt=adopt)
 
 
 # build_model's own knobs (not training hyperparameters, so not in TrainConfig): JODIE's Δt

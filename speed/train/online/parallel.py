@@ -90,6 +90,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     # the exact state after the increment, for the trained weights: the run's end state, then
     # every new event taken in, memory only
     weights = {k: v.detach().clone() for k, v in up.model.params_state_dict().items()}
+    saved, payload = open_checkpoint(run_p)  # the first predictor holds the arrays it opened
     final_pred = predictor_from(saved, payload, "end", cfg.device, run_p)
     final_pred.load_weights(weights)
     memory = online.OnlineUpdater(final_pred, saved, payload, replace(cfg, train=False, passes=1, replay=0.0,

@@ -524,24 +524,38 @@ def open_checkpoint(run):
 
 def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", run: Optional[Path] = None
                    ) -> Predictor:
-    """A :class:`Predictor` from an opened checkpoint (:func:`open_checkpoint`)."""
+    """A :class:`Predictor` from an opened checkpoint (:func:`open_checkpoint`).
+
+    The predictor holds the checkpoint's arrays themselves (mapped copy-on-write, written in
+    place as its memory moves on), so an opened checkpoint makes one predictor: open it again
+    for another."""
+    if payload.get("adopted"):
+        raise ValueError("this opened checkpoint already made a predictor, which holds its arrays: open it again")
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
         raise InputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"device {device!r} requested but CUDA is not available")
     tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
     path = None if run is None else run / ckpt.BEST
-    model = build_model(**payload["spec"])
-    model.load_state_dict(saved.model)
+    # the node rows come from the checkpoint's arrays, mapped copy-on-write and held as they are
+    # (adopt): opening a run costs the rows a command touches, not every node's (a model built for
+    # spec["num_nodes"] rows would first fill them all with zeros)
+    spec = payload["spec"]
+    table = saved.model.get("static.table")  # a static memory's table keeps its own rows (weights, not state)
+    model = build_model(**{**spec, "num_nodes": 0,
+                           "static_nodes": int(spec["num_nodes"] if table is None else table.shape[0])})
     model.state.set_edge_features(payload["edge_features"])
     if at == "end":
-        model.state.load_structures(payload["end"])
+        model.state.load_structures(payload["end"], adopt=True)
+        model.load_state_dict(saved.model, adopt=True)
         t_last = payload["t_end"]
     else:
+        model.load_state_dict(saved.model, adopt=True)
         if payload["test_start"] is None:
             raise InputError("this run kept no state at the start of its test period", path)
         model.state.restore(payload["test_start"]["state"])
         t_last = payload["test_start"]["t"]
+    payload["adopted"] = True
     model = model.to(torch.device(device))
     index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"], sides=payload.get("is_src"))
     return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], saved.config, run)

@@ -108,11 +108,17 @@ class NodeMemory:
         """A detached copy of the state, for :meth:`restore`."""
         return {"memory": self.memory.clone(), "last_update": self.last_update.clone()}
 
-    def restore(self, state: Dict[str, torch.Tensor]) -> None:
-        """Take the rows of a :meth:`backup` (copied in place when the shape is the same)."""
+    def restore(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
+        """Take the rows of a :meth:`backup` (copied in place when the shape is the same).
+
+        ``adopt``: hold the given tensors themselves, no copy (tensors nobody else writes to,
+        e.g. a checkpoint's rows mapped copy-on-write: a reader then pays for the rows it touches)."""
         memory, last = state["memory"], state["last_update"]
         with self._lock:
-            if memory.shape == self.memory.shape:
+            if adopt and memory.device == self.memory.device and memory.dtype == self.memory.dtype \
+                    and last.dtype == self.last_update.dtype:
+                self.memory, self.last_update = memory, last
+            elif memory.shape == self.memory.shape:
                 self.memory.copy_(memory)
                 self.last_update.copy_(last)
             else:

@@ -333,9 +333,11 @@ class NodeStates:
         self._components_into(out, out["store"]["eid"])
         return out
 
-    def load_structures(self, state: dict) -> None:
-        self.store.load_state_dict(state["store"])
-        self.sampler.load_state_dict(state["sampler"])
+    def load_structures(self, state: dict, adopt: bool = False) -> None:
+        """Load what :meth:`structures` gave; the state takes their number of rows.  ``adopt``:
+        hold the arrays themselves (see :meth:`NodeMemory.restore`)."""
+        self.store.load_state_dict(state["store"], adopt=adopt)
+        self.sampler.load_state_dict(state["sampler"], adopt=adopt)
         self._components_from(state)
 
     def _components_into(self, out: dict, alive) -> None:
@@ -361,10 +363,11 @@ class NodeStates:
             out[f"{k}.memory"], out[f"{k}.last_update"] = m.memory.detach().cpu().clone(), m.last_update.cpu().clone()
         return out
 
-    def load_memory_dict(self, entries: Dict[str, torch.Tensor]) -> None:
-        """Load :meth:`memory_dict` entries; the state takes their number of rows."""
+    def load_memory_dict(self, entries: Dict[str, torch.Tensor], adopt: bool = False) -> None:
+        """Load :meth:`memory_dict` entries; the state takes their number of rows.  ``adopt``:
+        hold the tensors themselves (see :meth:`NodeMemory.restore`)."""
         for k, m in self.memories().items():
-            m.restore({"memory": entries[f"{k}.memory"], "last_update": entries[f"{k}.last_update"]})
+            m.restore({"memory": entries[f"{k}.memory"], "last_update": entries[f"{k}.last_update"]}, adopt=adopt)
         if self.memory.num_nodes > self.num_nodes:
             self.grow(self.memory.num_nodes)
 

@@ -159,9 +159,11 @@ class RecentNeighborSampler:
                 "head": self.head.copy(), "count": self.count.copy(),
                 "hold": {name: a[lo:].copy() for name, a in self.hold.items()}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, adopt: bool = False) -> None:
+        """Take :meth:`state_dict`'s arrays (copies; ``adopt``: the arrays themselves, e.g. mapped
+        copy-on-write from a checkpoint, so a reader pays for the rows it touches)."""
         for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
-            setattr(self, name, state[name].copy())
+            setattr(self, name, state[name] if adopt else state[name].copy())
         self.hold = {name: np.asarray(state.get("hold", {}).get(name, np.empty(0)), dtype=dt).copy()
                      for name, dt in _HOLD_FIELDS}
         self.hold_lo = 0

@@ -183,13 +183,19 @@ class MessageStore:
         return {"other": self.other[:e].copy(), "t": self.t[:e].copy(), "eid": self.eid[:e].copy(),
                 "start": self.start.copy(), "count": self.count.copy()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, adopt: bool = False) -> None:
+        """Take :meth:`state_dict`'s arrays (copies; ``adopt``: the arrays themselves where their
+        dtypes are the store's, e.g. mapped copy-on-write from a checkpoint)."""
         arrays = {}
         for name in ("other", "t", "eid", "start", "count"):
             value = state[name]
             value = value.cpu().numpy() if hasattr(value, "cpu") else value
-            arrays[name] = np.asarray(value).astype(np.float64 if name == "t" else np.int64, copy=True)
-        self._set_arrays(arrays["other"], arrays["t"], arrays["eid"])
+            arrays[name] = np.asarray(value).astype(np.float64 if name == "t" else np.int64, copy=not adopt)
+        if adopt:  # exactly full: the first append reallocates (doubling), as a full store does
+            self.other, self.t, self.eid = arrays["other"], arrays["t"], arrays["eid"]
+            self.end = int(self.t.shape[0])
+        else:
+            self._set_arrays(arrays["other"], arrays["t"], arrays["eid"])
         self.start, self.count = arrays["start"], arrays["count"]
         self._alive = int(self.count.sum())
         self.num_nodes = int(self.count.shape[0])
