@@ -33,3 +33,27 @@ def test_torch_and_numba_pools_are_sized_together():
         assert torch.get_num_threads() == 1 and numba.get_num_threads() == 1
     finally:
         apply_threads(before)
+
+
+def test_the_thread_count_is_recorded_and_a_resumed_run_keeps_it(tmp_path, monkeypatch):
+    """The figures follow the thread count, and the default follows the machine's load: the count
+    a run used is in its config (metrics.json, last.json), and --resume trains on with it whatever
+    the load is then (once a resume under load went on with 1 thread where the run began with 2)."""
+    import importlib
+    from pathlib import Path
+
+    import speed
+
+    trainer = importlib.import_module("speed.train.loop.trainer")
+    ev = speed.read_events(Path(__file__).resolve().parents[1] / "data" / "sample.csv", progress=False)
+    kw = dict(model="jodie", memory_dim=8, time_dim=8, embedding_dim=8, progress=False, out=tmp_path / "run")
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(trainer, "default_threads", lambda share=1, measure=True: 1)
+        first = speed.train(ev, epochs=1, **kw)
+        assert first["config"]["num_threads"] == 1
+        monkeypatch.setattr(trainer, "default_threads", lambda share=1, measure=True: 2)  # the load changed
+        resumed = speed.train(ev, epochs=2, resume=True, **kw)
+        assert resumed["config"]["num_threads"] == 1 and torch.get_num_threads() == 1
+    finally:
+        apply_threads(before)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -298,10 +298,14 @@ class Trainer(EpochLoop):
 
     def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,
                  out=None):
-        self.events, self.split, self.config = events, split, config
         self.out = None if out is None else Path(out)
         self.device = resolve_device(config.device)
-        self.threads = config.num_threads or default_threads(1, measure=not config.deterministic)
+        # the thread count is part of the result (the figures follow it): recorded in the config
+        # (metrics.json, last.json), and a resumed run trains on with the count it began with
+        recorded = ckpt.recorded_threads(self.out) if config.resume and self.out is not None else None
+        self.threads = config.num_threads or recorded or default_threads(1, measure=not config.deterministic)
+        config = replace(config, num_threads=self.threads)
+        self.events, self.split, self.config = events, split, config
         apply_threads(self.threads)
         if self.threads < default_threads(1, measure=False) and self.device.type == "cpu":
             self.announce(f"other processes are using the CPU: training with {self.threads} thread(s) of "

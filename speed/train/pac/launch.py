@@ -49,7 +49,8 @@ class RankFailedError(RuntimeError):
     """A rank of a parallel run raised or died; the message names it."""
 
 
-def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None):
+def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None,
+           out: Optional[str] = None):
     """Start the process group; returns the rank's config (its device), a host group (NCCL
     runs), and the group of waits on rank 0's evaluation.
 
@@ -74,7 +75,11 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
         on_host = sum(h == hosts[rank] for h in hosts)
         # spawned ranks arrive with their share of the idle cores (measured by the launcher);
         # under torchrun each rank takes its share of the host's cores
-        config = replace(config, device="cpu", num_threads=config.num_threads or default_threads(on_host, measure=False))
+        from ..run.checkpoint import recorded_threads
+
+        recorded = recorded_threads(out) if config.resume and out is not None else None
+        config = replace(config, device="cpu",
+                         num_threads=config.num_threads or recorded or default_threads(on_host, measure=False))
     host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     # Rank 0 evaluates on the full graph alone while the others wait for its decisions; on a
     # large log that takes longer than any step (300k val/test events: over the 300 s default,
@@ -88,7 +93,7 @@ def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config:
                out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
     from .rank import PacRank
 
-    config, host_group, wait_group = _setup(rank, world, local_rank, config, init_method)
+    config, host_group, wait_group = _setup(rank, world, local_rank, config, init_method, out)
     _maybe_fault(rank)
     result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
                      host_group=host_group, wait_group=wait_group).run()
@@ -198,8 +203,12 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     out.mkdir(parents=True, exist_ok=True)
     nproc = config.nproc
     if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
-        # measured here, before the ranks start and load the machine themselves
-        config = replace(config, num_threads=default_threads(nproc, measure=not config.deterministic))
+        # measured here, before the ranks start and load the machine themselves; a resumed run
+        # trains on with the count it began with (the figures follow it; recorded in the config)
+        from ..run.checkpoint import recorded_threads
+
+        recorded = recorded_threads(out) if config.resume else None
+        config = replace(config, num_threads=recorded or default_threads(nproc, measure=not config.deterministic))
     spawn(_pac_rank, (str(shards.path), config, str(out)), nproc)
     return json.loads((out / "metrics.json").read_text())
 

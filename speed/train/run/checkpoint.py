@@ -153,6 +153,19 @@ def require_resumable(out) -> Path:
     return path
 
 
+def recorded_threads(out) -> Optional[int]:
+    """The thread count a run in ``out`` trained with, from its ``last.json`` (read without its
+    tensors), or None: ``--resume`` trains on with it, since the figures follow the thread count."""
+    import json
+
+    try:
+        doc = json.loads((Path(out) / LAST).read_text())
+        n = doc["value"]["config"].get("num_threads")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def load_checkpoint(path) -> Checkpoint:
     """Read and check a checkpoint (its tensors memory-mapped); a missing, foreign or damaged
     file is an :class:`InputError`, and so is a pickled checkpoint of an earlier version."""
