@@ -254,6 +254,17 @@ def atomic_dir(target, overwrite: bool = False, markers: Tuple[str, ...] = (),
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result should look like mkdir's
     try:
         yield tmp
+        if not overwrite:
+            # created exclusively: a rename onto a folder that another command filled meanwhile
+            # fails (ENOTEMPTY), so two writers of one output cannot both succeed
+            try:
+                os.rename(tmp, target)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                    raise
+                raise InputError(f"{kind} was written by another command meanwhile; nothing was written "
+                                 "(pass --overwrite to replace it)", target) from None
+            return
         old = None
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{_owner_tag()}-", dir=parent))

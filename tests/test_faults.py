@@ -248,3 +248,21 @@ def test_piping_into_head_ends_quietly(shards, tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 128 + signal.SIGPIPE
     assert err == ""
+
+
+def test_an_output_is_created_exclusively(tmp_path):
+    """A writer that finds its output written by another command meanwhile writes nothing and
+    says so (without overwrite); with overwrite it replaces it."""
+    from speed._util import atomic_dir
+
+    out = tmp_path / "out"
+    with pytest.raises(speed.InputError, match="written by another command meanwhile"):
+        with atomic_dir(out, kind="run folder") as tmp:
+            (tmp / "mine").write_text("1")
+            with atomic_dir(out, kind="run folder") as other:  # the other command, finishing first
+                (other / "theirs").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["theirs"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary left
+    with atomic_dir(out, overwrite=True, kind="run folder") as tmp:
+        (tmp / "mine").write_text("1")
+    assert sorted(p.name for p in out.iterdir()) == ["mine"]

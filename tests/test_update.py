@@ -219,3 +219,24 @@ def test_parallel_update_from_shards(tmp_path):
         update(tmp_path / "par2", s, tmp_path / "par4", nproc=2, progress=False)
     with pytest.raises(speed.InputError, match="shards folder"):
         update(tmp_path / "run", tmp_path / "more.csv", tmp_path / "par5", nproc=2, progress=False)
+
+
+def test_two_updates_into_one_out_exactly_one_succeeds(tmp_path):
+    """Two `speed update RUN NEW --out U` at once: the output is created exclusively, so one
+    writes U and the other exits 2 having written nothing (once both exited 0, and the first
+    result was silently replaced)."""
+    import subprocess
+    import sys
+
+    s = _base_and_more(tmp_path, 3000, 2500, 40, 60)
+    speed.train(s, model="jodie", out=tmp_path / "run", **TINY)
+    argv = [sys.executable, "-m", "speed", "update", str(tmp_path / "run"), str(tmp_path / "more.csv"), "--out",
+            str(tmp_path / "u"), "--no-progress"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    err = next(e for code, e in results if code == 2)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert speed.load_run(tmp_path / "u").t_last > 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".u.")]  # no temporary left
