@@ -367,3 +367,32 @@ def test_in_memory_and_out_of_core_appends_check_columns_alike(tmp_path, capsys)
         assert main(["partition", str(more), "-o", str(tmp_path / "s"), "--append", "--no-progress", *extra]) == 2
         said.append(capsys.readouterr().err.strip())
     assert said[0] == said[1] and "the shards store 1 edge features per event and these events have none" in said[0]
+
+
+def test_a_second_append_while_one_runs_is_refused_and_stores_nothing(grown, capsys):
+    """Appends to one shards folder exclude each other: while one holds the folder's append lock
+    (from reading its state to committing), another exits 2, says why and changes nothing --
+    in memory and out of core; once the first is done, the same append goes through."""
+    import fcntl
+    import os
+
+    tmp_path, files, (src, dst, t) = grown
+    s = tmp_path / "s"
+    last = int(Shards(s).events().t[-1])
+    more = write_csv(tmp_path / "later.csv", [1, 2], [2, 3], [last + 1, last + 2])
+    held = os.open(s, os.O_RDONLY)  # an append running in another process holds the folder
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        before = digests(s)
+        for extra in ([], ["--max-memory", "1G"]):
+            assert main(["partition", str(more), "-o", str(s), "--append", "--no-progress", *extra]) == 2
+            err = capsys.readouterr().err
+            assert "another append to these shards is running; nothing was appended" in err, err
+        with pytest.raises(speed.InputError, match="another append"):
+            speed.partition(speed.read_events(more, progress=False), into=s)
+    finally:
+        os.close(held)
+    assert digests(s) == before
+    assert main(["partition", str(more), "-o", str(s), "--append", "--no-progress"]) == 0
+    assert Shards(s).num_events == Shards(s).segments[0].num_events + sum(
+        seg.num_events for seg in Shards(s).segments[1:])

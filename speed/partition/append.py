@@ -26,6 +26,7 @@ they are made of): each segment's events count in the buckets it is stored in.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -414,6 +415,34 @@ def _fsync(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ the entry point
+@contextlib.contextmanager
+def append_lock(path):
+    """Hold the shards folder's append lock for the whole of an append (from reading its state
+    to committing the new version): an advisory lock on the folder itself, so nothing is added
+    to it.  A second append while one runs is refused at once: two
+    appends once both read version 1, both wrote "version 2", and only the second's events
+    remained; at other delays one removed the other's temporary folder."""
+    root = Path(path)
+    if not root.is_dir():  # not a shards folder: Shards says so
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here (not POSIX)
+        yield
+        return
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError("another append to these shards is running; nothing was appended (append this file "
+                             "after it has finished)", root) from None
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
+
+
 def append_events(path, events: Events, progress: Optional[bool] = None) -> Tuple[Dict, np.ndarray, np.ndarray]:
     """Append ``events`` (later than every stored event) to the shards at ``path``.
 
@@ -434,6 +463,11 @@ def append_events(path, events: Events, progress: Optional[bool] = None) -> Tupl
     src_dst : tuple of int64 ndarrays
         The new events' endpoints in shard ids.
     """
+    with append_lock(path):
+        return _append_events(path, events, progress)
+
+
+def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict, np.ndarray, np.ndarray]:
     started = time.perf_counter()
     timer = StageTimer()
     shards = Shards(path)

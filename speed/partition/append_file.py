@@ -18,7 +18,7 @@ import numpy as np
 from .._util import StageTimer, full_time
 from ..errors import InputError
 from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, check_columns,
-                     check_whole_times, commit, continue_stream,
+                     append_lock, check_whole_times, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
 from .saved_stream import SavedStream
@@ -68,6 +68,11 @@ def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] =
     """:func:`append_events` for a file streamed from disk within ``max_memory`` bytes: memory
     is the per-node state plus one chunk.  The result is identical, array for array, to
     appending the file read in memory (new ids are numbered the same way)."""
+    with append_lock(shards_path):
+        return _append_out_of_core(path, shards_path, max_memory, progress, reader)
+
+
+def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool], reader: Optional[dict]) -> Dict:
     from ..data.readers import RESTART, BlockStream
     from .outofcore import Spill, chunk_events, parse_size
 
