@@ -396,3 +396,19 @@ def test_a_second_append_while_one_runs_is_refused_and_stores_nothing(grown, cap
     assert main(["partition", str(more), "-o", str(s), "--append", "--no-progress"]) == 0
     assert Shards(s).num_events == Shards(s).segments[0].num_events + sum(
         seg.num_events for seg in Shards(s).segments[1:])
+
+
+def test_resume_on_shards_that_changed_since_is_refused(grown, capsys):
+    """A run resumed after its shards grew would train on other data (once it went on silently,
+    1,454 -> 1,616 nodes): refused with the reason, single-process and parallel."""
+    tmp_path, files, _ = grown
+    s = tmp_path / "s"
+    small = ["--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress", "--threads", "1"]
+    assert main(["train", str(s), "--out", str(tmp_path / "one"), "--epochs", "1", *small]) == 0
+    assert main(["train", str(s), "--out", str(tmp_path / "two"), "--epochs", "1", "--nproc", "2", *small]) == 0
+    assert main(["partition", str(files[1]), "-o", str(s), "--append", "--no-progress"]) == 0
+    capsys.readouterr()
+    for run, extra in (("one", []), ("two", ["--nproc", "2"])):
+        assert main(["train", str(s), "--out", str(tmp_path / run), "--epochs", "2", "--resume", *small, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "cannot resume: the run trained on data of" in err and "appended since" in err, err

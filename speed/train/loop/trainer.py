@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -81,6 +81,10 @@ class EpochLoop:
 
     def data_summary(self) -> Dict:
         return {}
+
+    def data_size(self) -> Tuple[int, int]:
+        """``(nodes, events)`` of the data this run trains on (a resumed run must find the same)."""
+        return self.events.num_nodes, len(self.events)
 
     def extra_metrics(self) -> Dict:
         return {}
@@ -230,7 +234,7 @@ class EpochLoop:
         return dict(epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
                     optimizer=self.optimizer.state_dict(), rng=rng if rng is not None else [ckpt.rng_state()],
                     history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(), best=self.best,
-                    num_nodes=self.events.num_nodes, val_ap=self.stopping.best_score)
+                    num_nodes=self.data_size()[0], val_ap=self.stopping.best_score, num_events=self.data_size()[1])
 
     def _save_best(self, epoch: int) -> None:
         """``best.json``: weights and the full-graph node state after the log, at the best epoch."""
@@ -268,6 +272,12 @@ class EpochLoop:
                              Path(self.out) / ckpt.LAST)
         if len(saved.rng) != self.world:
             raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world}",
+                             Path(self.out) / ckpt.LAST)
+        nodes, events = self.data_size()
+        if saved.num_events is not None and (saved.num_nodes, saved.num_events) != (nodes, events):
+            raise InputError(f"cannot resume: the run trained on data of {saved.num_nodes:,} nodes and "
+                             f"{saved.num_events:,} events, and this data has {nodes:,} and {events:,} (events "
+                             "appended since?): train a new run, or update this one (speed update)",
                              Path(self.out) / ckpt.LAST)
         self.model.load_params(saved.model)
         self.optimizer.load_state_dict(saved.optimizer)

@@ -244,6 +244,10 @@ class PacRank(RankEvaluation):
         return rngs
 
     # ------------------------------------------------------------------- report
+    def data_size(self):
+        """``(nodes, events)`` of the shards (every rank knows them; the log is rank 0's)."""
+        return self.shards.num_nodes, self.shards.num_events
+
     def data_summary(self) -> Dict:
         return {"num_nodes": self.shards.num_nodes, "num_parts": self.shards.num_parts,
                 "num_shared": int(self.shards.shared.size), "source": str(self.shards.path)}

@@ -85,6 +85,7 @@ class Checkpoint:
     num_nodes: int
     pending: Optional[tuple] = None
     val_ap: Optional[float] = None
+    num_events: Optional[int] = None
     format: int = FORMAT
     extra: Dict[str, Any] = field(default_factory=dict)
 
@@ -99,7 +100,8 @@ class Checkpoint:
 
 
 # what a checkpoint records of its run, beside the model (write_checkpoint's ``record``)
-RECORD = ("epoch", "model_name", "config", "optimizer", "rng", "history", "stopping", "best", "num_nodes", "val_ap")
+RECORD = ("epoch", "model_name", "config", "optimizer", "rng", "history", "stopping", "best", "num_nodes", "val_ap",
+          "num_events")
 
 
 def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params: Optional[Dict] = None,
@@ -180,7 +182,7 @@ def load_checkpoint(path) -> Checkpoint:
         found = state.get("format") if isinstance(state, dict) else None
         raise InputError(f"unknown checkpoint format {found!r} (this version reads format {FORMAT})", path)
     names = {f.name for f in fields(Checkpoint)}
-    missing = sorted(n for n in names if n not in state and n not in ("pending", "val_ap", "extra"))
+    missing = sorted(n for n in names if n not in state and n not in ("pending", "val_ap", "extra", "num_events"))
     if missing:
         raise InputError(f"checkpoint lacks {', '.join(missing)}", path)
     return Checkpoint(**{k: v for k, v in state.items() if k in names})
