@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import glob
 import math
 import os
@@ -148,6 +149,16 @@ def _raise_if_no_room(exc: BaseException, target: Path) -> None:
         raise InputError("cannot write (is the disk full, or a file-size limit reached?)", target) from None
 
 
+# What speed writes in the folders it owns, by kind: --overwrite replaces a folder that holds
+# nothing else (a user's notes, or a run saved inside a shards folder, make it refuse).
+OWNED = {
+    "shards folder": ("manifest.json", "events", "events.v*", "nodes.npz", "nodes.v*.npz", "sep.npz", "sep.v*.npz",
+                      ".append-*", ".*.tmp-*"),
+    "run folder": ("metrics.json", "curves.png", "best.json", "best.*.safetensors", "last.json", "last.*.safetensors",
+                   "negatives.npz", "config.toml", "updates.png", "checkpoint.pt", "last.pt", ".*.tmp-*"),
+}
+
+
 def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kind: str = "output") -> None:
     """Raise :class:`~speed.InputError` unless ``target`` may be written.
 
@@ -177,6 +188,30 @@ def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kin
     if markers and not any((target / m).exists() for m in markers):
         raise InputError(f"refusing to replace a folder that is not a {kind} (no {' or '.join(markers)} in it); "
                          "remove it yourself or choose another output", target)
+
+
+def check_replaceable(target, kind: str) -> None:
+    """Refuse to replace a folder of ``kind`` that holds anything ``speed`` did not write there
+    (:data:`OWNED`): replacing removes the whole folder, and a user's file or a run saved inside
+    it would go with it."""
+    owned = OWNED.get(kind)
+    target = Path(target)
+    if owned is None or not target.is_dir():
+        return
+    foreign = sorted(p.name for p in target.iterdir() if not any(fnmatch.fnmatch(p.name, pat) for pat in owned))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise InputError(f"refusing to replace this {kind}: it holds {foreign[0]!r}{more}, which speed did not "
+                         "write there; move it out first or choose another output", target)
+
+
+def inside_shards(target) -> Optional[Path]:
+    """The shards folder ``target`` would lie in (a folder above it with a manifest and events),
+    or None."""
+    for p in Path(target).resolve().parents:
+        if (p / "manifest.json").is_file() and (p / "events").is_dir():
+            return p
+    return None
 
 
 def check_output_file(target, overwrite: bool) -> None:
@@ -247,6 +282,8 @@ def atomic_dir(target, overwrite: bool = False, markers: Tuple[str, ...] = (),
     """
     target = Path(target)
     check_output_dir(target, overwrite, markers, kind)
+    if overwrite:
+        check_replaceable(target, kind)
     parent = target.parent if str(target.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(parent, target.name)

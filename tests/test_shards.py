@@ -2,6 +2,7 @@
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +165,23 @@ def test_shards_without_event_parts_refuse_assigned_clearly(tmp_path):
     assert len(sh.merge([0], period="train")) > 0
     with pytest.raises(speed.InputError, match="re-partition them, or use subgraph 'induced'"):
         sh.merge([0], period="train", subgraph="assigned")
+
+
+def test_overwrite_never_deletes_what_speed_did_not_write(tmp_path, capsys):
+    """`speed partition L -o S --overwrite` once removed a run saved in S and a user's notes:
+    now a run folder is refused inside a shards folder, and --overwrite refuses, naming the file,
+    while S holds anything speed did not write there."""
+    from speed.cli import main
+
+    log = Path(__file__).resolve().parents[1] / "data" / "sample.csv"
+    s = tmp_path / "S"
+    assert main(["partition", str(log), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    assert main(["train", str(s), "--out", str(s / "run"), "--epochs", "1", "--no-progress"]) == 2
+    assert "inside the shards folder" in capsys.readouterr().err and not (s / "run").exists()
+    (s / "mynotes.txt").write_text("n\n")
+    assert main(["partition", str(log), "-o", str(s), "--parts", "2", "--no-progress", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "'mynotes.txt'" in err and "speed did not write" in err and len(err.strip().splitlines()) == 1
+    assert (s / "mynotes.txt").read_text() == "n\n" and (s / "manifest.json").exists()
+    (s / "mynotes.txt").unlink()
+    assert main(["partition", str(log), "-o", str(s), "--parts", "2", "--no-progress", "--overwrite"]) == 0

@@ -43,6 +43,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     from .pac.launch import run_parallel, torchrun_world, under_torchrun
 
     config = TrainConfig(model=model, nproc=nproc, **kwargs).validate()
+    refuse_inside_shards(out)
     parallel = config.parallel or under_torchrun()
     if config.model in BASELINES:
         if parallel:
@@ -112,6 +113,19 @@ def _load(data, split: Optional[Split], config: TrainConfig):
                                               else data.meta.split_times)  # e.g. TGL's ext_roll
 
 
+def refuse_inside_shards(out) -> None:
+    """A run folder is never made inside a shards folder: replacing the shards (``speed partition
+    --overwrite``) would take it along."""
+    from .._util import inside_shards
+
+    if out is None:
+        return
+    shards = inside_shards(out)
+    if shards is not None:
+        raise InputError(f"the run folder would be inside the shards folder {shards}, and go with it when the shards "
+                         "are replaced: choose an output outside it", out)
+
+
 def check_hold_out(config: TrainConfig, stored: float, path) -> None:
     """Shards keep the split they were partitioned with: a run must not ask for another hold-out."""
     if config.new_node_fraction is not None and abs(stored - config.new_node_fraction) > 1e-12:
@@ -130,6 +144,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     process (:func:`speed.train.online.update.update`, where the parameters are described), or with
     ``nproc`` spawned ranks over the events appended to a shards folder
     (:mod:`speed.train.online.parallel`)."""
+    refuse_inside_shards(out)
     if nproc is None:
         from .online.update import update as update_here
 
