@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import speed
+from speed.train.run.checkpoint import NO_LAST
 from speed.cli import main
 
 SPEED = [sys.executable, "-m", "speed"]
@@ -98,7 +99,7 @@ def test_resume_without_a_checkpoint_fails_before_any_rank_starts(shards, tmp_pa
     (tmp_path / "run").mkdir()
     r = _cli(["train", shards, "--nproc", "2", "--resume", "--out", tmp_path / "run"])
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == f"speed train: error: {tmp_path / 'run' / 'last.json'}: no checkpoint here to resume from"
+    assert r.stderr.strip() == f"speed train: error: {tmp_path / 'run' / 'last.json'}: {NO_LAST}"
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +267,19 @@ def test_an_output_is_created_exclusively(tmp_path):
     with atomic_dir(out, overwrite=True, kind="run folder") as tmp:
         (tmp / "metrics.json").write_text("1")
     assert (out / "metrics.json").read_text() == "1"
+
+
+def test_a_killed_launchers_rendezvous_folder_is_swept_by_the_next(tmp_path):
+    """A launcher killed with -9 cannot remove its rendezvous folder (speed-rdzv-PID-*); the next
+    launch removes the folders of launchers that are gone and keeps a live one's."""
+    import importlib
+
+    launch = importlib.import_module("speed.train.pac.launch")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f"speed-rdzv-{dead.pid}-abc").mkdir()
+    (tmp_path / f"speed-rdzv-{dead.pid}-abc" / "store").write_text("")
+    (tmp_path / f"speed-rdzv-{os.getpid()}-def").mkdir()
+    (tmp_path / "speed-rdzv-abcdef").mkdir()  # an older version's name: left alone
+    launch._sweep_rendezvous(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"speed-rdzv-{os.getpid()}-def", "speed-rdzv-abcdef"]

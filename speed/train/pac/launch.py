@@ -136,6 +136,21 @@ def _spawned(index: int, world: int, init_method: str, main, args: tuple, launch
     os._exit(0)
 
 
+def _sweep_rendezvous(parent: Path) -> None:
+    """Remove the rendezvous folders of launchers that are gone (a ``kill -9`` skips the clean-up):
+    each folder's name carries its launcher's process id, and a live launcher's is kept."""
+    for entry in parent.glob("speed-rdzv-*-*"):
+        pid = entry.name[len("speed-rdzv-"):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
+
+
 def spawn(main, args: tuple, nproc: int) -> None:
     """Run ``main(rank, world, init_method, *args)`` in ``nproc`` spawned processes on this
     machine and wait for them (:func:`join_ranks`): the one launcher of PAC training and of a
@@ -147,7 +162,8 @@ def spawn(main, args: tuple, nproc: int) -> None:
     # Ranks leave with os._exit (see _spawned), so multiprocessing's resource tracker finds a
     # queue semaphore they never released and warns at shutdown; it cleans it up regardless.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:::multiprocessing.resource_tracker")
-    rendezvous = tempfile.mkdtemp(prefix="speed-rdzv-")
+    _sweep_rendezvous(Path(tempfile.gettempdir()))
+    rendezvous = tempfile.mkdtemp(prefix=f"speed-rdzv-{os.getpid()}-")
     store = os.path.join(rendezvous, "store")  # must not exist yet: the ranks create it
     try:
         ctx = mp.start_processes(_spawned, args=(nproc, f"file://{store}", main, tuple(args), os.getpid()),

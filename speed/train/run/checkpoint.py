@@ -38,6 +38,8 @@ OLD_BEST = "checkpoint.pt"
 OLD_LAST = "last.pt"
 # a folder holding one of these is a run folder: --overwrite may reuse it
 RUN_MARKERS = ("metrics.json", LAST, BEST, OLD_LAST, OLD_BEST)
+NO_LAST = ("no checkpoint here to resume from (a run stopped before its first epoch ended keeps none: start it "
+           "again without --resume)")
 CONVERT_HINT = ("a run folder of an earlier version of speed, whose checkpoints are pickles (opening one can run "
                 "code): convert it with `speed convert-run OLD NEW --trust-pickle`, only if you trust where it came "
                 "from")
@@ -151,7 +153,7 @@ def require_resumable(out) -> Path:
     if not path.exists():
         if (Path(out) / OLD_LAST).exists():
             raise InputError(CONVERT_HINT, Path(out))
-        raise InputError("no checkpoint here to resume from", path)
+        raise InputError(NO_LAST, path)
     return path
 
 
@@ -176,7 +178,7 @@ def load_checkpoint(path) -> Checkpoint:
         old = path.parent / (OLD_BEST if path.name == BEST else OLD_LAST)
         if old.exists():
             raise InputError(CONVERT_HINT, path.parent)
-        raise InputError("no checkpoint here", path)
+        raise InputError(NO_LAST if path.name == LAST else "no checkpoint here", path)
     state = load_tree(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else None
