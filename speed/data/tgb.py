@@ -68,6 +68,9 @@ def _negatives_file(folder: Path, name: str, period: str) -> Path:
 
 
 def _load_pickle(path: Path):
+    """One of TGB's tables.  Unpickling runs code: reached only through read_tgb, which a user
+    calls by name (``--format tgb``, ``speed.read_tgb``) for a folder they trust; no folder is
+    taken for a TGB dataset on its own (see TGB_HINT)."""
     try:
         with open(path, "rb") as f:
             return pickle.load(f)

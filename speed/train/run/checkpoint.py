@@ -222,7 +222,8 @@ def convert_run(old, new, trust_pickle: bool = False) -> Path:
 
 
 def _unpickle(path: Path) -> Dict[str, Any]:
-    """A format-1 checkpoint, unpickled (runs code: only for :func:`convert_run` with trust)."""
+    """A format-1 checkpoint, unpickled.  This runs code: its one caller is :func:`convert_run`,
+    and only with ``trust_pickle=True`` (``--trust-pickle``), which the user gives by name."""
     try:  # (format 1 named its array class under the module's old place, speed.train.checkpoint)
         state = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_RenamedPickle)
     except Exception as exc:
