@@ -7,17 +7,20 @@ Two parts, one heavy job at a time (run nothing else beside it):
    nodes; TGN trained one epoch by speed and by PyTorch Geometric's TGN example loop
    (``benchmarks/train_vs_pyg.py``'s workers, ``--train-only``), side by side, each in its own
    subprocess.  A cost per step that grows with the nodes shows as falling events/s.
-2. **PAC N=2 on larger generated logs** (``--pac-events``, e.g. 1e6 and 1e7): SEP into
-   ``--parts`` parts, then ``speed train --nproc 2`` for one epoch with full evaluation; the
-   epoch split into train, sync and evaluation (from ``metrics.json``), the peak RSS of each
-   rank (each rank reports its own), and what ``speed plan`` predicted for it.
+2. **PAC on larger generated logs** (``--pac-events``, e.g. 1e6 and 1e7; ``--nproc``, default
+   2): SEP into ``--parts`` parts, then ``speed train --nproc N`` for one epoch with full
+   evaluation; the epoch split into train, sync and evaluation (from ``metrics.json``), each
+   rank's peak RSS over the whole run (``rank_peak_rss_bytes``: the evaluation and the writing
+   of ``best.json`` included), the rows the evaluation read from other ranks, and what
+   ``speed plan`` predicted.
 
 Prints tables and writes ``benchmarks/results/scale.json`` and ``scale.png``.
 
 Usage::
 
     python benchmarks/scale.py [--nodes 10000 100000 1000000 3000000] [--events 300000]
-                               [--pac-events 1000000 10000000] [--skip-pyg]
+                               [--pac-events 1000000 10000000] [--pac-nodes ...] [--pac-items N]
+                               [--nproc 2] [--skip-pyg]
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def generate(path: Path, events: int, nodes: int, seed: int) -> Path:
+def generate(path: Path, events: int, nodes: int, seed: int, items: int = 0) -> Path:
     if not path.exists():
-        _run(SPEED + ["generate", path, "--events", events, "--nodes", nodes, "--seed", seed, "--no-progress"])
+        _run(SPEED + ["generate", path, "--events", events, "--nodes", nodes, "--seed", seed, "--no-progress"]
+             + (["--bipartite", "--items", items] if items else []))
     return path
 
 
@@ -78,46 +82,49 @@ def node_sweep(a, work: Path) -> list:
 
 
 def pac_run(a, work: Path, events: int, nodes: int) -> dict:
-    log = generate(work / f"pac-{events}.csv", events, nodes, a.seed)
-    shards = work / f"pac-{events}-shards"
+    tag = f"pac-{events}-{nodes}" + (f"-bi{a.pac_items}" if a.pac_items else "")
+    log = generate(work / f"{tag}.csv", events, nodes, a.seed, a.pac_items)
+    shards = work / f"{tag}-shards-p{a.parts}"
     t0 = time.perf_counter()
-    _run(SPEED + ["partition", log, "-o", shards, "--parts", a.parts, "--topk", a.topk, "--overwrite",
-                  "--no-progress"])
+    if not (shards / "manifest.json").exists():
+        _run(SPEED + ["partition", log, "-o", shards, "--parts", a.parts, "--topk", a.topk, "--overwrite",
+                      "--no-progress"])
     partition_s = time.perf_counter() - t0
-    plan = json.loads(_run(SPEED + ["plan", shards, "--nproc", 2, "--json"]).stdout)
-    run = work / f"pac-{events}-run"
+    plan = json.loads(_run(SPEED + ["plan", shards, "--nproc", a.nproc, "--json"]).stdout)
+    run = work / f"{tag}-run"
     t0 = time.perf_counter()
-    _run(SPEED + ["train", shards, "--nproc", 2, "--model", "tgn", "--epochs", 1, "--out", run, "--overwrite",
+    _run(SPEED + ["train", shards, "--nproc", a.nproc, "--model", "tgn", "--epochs", 1, "--out", run, "--overwrite",
                   "--no-progress"] + (["--max-steps", a.max_steps] if a.max_steps else []))
     wall = time.perf_counter() - t0
     m = json.loads((run / "metrics.json").read_text())
     ep = m["epochs"][0]
     ranks = ep.get("ranks", [])
     planned = {r["rank"]: r.get("peak_bytes") for r in plan["epochs"][0]["ranks"]}
-    out = {"events": events, "num_nodes": m["data"]["num_nodes"], "partition_seconds": partition_s,
-           "wall_seconds": wall, "epoch_seconds": ep.get("seconds", {}),
+    whole = m.get("rank_peak_rss_bytes") or []  # each rank's peak over the whole run
+    out = {"events": events, "num_nodes": m["data"]["num_nodes"], "nproc": a.nproc, "parts": a.parts,
+           "partition_seconds": partition_s, "wall_seconds": wall, "epoch_seconds": ep.get("seconds", {}),
            "final_evaluation_seconds": m["seconds"].get("final_evaluation"),
            "train_events_per_s": ep["train_events_per_s"],
+           "evaluation_exchange": m.get("evaluation_exchange"),
            "ranks": [{"rank": r["rank"], "events": r["events"], "nodes": r["nodes"],
-                      "peak_rss_bytes": r.get("peak_rss_bytes"), "planned_peak_bytes": planned.get(r["rank"])}
-                     for r in ranks],
-           # each rank's peak_rss_bytes above is at the end of its training; rank 0's whole run
-           # (its full-graph evaluation included) is the run's top-level figure
-           "rank0_run_peak_rss_bytes": m.get("peak_rss_bytes"),
+                      "training_peak_rss_bytes": r.get("peak_rss_bytes"),
+                      "run_peak_rss_bytes": whole[r["rank"]] if r["rank"] < len(whole) else None,
+                      "planned_peak_bytes": planned.get(r["rank"])} for r in ranks],
            "test_ap": (m.get("test") or {}).get("transductive", {}).get("ap")}
     s = out["epoch_seconds"]
     evaluation = (s.get("validate", 0.0) + s.get("exchange", 0.0) + (out["final_evaluation_seconds"] or 0.0))
     out["evaluation_share"] = evaluation / max(wall, 1e-9)
     print(f"{events:>12,} events  wall {wall:7.1f} s  train {s.get('train', 0):7.1f}  sync {s.get('sync', 0):6.1f}  "
           f"evaluation {evaluation:7.1f} ({100 * out['evaluation_share']:.0f}%)", flush=True)
+    gib = (lambda b: b / 2**30 if b else float("nan"))
     for r in out["ranks"]:
-        rss, pl = r["peak_rss_bytes"], r["planned_peak_bytes"]
-        print(f"    rank {r['rank']}: {r['events']:,} events, {r['nodes']:,} nodes, peak RSS in training "
-              f"{rss / 2**30 if rss else float('nan'):.2f} GiB, planned {pl / 2**30 if pl else float('nan'):.2f} GiB",
-              flush=True)
-    if out["rank0_run_peak_rss_bytes"]:
-        print(f"    rank 0's peak over the whole run (evaluation included): "
-              f"{out['rank0_run_peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
+        print(f"    rank {r['rank']}: {r['events']:,} events, {r['nodes']:,} nodes, peak RSS over the run "
+              f"{gib(r['run_peak_rss_bytes']):.2f} GiB (in training {gib(r['training_peak_rss_bytes']):.2f}), "
+              f"planned {gib(r['planned_peak_bytes']):.2f} GiB", flush=True)
+    peaks = [r["run_peak_rss_bytes"] for r in out["ranks"] if r["run_peak_rss_bytes"]]
+    if len(peaks) > 1:
+        out["rank0_over_largest_other"] = peaks[0] / max(peaks[1:])
+        print(f"    rank 0's peak / the largest other rank's: {out['rank0_over_largest_other']:.2f}", flush=True)
     return out
 
 
@@ -152,6 +159,9 @@ def main() -> int:
     ap.add_argument("--pac-nodes", type=int, nargs="*", default=None,
                     help="nodes to generate each PAC log with (default events / 6; the 10M log of "
                          "docs/benchmarks.md used 5,000,000)")
+    ap.add_argument("--pac-items", type=int, default=0,
+                    help="generate the PAC logs bipartite with this many items (0: unipartite)")
+    ap.add_argument("--nproc", type=int, default=2, help="ranks of the PAC runs")
     ap.add_argument("--parts", type=int, default=8)
     ap.add_argument("--topk", type=float, default=5)
     ap.add_argument("--max-steps", type=int, default=None, help="cut each PAC epoch after N steps")

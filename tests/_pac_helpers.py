@@ -152,3 +152,114 @@ def local_sgd_worker(rank, world, store_file, every, queue):
         trace.append((grad.tolist(), model.weight.detach().clone().tolist(), averager.rounds))
     queue.put((rank, trace))
     _leave(queue)
+
+
+# the combinations the sharded-evaluation test checks: (model, protocol, negatives)
+SHARDED_CASES = [(m, p, s) for m in ("jodie", "dyrep", "tgn", "tige")
+                 for p, s in (("tgn", "random"), ("dyglib", "random"), ("dyglib", "historical"),
+                              ("dyglib", "inductive"), ("tgb", "random"))]
+
+
+def sharded_eval_worker(rank, world, store_file, cases, queue):
+    """For each case: a model's full-graph state after the training period (random weights,
+    seeded), evaluated through val and test by this process alone, then again with its memories
+    sharded over ``world`` ranks (owners drawn at random); returns the largest difference of
+    any score, the figures of both, and the rows this rank held and read from others."""
+    _init(rank, world, store_file)
+    import numpy as np
+
+    import speed
+    from speed.train.eval.evaluator import Evaluator
+    from speed.train.model.network import build_model
+    from speed.train.pac.sharded import QueryShare
+    from speed.train.state.sharded import Exchange, ShardedMemory
+
+    torch.set_num_threads(1)
+    ev = speed.generate_events(160, 1600, seed=7)
+    ev.msg = np.random.default_rng(3).standard_normal((len(ev), 3)).astype(np.float32)
+    out = []
+    for name, protocol, strategy in cases:
+        frac = 0.0 if protocol == "tgb" else 0.1
+        split = speed.chronological_split(ev, new_node_fraction=frac, seed=0)
+        kw = dict(memory_dim=6, time_dim=4, embedding_dim=6, neighbors=3, msg_dim=3)
+        figures = []
+        for sharded in (False, True):
+            torch.manual_seed(0)
+            model = build_model(name, ev.num_nodes, **kw)
+            model.state.set_edge_features(ev.msg)
+            model.eval()
+            evaluator = Evaluator(ev, split, 50, 0, 0, node_classification=False, progress=False,
+                                  strategy=strategy, protocol=protocol, keep_test_start=True)
+            evaluator.stream(model, evaluator.period("train"))  # the state at the end of training
+            exchange = Exchange()
+            if sharded:
+                full = model.state
+                owner = np.random.default_rng(11).integers(0, world, ev.num_nodes).astype(np.int16)
+                torch.manual_seed(0)
+                model = build_model(name, 0, **kw)
+                model.state.set_edge_features(ev.msg)
+                model.eval()
+                model.state.use_memories(lambda n, mem: ShardedMemory(owner, mem.memory_dim, rank, world, None,
+                                                                      exchange))
+                model.share_queries(QueryShare(rank, world))
+                for key, mem in model.state.memories().items():
+                    mine = torch.from_numpy(mem.owned())
+                    mem.write_owned(mem.owned(), *full.memories()[key].read(mine))
+                model.state.load_pending(full.pending_events(), {
+                    c.name: c.export(full.pending_events()[3]) for c in full.components
+                    if c.export(full.pending_events()[3]) is not None})
+            evaluator.prepare(model)
+            val, val_res = evaluator.evaluate(model, "val", selection=True)
+            test, test_res = evaluator.evaluate(model, "test")
+            figures.append({"val": val, "test": test, "pos": np.concatenate([val_res.pos, test_res.pos]),
+                            "neg": np.concatenate([val_res.neg, test_res.neg]),
+                            "mrr": None if test_res.mrr_neg is None else test_res.mrr_neg,
+                            "held": int(model.state.memory.memory.shape[0]), "read": exchange.as_dict()})
+        ref, got = figures
+        diff = max(float(np.abs(ref["pos"] - got["pos"]).max()), float(np.abs(ref["neg"] - got["neg"]).max()))
+        if ref["mrr"] is not None:
+            diff = max(diff, float(np.abs(ref["mrr"] - got["mrr"]).max()))
+        out.append({"case": (name, protocol, strategy), "diff": diff, "ref": (ref["val"], ref["test"]),
+                    "got": (got["val"], got["test"]), "held": got["held"], "read": got["read"]})
+    queue.put((rank, out))
+    _leave(queue)
+
+
+def shard_state_worker(rank, world, store_file, queue):
+    """Two ranks' hand-built states brought into sharded memories: own nodes stay, shared nodes
+    go to their owner by the sync rule, pending events of a shared node come from its winner."""
+    _init(rank, world, store_file)
+    import numpy as np
+
+    from speed.train.model.network import build_model
+    from speed.train.pac.sharded import owners, shard_state
+    from speed.train.state.sharded import ShardedMemory
+    from speed.train.state.nodes import StateRows
+
+    shared = np.array([1, 4])
+    own = [np.array([0, 2]), np.array([3, 5])]
+    nodes = np.concatenate([shared, own[rank]])
+    trained = build_model("tgn", 1, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
+    trained.state.resize(4)
+    lu = [[5.0, 1.0, 2.0, 2.0], [3.0, 4.0, 7.0, 7.0]][rank]
+    mem = torch.arange(8, dtype=torch.float32).reshape(4, 2) + 100 * rank
+    # pending (local ids): rank 0 holds one for node 1 (local 0) and node 0 (local 2); rank 1 for
+    # node 1 (local 0) and node 3 (local 2)
+    node = torch.tensor([0, 2])
+    other = torch.tensor([1, 3])
+    trained.state.load_rows(torch.arange(4), StateRows(
+        {"memory": (mem, torch.tensor(lu, dtype=torch.float64))},
+        (node, other, torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([10 + rank, 20 + rank]))))
+    owner = owners(6, shared, own, world)
+    target = build_model("tgn", 0, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
+    target.state.use_memories(lambda n, m: ShardedMemory(owner, m.memory_dim, rank, world))
+    shard_state(trained, target, nodes, 2, shared, owner, "last", rank, world)
+    blocks = []
+    target.state.memory.stream_to(0, "memory", blocks.append, chunk=4)
+    lus = []
+    target.state.memory.stream_to(0, "last_update", lus.append, chunk=4)
+    pending = [x.tolist() for x in target.state.pending_events()]
+    held = target.state.memory.owned().tolist()
+    full = (np.concatenate(blocks).tolist(), np.concatenate(lus).tolist()) if rank == 0 else None
+    queue.put((rank, (full, pending, held)))
+    _leave(queue)

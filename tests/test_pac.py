@@ -501,16 +501,18 @@ def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path
 
 
 def test_planned_peak_is_the_largest_phase_over_the_runtime_and_the_log(shards4):
-    """A rank's planned peak: runtime and log, then the largest of reading the log, the end of a
-    training epoch and (rank 0) the full-graph evaluation, never their sum; the other ranks
-    hold no log."""
-    from speed.train.pac.budget import EVAL_STATE_COPIES, RANK_STATE_COPIES, rank_peak_bytes
+    """A rank's planned peak: runtime and the log, then the largest of reading the log, the end of
+    a training epoch and the evaluation (its owned memories and every node's structures, twice;
+    once more of the structures on the writer), never their sum."""
+    from speed.train.pac.budget import EVAL_COPIES, RANK_STATE_COPIES, rank_peak_bytes
 
     shards = load_shards(shards4)
-    main_rank = rank_peak_bytes(1000, shards, 10, 7, 50, main=True)
-    other = rank_peak_bytes(1000, shards, 10, 7, 50, main=False)
-    log = main_rank["log"]
-    assert log > 0 and other["log"] == 0 and "evaluation" not in other
-    phases = [log, 2 * 32 * 10 + RANK_STATE_COPIES * 7, EVAL_STATE_COPIES * 50]
-    assert main_rank["total"] == 1000 + log + max(phases)
-    assert other["total"] == 1000 + 2 * 32 * 10 + RANK_STATE_COPIES * 7
+    writer = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=True)
+    other = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=False)
+    local = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=False, local_validation=True)
+    log = writer["log"]
+    assert log > 0 and other["log"] == log
+    assert writer["evaluation"] == EVAL_COPIES * 80 + 30 and other["evaluation"] == EVAL_COPIES * 80
+    assert local["rank_state"] == (RANK_STATE_COPIES + 1) * 7
+    for p in (writer, other):
+        assert p["total"] == 1000 + log + max(log, 2 * 32 * 10 + RANK_STATE_COPIES * 7, p["evaluation"])

@@ -43,7 +43,7 @@ PLAN_RUN_FIELDS = ("model", "nproc", "epochs", "seed", "subgraph", "grouping", "
 ARCHITECTURE_FIELDS = ("memory_dim", "time_dim", "embedding_dim", "neighbors", "message", "aggregator",
                        "static_memory")
 PLAN_FIELDS = PLAN_RUN_FIELDS + ARCHITECTURE_FIELDS
-VALIDATION_MODES = ("local", "full")
+VALIDATION_MODES = ("full", "local")
 STATE_PLACEMENTS = ("auto", "device", "host")
 
 
@@ -192,9 +192,10 @@ class TrainConfig:
     average_every: int = _opt(1, "average the ranks' weights every K steps instead of their gradients every step "
                                  "(local SGD: each rank steps on its own gradients in between; 1: gradient "
                                  "averaging, the paper's)", group="pac", metavar="K", interval=POSITIVE_INT)
-    validation: str = _opt("local", "per-epoch validation by every rank on the val events of its group at once "
-                                    "(an approximation for early stopping; the reported val and test stay exact), "
-                                    "or on the full graph by rank 0 alone", choices=VALIDATION_MODES, group="pac")
+    validation: str = _opt("full", "per-epoch validation on the full graph, exact, spread over the ranks; or by "
+                                   "every rank on the val events of its own group (an approximation for early "
+                                   "stopping; the reported val and test stay exact)", choices=VALIDATION_MODES,
+                           group="pac")
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
                           metavar="E", interval=POSITIVE_INT)
     shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")

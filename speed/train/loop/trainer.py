@@ -89,6 +89,10 @@ class EpochLoop:
     def extra_metrics(self) -> Dict:
         return {}
 
+    def peak_rss(self) -> List[int]:
+        """Every process's peak resident memory so far, in rank order (collective under PAC)."""
+        return [peak_rss_bytes()]
+
     # ------------------------------------------------------------ evaluation
     def selection_score(self, val: Dict) -> float:
         """The validation figure that picks the best epoch: the protocol's (AP, or TGB's MRR),
@@ -184,11 +188,13 @@ class EpochLoop:
             if stop:
                 break
         train_seconds = time.perf_counter() - started
+        t0 = time.perf_counter()
+        # no best epoch when every epoch was cut (--max-steps): nothing was validated or tested;
+        # under PAC every rank takes part in the final evaluation
+        final = self.final_results() if self.agree(self.stopping.best_epoch is not None) else {}
+        peaks = self.peak_rss()
         if not self.is_main:
             return None
-        t0 = time.perf_counter()
-        # no best epoch when every epoch was cut (--max-steps): nothing was validated or tested
-        final = self.final_results() if self.stopping.best_epoch is not None else {}
         metrics = {
             "model": cfg.model,
             "protocol": cfg.protocol_name,
@@ -212,7 +218,8 @@ class EpochLoop:
             "negatives_true_edges": self.evaluator.true_negative_counts(),
             "seconds": {"total": time.perf_counter() - started, "train": train_seconds,
                         "final_evaluation": time.perf_counter() - t0},
-            "peak_rss_bytes": peak_rss_bytes(),  # of this process (PAC: rank 0; each rank's is in its epochs)
+            "peak_rss_bytes": peak_rss_bytes(),  # of this process (PAC: rank 0)
+            "rank_peak_rss_bytes": peaks,  # of every process over the whole run, evaluation included
         }
         if self.out is not None:
             write_run(self.out, metrics)

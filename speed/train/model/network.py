@@ -172,10 +172,15 @@ class TemporalGNN(nn.Module):
                                    nbr_mask=d.nb_mask)
         return z.index_select(0, d.inv)
 
-    def compute(self, plan: BatchPlan, rows, message_inputs=None):
+    def compute(self, plan: BatchPlan, rows, message_inputs=None, share=None):
         """Embeddings of the plan's queries: ``(z, states, last_update)``, ``z`` float32 of shape
         (Q, embedding dim) in query order, and the key states the node state stores from
-        (:meth:`NodeStates.absorb`).  ``rows`` and ``message_inputs`` as for :meth:`key_states`."""
+        (:meth:`NodeStates.absorb`).  ``rows`` and ``message_inputs`` as for :meth:`key_states`.
+
+        ``share`` splits the embedding of the distinct queries among processes that compute the
+        same step (:class:`speed.train.pac.sharded.QueryShare`): called as ``share(embed, m)``,
+        it runs ``embed(part)`` on its own slice ``part`` of the ``m`` queries and returns all
+        ``m`` embeddings.  The key states, which every process stores from, are computed whole."""
         states, lasts = self.key_states(plan, rows, message_inputs)
         h = states  # what the embedding reads: the dynamic memory, plus the static one
         static = None
@@ -184,20 +189,25 @@ class TemporalGNN(nn.Module):
             static = self.static(plan.rows).index_select(0, plan.key_row)
             if self.embedding.needs_neighbors:  # DistTGL: before the attention, neighbours included
                 h = states + static
-        own = h.index_select(0, plan.uq_key)
-        own_dt = plan.uq_t - lasts.index_select(0, plan.uq_key)
-        if self.embedding.needs_neighbors:
-            z = self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=h.index_select(0, plan.nb_keys),
-                               nbr_index=plan.nb_key,
-                               nbr_e=plan.nb_feat, nbr_dt=plan.nb_dt, nbr_mask=plan.nb_mask)
-        else:
+
+        def embed(part: slice) -> torch.Tensor:  # the embeddings of the distinct queries ``part``
+            key = plan.uq_key[part]
+            own = h.index_select(0, key)
+            own_dt = plan.uq_t[part] - lasts.index_select(0, key)
+            if self.embedding.needs_neighbors:
+                return self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=h.index_select(0, plan.nb_keys),
+                                      nbr_index=plan.nb_key[part], nbr_e=plan.nb_feat[part],
+                                      nbr_dt=plan.nb_dt[part], nbr_mask=plan.nb_mask[part])
             z = self.embedding(own, own_dt)
             if static is not None:
                 # A memory-only embedding (JODIE's time projection, DyRep's identity) gets the static
                 # part after it, as JODIE joins its static embeddings to the projected one: inside
                 # the projection, (1 + w dt) scales the unbounded static rows and training diverged
                 # (CollegeMsg: epoch-2 loss rose 1.32 -> 1.64; test AP 0.859 against 0.876 after).
-                z = z + static.index_select(0, plan.uq_key)
+                z = z + static.index_select(0, key)
+            return z
+
+        z = embed(slice(None)) if share is None else share(embed, int(plan.uq_key.shape[0]))
         return z.index_select(0, plan.q_inv), states, lasts
 
     def forward(self, plan: BatchPlan, rows, message_inputs, num_events: int):
@@ -226,6 +236,7 @@ class StatefulModel:
         self.net = net
         self.state = state
         self._state_device: Optional[torch.device] = None  # see keep_state_on
+        self._share = None  # see share_queries
 
     @classmethod
     def around(cls, net: TemporalGNN, num_nodes: int, neighbors: int = 10, components=()) -> "StatefulModel":
@@ -268,6 +279,12 @@ class StatefulModel:
         self.state.to(self._state_device)
         return self
 
+    def share_queries(self, share) -> "StatefulModel":
+        """Split each step's embeddings among processes that run the same steps (PAC's sharded
+        evaluation, :class:`speed.train.pac.sharded.QueryShare`); None: compute them all."""
+        self._share = share
+        return self
+
     def train(self, mode: bool = True) -> "StatefulModel":
         self.net.train(mode)
         return self
@@ -288,7 +305,7 @@ class StatefulModel:
 
     def compute(self, plan: BatchPlan):
         """:meth:`TemporalGNN.compute` on the state's rows."""
-        return self.net.compute(plan, *self.inputs(plan))
+        return self.net.compute(plan, *self.inputs(plan), share=self._share)
 
     def forward(self, plan: BatchPlan, num_events: int):
         """:meth:`TemporalGNN.forward` on the state's rows."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy as np
+
 from ...partition.shards import Shards
 from ..config import TrainConfig
 from ..model.network import build_model
-from .groups import check_world, part_groups, part_loads, rank_graph
+from .groups import check_world, own_nodes, part_groups, part_loads, rank_graph
+from .sharded import owners
 
 
 def _event_bytes(shards: Shards) -> int:
@@ -21,41 +24,39 @@ def _event_bytes(shards: Shards) -> int:
                * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards.event_columns.items())
 
 
-def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int,
-                    full_state: int, main: bool, whole_log: bool = False) -> Dict[str, int]:
+def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int, eval_memories: int,
+                    eval_structures: int, writer: bool, local_validation: bool = False) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes).
 
     Always: the interpreter with torch and speed loaded and a rank started (``runtime``) and the
-    log (rank 0, and every rank of a run with a static memory, holds the whole log; the other
-    ranks read their sub-graphs from the shards' memory maps and keep only each event's stored
-    position for the edge features).  Then the largest of three phases: reading the log (a
-    second copy while the stored buckets are gathered into time order), the end of a training
-    epoch (the sub-graph's events and stream, and the rank's node state :data:`RANK_STATE_COPIES`
-    times over) and, on rank 0, the full-graph evaluation (:data:`EVAL_STATE_COPIES` states; the
-    rank's own state is freed before it).
+    whole log (every rank streams the full-graph evaluation).  Then the largest of three phases:
+    reading the log (a second copy while the stored buckets are gathered into time order), the
+    end of a training epoch (the sub-graph's events and stream, and the rank's node state
+    :data:`RANK_STATE_COPIES` times over, one more with local validation's back-up) and the
+    evaluation: the memories of the nodes the rank owns (``eval_memories``) and the pending
+    events and neighbour rings of every node (``eval_structures``), :data:`EVAL_COPIES` times
+    over, and on the rank that writes ``best.json`` (``writer``) one more copy of the structures
+    (the predictor's snapshot of the end of the log).  The rank's own training state is freed
+    before it.
     """
     per_event = _event_bytes(shards)
-    whole = main or whole_log
-    log = per_event * shards.num_events if whole else (4 * shards.num_events if shards.msg_dim else 0)
+    log = per_event * shards.num_events
+    copies = RANK_STATE_COPIES + (1 if local_validation else 0)
     out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events,
-           "rank_state": RANK_STATE_COPIES * int(rank_state)}
-    phases = [log if whole else 0, out["rank_events"] + out["rank_state"]]
-    if main:
-        out["evaluation"] = EVAL_STATE_COPIES * int(full_state)
-        phases.append(out["evaluation"])
+           "rank_state": copies * int(rank_state),
+           "evaluation": EVAL_COPIES * (int(eval_memories) + int(eval_structures)) +
+           (int(eval_structures) if writer else 0)}
+    phases = [log, out["rank_events"] + out["rank_state"], out["evaluation"]]
     out["total"] = out["runtime"] + log + max(phases)
     return out
 
 
-# Full-graph states rank 0 holds at once during evaluation, counted: the evaluation model's, the
-# test period's start (kept for the new-node pass and for load_run(at="test")), and while
-# best.json is written a copy of the model's state and of its neighbour rings and pending
-# events (the predictor's end snapshot).  (The evaluation model holds the best epoch's state
-# itself: no back-up of it.)
-EVAL_STATE_COPIES = 4
-# A rank's state at the end of an epoch: its own, local validation's back-up of it, and the rows
-# the gather for evaluation sends.
-RANK_STATE_COPIES = 3
+# Copies of a rank's evaluation state held at once: the evaluation model's, and the state at the
+# start of the period (kept for the new-node pass, and of the test period for load_run(at="test")).
+EVAL_COPIES = 2
+# A rank's state at the end of an epoch: its own, and its rows in global ids as they are brought to
+# their owners (speed.train.pac.sharded.shard_state); local validation backs it up once more.
+RANK_STATE_COPIES = 2
 # What a started rank holds beyond the interpreter with torch and speed loaded (the process
 # group and DDP, the numba kernels, thread pools), measured: a rank on the 1M-event log held
 # 705 MiB before training, 60 MiB of it its data, against about 450 MiB for a process that only
@@ -99,20 +100,27 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     per_node = model.state.nbytes(1)
     # every per-node structure (memories, neighbour rings, pending index), per node
     state_per_node = sum(model.state.footprint(1).values())
+    # what every rank holds of every node while evaluating: the neighbour rings and pending index
+    structures_per_node = state_per_node - per_node
     # the static table has a row per node of the log on every rank (speed.train.model.static)
     static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
     epochs: List[Dict] = []
+    owner = {}
     for epoch in range(1, config.epochs + 1):
         ranks = []
-        for r, group in enumerate(part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)):
+        groups = part_groups(shards.num_parts, nproc, config.seed, epoch, config.shuffle, loads)
+        # whose rows each rank holds while evaluating (speed.train.pac.sharded.owners)
+        owner = {epoch: owners(shards.num_nodes, shards.shared, [own_nodes(shards, g) for g in groups], nproc)}
+        for r, group in enumerate(groups):
             rg = rank_graph(shards, group, new_nodes, config.subgraph)
+            owned = int(np.count_nonzero(owner[epoch] == r))
             peak = rank_peak_bytes(runtime, shards, len(rg.events), int(rg.nodes.size) * state_per_node,
-                                   shards.num_nodes * state_per_node, main=r == 0,
-                                   whole_log=config.static_memory != "none")
+                                   owned * per_node, shards.num_nodes * structures_per_node, writer=r == 0,
+                                   local_validation=config.validation == "local")
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
-                          "memory_bytes": int(rg.nodes.size) * per_node, "peak_bytes": peak["total"],
-                          "peak_parts": peak})
+                          "memory_bytes": int(rg.nodes.size) * per_node, "evaluation_nodes": owned,
+                          "peak_bytes": peak["total"], "peak_parts": peak})
         total = sum(x["events"] for x in ranks)
         for x in ranks:
             x["share"] = x["events"] / max(train_events, 1)

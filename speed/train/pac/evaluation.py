@@ -1,30 +1,33 @@
-"""Evaluation in a PAC run: rank 0 evaluates on the full graph.
+"""Evaluation in a PAC run: exact, on the full graph, spread over the ranks.
 
-The ranks' node states are gathered into rank 0's full-graph model (:mod:`.gather`) when it
-validates (``--validation full``) or keeps a best epoch; with the default local validation
-every rank validates its own group at once (:mod:`.validate`) and rank 0 scores val and test
-on the gathered state of the best epoch at the end.  While rank 0 evaluates alone the other
-ranks wait in a collective, and on CPU it takes their cores for the while.
+At an evaluation every rank brings its trained node state into one evaluation model whose
+memories are sharded by owner (:mod:`.sharded`): each node's rows live on one rank, and no
+process holds every node's.  All ranks then stream the val (and test) events together, the
+same plans on each, reading the rows they do not hold from their owners once per step; rank 0
+computes the figures.  They equal a single process's evaluation of the same state (tested).
+
+Per-epoch validation is this full-graph evaluation by default (``validation="full"``).  The
+approximate ``validation="local"`` (:mod:`.validate`: each rank its own group at once) chooses
+the best epoch on the ranks' own figures; val and test are then scored exactly, on the best
+epoch's state kept sharded where its rows are.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from typing import Dict, Optional
 
 import numpy as np
-import torch
 
-from ..._threads import apply_threads, default_threads
 from ..eval.evaluator import Evaluator
 from ..loop.trainer import EpochLoop
-from ..model.build import place_state
 from ..model.network import StatefulModel
 from ..run import checkpoint as ckpt
+from ..run.predictor import predictor_payload
 from ..step.engine import EpochLog
-from .gather import assemble, gather_state
 from .groups import own_nodes
+from ..state.sharded import Exchange, ShardedMemory
+from .sharded import QueryShare, RowsOnWrite, owners, shard_state
 from .validate import local_validation, transfer_warning
 
 
@@ -40,58 +43,79 @@ class RankEvaluation(EpochLoop):
         self._evaluator: Optional[Evaluator] = None
         self._val_pool: Optional[np.ndarray] = None
         self._seen: Optional[np.ndarray] = None  # nodes of the masked training events (local validation)
-        self._best_state: Optional[Dict] = None  # the best epoch's full-graph state, after a resume
-        self._best_in_eval_model = False  # or held by the evaluation model itself (local validation)
-        self.evaluation_threads: Optional[int] = None  # rank 0's threads while it evaluates alone
+        self._best_state: Optional[Dict] = None  # the best epoch's full-graph back-up, after a resume
+        self._best_in_eval_model = False  # the evaluation model holds the best epoch's state (local validation)
+        self.exchange = Exchange()  # rows read from other ranks during evaluation
 
     @property
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
             cfg = self.config
             self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
-                                        self.device, node_classification=False, progress=cfg.progress,
+                                        self.device, node_classification=False,
+                                        progress=cfg.progress if self.is_main else False,
                                         strategy=cfg.eval_negatives, keep_test_start=self.out is not None,
                                         protocol=cfg.protocol_name)
         return self._evaluator
 
     def eval_model(self) -> StatefulModel:
-        """Rank 0's full-graph model (weights and state are loaded by :meth:`prepare_eval`)."""
+        """The evaluation model: this rank's weights, memories sharded over the ranks (their
+        owners are set by :meth:`_shard_memories`), pending events and neighbours whole."""
         if self._eval_model is None:
             # building (and seeding) the model must not move this rank's RNG streams, or a
             # resumed run would diverge from an uninterrupted one
             rng = ckpt.rng_state()
-            self._eval_model = self._build_model(self.shards.num_nodes).to(self.device)
-            # the full-graph state on the device only where it fits (else each batch moves its rows)
-            place_state(self._eval_model, self.config.state_device, self.device, self.shards.num_nodes)
+            model = self._build_model(0)
+            model.keep_state_on("cpu")  # the exchange runs on host memory; each step moves its rows
+            # the ranks run the same steps: each embeds its share of every step's queries
+            model.share_queries(QueryShare(self.rank, self.world, None, self.exchange))
+            self._eval_model = model.to(self.device)
             ckpt.set_rng_state(rng)
         return self._eval_model
 
-    def prepare_eval(self, log: EpochLog) -> None:
-        """Gather every rank's node state into rank 0's full-graph model."""
-        rg = self.graph
-        payloads = gather_state(self.model, rg.nodes, rg.num_shared, self.world, self.rank, self.host_group)
-        # the rank's own state is not read again before the next epoch sizes it afresh: let it
-        # go, so rank 0 does not hold it beside the full-graph evaluation state
-        self.model.state.resize(0)
-        if not self.is_main:
-            return
-        groups = self.groups(log.epoch)
+    def _shard_memories(self, epoch: int) -> np.ndarray:
+        """Give the evaluation model fresh sharded memories whose owners follow ``epoch``'s
+        groups (and empty pending events and neighbours); returns the owners."""
+        model = self.eval_model()
+        groups = self.groups(epoch)
         own = [own_nodes(self.shards, g) for g in groups]
-        rule = "last" if self.config.sync == "none" else self.config.sync
-        state = assemble(payloads, own, self.shards.shared, self.shards.num_nodes, rule)
+        owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world)
+        model.state.use_memories(lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.rank, self.world,
+                                                                 self.host_group, self.exchange))
+        return owner
+
+    def prepare_eval(self, log: EpochLog) -> None:
+        """Bring every rank's trained state into the sharded evaluation model (collective)."""
+        rg = self.graph
+        owner = self._shard_memories(log.epoch)
         model = self.eval_model()
         model.load_params(self.model.params_state_dict())
-        model.state.reset()
-        model.state.load_rows(torch.arange(self.shards.num_nodes, device=self.device), state)
+        rule = "last" if self.config.sync == "none" else self.config.sync
+        shard_state(self.model, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule,
+                    self.rank, self.world, self.host_group)
+        # the rank's own state is not read again before the next epoch sizes it afresh
+        self.model.state.resize(0)
         self.evaluator.prepare(model)
 
+    # ----------------------------------------------------------- per-epoch validation
     def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
-        if self.config.validation == "full":
-            return super().validate_epoch(log)
-        cfg = self.config
-        log.seconds["exchange"] = 0.0  # only a best epoch gathers state (on_best)
+        if self.config.validation == "local":
+            return self._local_validation(log)
         t0 = time.perf_counter()
-        backup = self.model.state.backup()  # the state at the end of training, for a best-epoch exchange
+        self.prepare_eval(log)
+        log.seconds["exchange"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        before = self.exchange.seconds
+        scores = self.validate(log)  # every rank streams val; the figures are rank 0's
+        log.seconds["validate"] = time.perf_counter() - t0
+        log.seconds["validate_exchange"] = self.exchange.seconds - before
+        return scores if self.is_main else None
+
+    def _local_validation(self, log: EpochLog) -> Optional[Dict]:
+        cfg = self.config
+        log.seconds["exchange"] = 0.0  # only a best epoch brings the state together (on_best)
+        t0 = time.perf_counter()
+        backup = self.model.state.backup()  # the state at the end of training, for on_best
         if self._val_pool is None:  # the masked training events' endpoints, as negative_pool takes them
             src_seen, dst_seen = self.shards.trained_endpoints(self.new_nodes)
             self._seen = src_seen | dst_seen
@@ -103,81 +127,110 @@ class RankEvaluation(EpochLoop):
         return scores
 
     def on_best(self, log: EpochLog) -> None:
-        if self.config.validation == "full":
-            return super().on_best(log)
-        # keep the best epoch's full-graph state; val and test run on it once, at the end
-        t0 = time.perf_counter()
-        self.prepare_eval(log)
-        log.seconds["exchange"] += time.perf_counter() - t0
-        if self.is_main:
+        """A new best epoch, on every rank."""
+        if self.config.validation == "local":
+            # keep the best epoch's state, sharded; val and test run on it once, at the end
+            t0 = time.perf_counter()
+            self.prepare_eval(log)
+            log.seconds["exchange"] += time.perf_counter() - t0
             self.best_params = self._params_copy()
-            # with local validation nothing else loads the evaluation model before the end: it
-            # holds the best epoch's state itself (a back-up is a full-graph copy, 1 GiB on a
-            # 10M-event log)
             self._best_state = None
             self._best_in_eval_model = True
-            self.best = {"val": log.val}
-
-    @contextmanager
-    def _alone(self):
-        """Rank 0 evaluating the full graph while the other ranks wait in a collective: on CPU it
-        takes the idle cores of its host for the while (its share is cores / ranks on the host),
-        then gives them back.  Not with ``--deterministic``, whose figures depend on the thread
-        count."""
-        if not self.is_main or self.world == 1 or self.device.type != "cpu" or self.config.deterministic:
-            yield
+            if self.is_main:
+                self.best = {"val": log.val}
             return
-        before = torch.get_num_threads()
-        self.evaluation_threads = max(before, default_threads(1))
-        apply_threads(self.evaluation_threads)
-        try:
-            yield
-        finally:
-            apply_threads(before)
-
-    def validate(self, log: Optional[EpochLog] = None) -> Dict:
-        with self._alone():
-            return super().validate(log)
-
-    def _best_results(self, log: EpochLog) -> Dict:
-        with self._alone():
-            return super()._best_results(log)
+        if self.config.eval == "replay":
+            self.best_params = self._params_copy()
+        best = self._best_results(log)  # every rank streams the test period
+        if self.is_main:
+            self.best = best
+        self._save_best(log.epoch)
 
     def final_results(self) -> Dict:
-        with self._alone():
-            return self._final_results()
-
-    def _final_results(self) -> Dict:
-        if self.config.validation == "full":
-            return super().final_results()
+        """On every rank; the figures on rank 0."""
+        cfg = self.config
+        if cfg.validation != "local":
+            if cfg.eval == "replay":
+                self._replay()
+            return self.best
         model = self.eval_model()
         model.load_params(self.best_params)
         if self._best_state is not None:  # a resumed run: the best epoch's state came from last.json
+            self._shard_memories(self._best_epoch())
             model.state.restore(self._best_state)
             self._best_state = None
-        if self.config.eval == "replay":
+        if cfg.eval == "replay":
             result = self.evaluator.replay(model)
         else:
             val, _ = self.evaluator.evaluate(model, "val")
             test, _ = self.evaluator.evaluate(model, "test")
             result = {"val": val, "test": test}
-        self.best = {**result, "val_local": self.best["val"]}
-        warning = None if "val" not in result else \
-            transfer_warning(result["val"], self.best["val_local"], self.config.average_every)
-        if warning:  # speed.train warns with it; the summary prints it
-            self.best["warnings"] = [warning]
-        self._save_best(self.stopping.best_epoch)
+        if self.is_main:
+            self.best = {**result, "val_local": self.best["val"]}
+            warning = None if "val" not in result else \
+                transfer_warning(result["val"], self.best["val_local"], self.config.average_every)
+            if warning:  # speed.train warns with it; the summary prints it
+                self.best["warnings"] = [warning]
+        self._save_best(self._best_epoch())
         return self.best
 
+    def _replay(self) -> None:
+        model = self.eval_model()
+        model.load_params(self.best_params)
+        result = self.evaluator.replay(model)
+        if self.is_main:
+            self.best = result
+        self._save_best(self._best_epoch())
+
+    def _best_epoch(self) -> int:
+        """The best epoch, known to every rank (rank 0 decides)."""
+        return int(self.agree_value(self.stopping.best_epoch or 0))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_best(self, epoch: int) -> None:
+        """``best.json`` by rank 0: the weights, and the memories brought to it from their
+        owners a block at a time while it writes (collective: the others serve the blocks)."""
+        if self.out is None:
+            return
+        model = self.eval_model()
+        rows = RowsOnWrite(self.rank)
+        memories = rows.add(model.state)
+        start = self.evaluator.test_start
+        start_memories = None if start is None else rows.add(model.state, start["state"])
+        if not self.is_main:
+            rows.serve()
+            return
+        test_start = None if start is None else {"t": start["t"], "state": {**start["state"],
+                                                                             "memories": start_memories}}
+        predictor = None
+        if model.net.spec is not None:
+            predictor = predictor_payload(model, self.events, self.config.batch_size, test_start)
+        ckpt.write_checkpoint(self.out / ckpt.BEST, "best", self._record(epoch), model=model, predictor=predictor,
+                              memories={f"{n}.{f}": d for n, fields in memories.items() for f, d in fields.items()})
+        rows.check()
+
+    def save_last(self, epoch: int) -> None:
+        # with local validation the best epoch's state is needed at the end: kept in last.json
+        self._last_best, rows = None, None
+        if self.config.validation == "local" and self.out is not None:
+            if self._best_state is not None:  # a resumed run's, not evaluated yet
+                self._last_best = self._best_state if self.is_main else None
+            elif self._best_in_eval_model:
+                model = self.eval_model()
+                rows = RowsOnWrite(self.rank)
+                memories = rows.add(model.state)
+                if self.is_main:
+                    self._last_best = {"memories": memories, **model.state.structures()}
+        super().save_last(epoch)  # every rank's RNG state, then rank 0 writes
+        if rows is not None:
+            if self.is_main:
+                rows.check()
+            else:
+                rows.serve()
 
     def _last_extra(self) -> Dict:
-        # with local validation the best epoch's full-graph state is needed at the end
-        best = self._best_state
-        if best is None and self._best_in_eval_model:
-            best = self._eval_model.state.backup()
-        return {**super()._last_extra(), "best_state": best}
+        return {**super()._last_extra(), "best_state": self._last_best}
 
     def _load_extra(self, extra: Dict) -> None:
         super()._load_extra(extra)
         self._best_state = extra.get("best_state")
-

@@ -229,6 +229,22 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     return json.loads((out / "metrics.json").read_text())
 
 
+# what a rank says when another rank of its collective has gone (gloo)
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def _first_cause(ctx, index: int, last: str):
+    """``(rank, last line)`` of a rank that failed for a reason of its own, when the reported
+    one (``index``) failed only because a peer had gone; else the reported one."""
+    for i, queue in enumerate(getattr(ctx, "error_queues", [])):
+        if i == index or queue.empty():
+            continue
+        line = str(queue.get()).strip().splitlines()[-1]
+        if not any(m in line for m in _PEER_LOST):
+            return i, line
+    return index, last
+
+
 def join_ranks(ctx) -> None:
     """Wait for spawned ranks (``mp.start_processes(..., join=False)``): a signal here stops them
     all; a rank's bad input is an InputError here, any other failure a RankFailedError."""
@@ -242,10 +258,14 @@ def join_ranks(ctx) -> None:
         raise
     except mp.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
+        index = exc.error_index
+        if any(m in last for m in _PEER_LOST):
+            # this rank only saw a peer go: name the rank that failed first, when it said why
+            index, last = _first_cause(ctx, index, last)
         if last.startswith(f"{InputError.__module__}.{InputError.__name__}: "):
             # bad input (or a full disk) found inside a rank is still the user's to fix: exit 2
             raise InputError(last.split(": ", 1)[1]) from None
-        raise RankFailedError(f"rank {exc.error_index} failed: {last}") from None
+        raise RankFailedError(f"rank {index} failed: {last}") from None
     except mp.ProcessExitedException as exc:
         said = "; its message is above" if exc.exit_code == 2 else ""
         raise RankFailedError(f"rank {exc.error_index} died (exit code {exc.exit_code}){said}; "

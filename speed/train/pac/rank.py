@@ -76,13 +76,11 @@ class PacRank(RankEvaluation):
             apply_threads(config.num_threads)
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
-        # the whole log in memory only where it is read whole: rank 0's full-graph evaluation,
-        # and a static memory's preparation; the other ranks read their sub-graphs and edge
-        # features from the shards' memory maps
-        whole = self.is_main or config.static_memory != "none"
-        self.events = shards.events("split") if whole else None
-        self.split = shards.split(self.events) if whole else None
-        self._train = self.split.train(self.events) if whole else None
+        # the whole log: every rank streams the full-graph evaluation (its sub-graph and edge
+        # features for training are read from the shards' memory maps)
+        self.events = shards.events("split")
+        self.split = shards.split(self.events)
+        self._train = self.split.train(self.events)
         self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)
         scale = [time_scale(self._train) if self.is_main else None]
         dist.broadcast_object_list(scale, src=0, group=host_group)  # JODIE's time unit, from rank 0's log
@@ -238,6 +236,17 @@ class PacRank(RankEvaluation):
         dist.broadcast(t, src=0, group=self.wait_group)  # rank 0 may have evaluated meanwhile
         return bool(t.item())
 
+    def agree_value(self, value: int) -> int:
+        """Rank 0's integer, broadcast."""
+        t = torch.tensor([int(value)], dtype=torch.long)
+        dist.broadcast(t, src=0, group=self.wait_group)
+        return int(t.item())
+
+    def peak_rss(self) -> List[int]:
+        peaks = [None] * self.world
+        dist.all_gather_object(peaks, peak_rss_bytes(), group=self.wait_group)
+        return [int(p) for p in peaks]
+
     def rng_states(self) -> List[Dict]:
         rngs = [None] * self.world
         dist.all_gather_object(rngs, ckpt.rng_state())
@@ -253,8 +262,10 @@ class PacRank(RankEvaluation):
                 "num_shared": int(self.shards.shared.size), "source": str(self.shards.path)}
 
     def extra_metrics(self) -> Dict:
+        # rank 0's traffic while evaluating: the rows it read from their owners, its share of
+        # the embeddings gathered from the others (every rank reads the same rows)
         return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
-                "evaluation_threads": self.evaluation_threads or torch.get_num_threads()}
+                "evaluation_exchange": self.exchange.as_dict()}
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()

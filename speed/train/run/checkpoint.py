@@ -107,7 +107,8 @@ RECORD = ("epoch", "model_name", "config", "optimizer", "rng", "history", "stopp
 
 
 def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params: Optional[Dict] = None,
-                     predictor: Optional[Dict] = None, extra: Optional[Dict] = None) -> Path:
+                     predictor: Optional[Dict] = None, extra: Optional[Dict] = None,
+                     memories: Optional[Dict[str, torch.Tensor]] = None) -> Path:
     """Write a checkpoint file: the one writer of ``checkpoint.pt`` and ``last.pt``, for the
     trainer, every PAC run and an updated run.
 
@@ -128,9 +129,14 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
         can be loaded and used.
     extra : dict, optional
         What else the file keeps (``last``: what a resumed run needs).
+    memories : dict of tensors, optional
+        For ``best``: the memories as :meth:`NodeStates.memory_dict` gives them, when the model
+        does not hold them all (a PAC run's, sharded over the ranks and brought to the writer).
     """
     if kind == "best":
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        held = model.net.state_dict() if memories is not None else model.state_dict()
+        state = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
+                 for k, v in {**held, **(memories or {})}.items()}
         pending = model.state.pending_events()
     elif kind == "last":
         state = {k: v.detach().cpu() for k, v in params.items()}

@@ -45,10 +45,35 @@ _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _ALIGN = 8  # the header is padded so every array starts 8-byte aligned (as safetensors' own writer does)
 
 
+class Deferred:
+    """An array whose bytes are produced while its file is written, so that no process holds it
+    whole: ``fill(write)`` calls ``write(block)`` with consecutive blocks of rows (ndarrays of
+    ``dtype``, shape ``(k,) + shape[1:]``), in order, ``shape[0]`` rows in all (a PAC run's
+    memories, brought from their owners a chunk at a time, :mod:`speed.train.pac.sharded`).
+    Saved and read back as an ordinary tensor.
+
+    Parameters
+    ----------
+    shape : tuple of int
+    dtype : numpy dtype
+    fill : callable
+    """
+
+    def __init__(self, shape, dtype, fill):
+        self.shape, self.dtype, self.fill = tuple(int(s) for s in shape), np.dtype(dtype), fill
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
 def _encode(x, key: str, arrays: Dict[str, np.ndarray]):
     """``x`` as JSON-able data, its arrays moved into ``arrays`` under their place ``key``."""
     if key in arrays:
         raise TypeError(f"{key}: two values would be saved under one name")
+    if isinstance(x, Deferred):
+        arrays[key] = x
+        return {"__tensor__": key, "torch": True}
     if isinstance(x, torch.Tensor):
         arrays[key] = x.detach().cpu().contiguous().numpy()
         return {"__tensor__": key, "torch": True}
@@ -111,12 +136,30 @@ def _write_safetensors(path: Path, arrays: Dict[str, np.ndarray], metadata: Dict
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for a in arrays.values():
-            if a.nbytes:
+        for name, a in arrays.items():
+            if isinstance(a, Deferred):
+                _write_deferred(f, name, a)
+            elif a.nbytes:
                 f.write(memoryview(a.reshape(-1).view(np.uint8)))
         f.flush()
         os.fsync(f.fileno())
     return 8 + len(text) + at
+
+
+def _write_deferred(f, name: str, a: Deferred) -> None:
+    written = [0]
+
+    def write(block) -> None:
+        block = np.ascontiguousarray(block, dtype=a.dtype)
+        if block.shape[1:] != a.shape[1:]:
+            raise ValueError(f"{name}: a block of shape {block.shape} for an array of shape {a.shape}")
+        if block.nbytes:
+            f.write(memoryview(block.reshape(-1).view(np.uint8)))
+        written[0] += block.nbytes
+
+    a.fill(write)
+    if written[0] != a.nbytes:
+        raise ValueError(f"{name}: {written[0]} bytes produced for an array of {a.nbytes}")
 
 
 def read_header(path: Path) -> Tuple[Dict[str, Any], int]:

@@ -67,6 +67,11 @@ class StateComponent:
         """Row-aligned memories that are synchronised, gathered and checkpointed like the main one."""
         return {}
 
+    def use_memories(self, make) -> None:
+        """Replace each memory with ``make(name, memory)`` (see :meth:`NodeStates.use_memories`)."""
+        if self.memories():
+            raise NotImplementedError(f"{type(self).__name__} does not say how its memories are replaced")
+
     # -------------------------------------------------------------- structure
     def to(self, device) -> None:
         for mem in self.memories().values():
@@ -147,6 +152,9 @@ class DualMemory(StateComponent):
 
     def memories(self) -> Dict[str, NodeMemory]:
         return {"left_memory": self.left}
+
+    def use_memories(self, make) -> None:
+        self.left = make("left_memory", self.left)
 
     def to(self, device) -> None:
         super().to(device)

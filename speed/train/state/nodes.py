@@ -169,6 +169,27 @@ class NodeStates:
         self.sampler.grow(self.num_nodes)
         self.store.grow(self.num_nodes)
 
+    def use_memories(self, make) -> None:
+        """Replace every memory with ``make(name, memory)`` (e.g. rows sharded over ranks,
+        :class:`speed.train.pac.sharded.ShardedMemory`); the structures are sized to the new
+        memories' number of nodes, empty."""
+        self.memory = make("memory", self.memory)
+        for c in self.components:
+            c.use_memories(make)
+        self.num_nodes = int(self.memory.num_nodes)
+        self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
+        self.store = MessageStore(self.num_nodes)
+
+    def load_pending(self, pending, extras: Optional[Dict] = None) -> None:
+        """Make ``pending`` = ``(node, other, t, eid)`` (as :attr:`StateRows.pending`) the pending
+        events of their nodes, and give the components what they exported for them."""
+        node, other, t, eid = (as_numpy(x) for x in pending)
+        self.store.clear(np.unique(node))
+        if node.size:
+            self.store.replace(node, other, t, eid)
+        for c in self.components:
+            c.import_((extras or {}).get(c.name))
+
     def nbytes(self, num_nodes: Optional[int] = None) -> int:
         """Bytes of memories and timestamps for ``num_nodes`` rows (default: as held)."""
         n = self.num_nodes if num_nodes is None else int(num_nodes)
