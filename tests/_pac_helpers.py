@@ -172,7 +172,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
     from speed.train.eval.evaluator import Evaluator
     from speed.train.model.network import build_model
     from speed.train.pac.sharded import QueryShare
-    from speed.train.state.sharded import Exchange, ShardedMemory
+    from speed.train.state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
 
     torch.set_num_threads(1)
     ev = speed.generate_events(160, 1600, seed=7)
@@ -200,7 +200,8 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 model.state.set_edge_features(ev.msg)
                 model.eval()
                 model.state.use_memories(lambda n, mem: ShardedMemory(owner, mem.memory_dim, rank, world, None,
-                                                                      exchange))
+                                                                      exchange),
+                                         lambda k: ShardedSampler(owner, k, rank, world, None, exchange))
                 model.share_queries(QueryShare(rank, world))
                 for key, mem in model.state.memories().items():
                     mine = torch.from_numpy(mem.owned())
@@ -211,11 +212,46 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
             evaluator.prepare(model)
             val, val_res = evaluator.evaluate(model, "val", selection=True)
             test, test_res = evaluator.evaluate(model, "test")
+            arrays = None
+            if sharded:  # every row of the state after the log and at the test's start, as a writer gets them
+                writer = ShardWriter(rank)
+                snaps = [model.state.written_snapshot(writer),
+                         model.state.written_snapshot(writer, evaluator.test_start["state"])]
+                if rank == 0:
+                    arrays = []
+                    for snap in snaps:
+                        for key, mem in snap["memories"].items():
+                            for field, d in mem.items():
+                                blocks = []
+                                d.fill(blocks.append)
+                                arrays.append((f"{key}.{field}", np.concatenate(blocks)))
+                        for field in ("nbr", "nbr_t", "nbr_e", "head", "count"):
+                            blocks = []
+                            snap["sampler"][field].fill(blocks.append)
+                            arrays.append((field, np.concatenate(blocks)))
+                        arrays.append(("hold", snap["sampler"]["hold"]["e"]))
+                    writer.check()
+                else:
+                    writer.serve()
+            else:
+                whole = []
+                for snap in (model.state.backup(), evaluator.test_start["state"]):
+                    for key, mem in snap["memories"].items():
+                        whole += [(f"{key}.{f}", np.asarray(mem[f])) for f in ("memory", "last_update")]
+                    whole += [(f, np.asarray(snap["sampler"][f])) for f in ("nbr", "nbr_t", "nbr_e", "head", "count")]
+                    whole.append(("hold", np.asarray(snap["sampler"]["hold"]["e"])))
             figures.append({"val": val, "test": test, "pos": np.concatenate([val_res.pos, test_res.pos]),
                             "neg": np.concatenate([val_res.neg, test_res.neg]),
                             "mrr": None if test_res.mrr_neg is None else test_res.mrr_neg,
-                            "held": int(model.state.memory.memory.shape[0]), "read": exchange.as_dict()})
+                            "held": int(model.state.memory.memory.shape[0]), "read": exchange.as_dict(),
+                            "arrays": arrays if sharded else whole})
         ref, got = figures
+        if rank == 0:  # the written state is the one process's, row for row
+            assert [n for n, _ in got["arrays"]] == [n for n, _ in ref["arrays"]]
+            for (name, a), (_, b) in zip(got["arrays"], ref["arrays"]):
+                assert a.shape == b.shape, (name, a.shape, b.shape)
+                diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+                assert diff.size == 0 or diff.max() <= 1e-6, (name, float(diff.max()))
         diff = max(float(np.abs(ref["pos"] - got["pos"]).max()), float(np.abs(ref["neg"] - got["neg"]).max()))
         if ref["mrr"] is not None:
             diff = max(diff, float(np.abs(ref["mrr"] - got["mrr"]).max()))

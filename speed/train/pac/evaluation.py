@@ -26,8 +26,8 @@ from ..run import checkpoint as ckpt
 from ..run.predictor import predictor_payload
 from ..step.engine import EpochLog
 from .groups import own_nodes
-from ..state.sharded import Exchange, ShardedMemory
-from .sharded import QueryShare, RowsOnWrite, owners, shard_state
+from ..state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
+from .sharded import QueryShare, owners, shard_state
 from .validate import local_validation, transfer_warning
 
 
@@ -74,14 +74,16 @@ class RankEvaluation(EpochLoop):
         return self._eval_model
 
     def _shard_memories(self, epoch: int) -> np.ndarray:
-        """Give the evaluation model fresh sharded memories whose owners follow ``epoch``'s
-        groups (and empty pending events and neighbours); returns the owners."""
+        """Give the evaluation model fresh sharded memories and neighbour rings whose owners
+        follow ``epoch``'s groups (and empty pending events); returns the owners."""
         model = self.eval_model()
         groups = self.groups(epoch)
         own = [own_nodes(self.shards, g) for g in groups]
         owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world)
-        model.state.use_memories(lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.rank, self.world,
-                                                                 self.host_group, self.exchange))
+        model.state.use_memories(
+            lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.rank, self.world, self.host_group,
+                                            self.exchange),
+            lambda k: ShardedSampler(owner, k, self.rank, self.world, self.host_group, self.exchange))
         return owner
 
     def prepare_eval(self, log: EpochLog) -> None:
@@ -188,45 +190,44 @@ class RankEvaluation(EpochLoop):
 
     # ------------------------------------------------------------------ checkpoints
     def _save_best(self, epoch: int) -> None:
-        """``best.json`` by rank 0: the weights, and the memories brought to it from their
-        owners a block at a time while it writes (collective: the others serve the blocks)."""
+        """``best.json`` by rank 0: the weights, and the memories and neighbour rings brought to
+        it from their owners a block at a time while it writes (collective: the others serve
+        the blocks)."""
         if self.out is None:
             return
         model = self.eval_model()
-        rows = RowsOnWrite(self.rank)
-        memories = rows.add(model.state)
+        writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 writes
+        end = model.state.written_snapshot(writer)
         start = self.evaluator.test_start
-        start_memories = None if start is None else rows.add(model.state, start["state"])
+        start_state = None if start is None else model.state.written_snapshot(writer, start["state"])
         if not self.is_main:
-            rows.serve()
+            writer.serve()
             return
-        test_start = None if start is None else {"t": start["t"], "state": {**start["state"],
-                                                                             "memories": start_memories}}
+        test_start = None if start is None else {"t": start["t"], "state": start_state}
+        memories = {f"{n}.{f}": d for n, fields in end["memories"].items() for f, d in fields.items()}
         predictor = None
         if model.net.spec is not None:
-            predictor = predictor_payload(model, self.events, self.config.batch_size, test_start)
+            predictor = predictor_payload(model, self.events, self.config.batch_size, test_start,
+                                          end={k: v for k, v in end.items() if k != "memories"})
         ckpt.write_checkpoint(self.out / ckpt.BEST, "best", self._record(epoch), model=model, predictor=predictor,
-                              memories={f"{n}.{f}": d for n, fields in memories.items() for f, d in fields.items()})
-        rows.check()
+                              memories=memories)
+        writer.check()
 
     def save_last(self, epoch: int) -> None:
         # with local validation the best epoch's state is needed at the end: kept in last.json
-        self._last_best, rows = None, None
+        self._last_best, writer = None, None
         if self.config.validation == "local" and self.out is not None:
             if self._best_state is not None:  # a resumed run's, not evaluated yet
                 self._last_best = self._best_state if self.is_main else None
             elif self._best_in_eval_model:
-                model = self.eval_model()
-                rows = RowsOnWrite(self.rank)
-                memories = rows.add(model.state)
-                if self.is_main:
-                    self._last_best = {"memories": memories, **model.state.structures()}
+                writer = ShardWriter(self.rank, group=self.wait_group)
+                self._last_best = self.eval_model().state.written_snapshot(writer)
         super().save_last(epoch)  # every rank's RNG state, then rank 0 writes
-        if rows is not None:
+        if writer is not None:
             if self.is_main:
-                rows.check()
+                writer.check()
             else:
-                rows.serve()
+                writer.serve()
 
     def _last_extra(self) -> Dict:
         return {**super()._last_extra(), "best_state": self._last_best}

@@ -43,7 +43,8 @@ _CHUNK = 4096  # nodes or pairs per forward pass when embedding and scoring (no 
 
 
 # ----------------------------------------------------------------------- the payload
-def predictor_payload(model: StatefulModel, events: Events, batch_size: int, test_start: Optional[dict]) -> Dict:
+def predictor_payload(model: StatefulModel, events: Events, batch_size: int, test_start: Optional[dict],
+                      end: Optional[dict] = None) -> Dict:
     """What ``best.json`` needs beyond the model's state dict to be loaded as a predictor.
 
     Parameters
@@ -56,6 +57,12 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
         The run's batch size (updates use it).
     test_start : dict, optional
         ``{"t": float, "state": model.backup()}`` taken when the test period began.
+    end : dict, optional
+        The state's structures after the log (default ``model.state.structures()``), as a PAC
+        run writes them from the ranks that hold them
+        (:meth:`~speed.train.state.nodes.NodeStates.written_snapshot`).  Its arrays are written
+        as they come: the edge features are then kept whole, not narrowed to the events the
+        snapshots name.
     """
     per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
     # the destinations (bipartite) or endpoints of the log: where an update draws its negatives
@@ -66,7 +73,7 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
     out = _payload(model, events.node_ids, events.msg if events.msg is not None and events.msg.shape[1] > 0 else None,
                    float(events.t_float()[-1]) if len(events) else -np.inf, int(len(events)), batch_size, test_start,
                    # JODIE-style logs number users and items apart, so one id can name two nodes
-                   num_src_ids=int(events.src.max()) + 1 if per_side else None)
+                   num_src_ids=int(events.src.max()) + 1 if per_side else None, end=end)
     out.update(negative_pool=np.flatnonzero(pool), bipartite=bool(events.bipartite))
     return out
 
@@ -82,12 +89,16 @@ def payload_of(pred: "Predictor", test_start: Optional[dict] = None) -> Dict:
 
 def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: float, next_eid: int,
              batch_size: int, test_start: Optional[dict], num_src_ids: Optional[int] = None,
-             is_src: Optional[np.ndarray] = None) -> Dict:
-    end = model.state.structures()  # pending events, neighbour rings, components (TIGE's values)
+             is_src: Optional[np.ndarray] = None, end: Optional[dict] = None) -> Dict:
+    compact = end is None  # arrays written as they come (end given) keep their event ids
+    if end is None:
+        end = model.state.structures()  # pending events, neighbour rings, components (TIGE's values)
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])
-    features = _compact_features(msg, snaps) if msg is not None else None
+    features = None
+    if msg is not None:
+        features = _compact_features(msg, snaps) if compact else np.ascontiguousarray(msg, dtype=np.float32)
     return {
         "format": PAYLOAD_FORMAT,
         "spec": {**model.net.spec, "num_nodes": model.num_nodes},

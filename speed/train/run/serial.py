@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..._util import atomic_file
+from ..state.sharded import Deferred
 from ...errors import InputError
 
 SERIAL_FORMAT = 1
@@ -45,35 +46,13 @@ _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _ALIGN = 8  # the header is padded so every array starts 8-byte aligned (as safetensors' own writer does)
 
 
-class Deferred:
-    """An array whose bytes are produced while its file is written, so that no process holds it
-    whole: ``fill(write)`` calls ``write(block)`` with consecutive blocks of rows (ndarrays of
-    ``dtype``, shape ``(k,) + shape[1:]``), in order, ``shape[0]`` rows in all (a PAC run's
-    memories, brought from their owners a chunk at a time, :mod:`speed.train.pac.sharded`).
-    Saved and read back as an ordinary tensor.
-
-    Parameters
-    ----------
-    shape : tuple of int
-    dtype : numpy dtype
-    fill : callable
-    """
-
-    def __init__(self, shape, dtype, fill):
-        self.shape, self.dtype, self.fill = tuple(int(s) for s in shape), np.dtype(dtype), fill
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-
 def _encode(x, key: str, arrays: Dict[str, np.ndarray]):
     """``x`` as JSON-able data, its arrays moved into ``arrays`` under their place ``key``."""
     if key in arrays:
         raise TypeError(f"{key}: two values would be saved under one name")
     if isinstance(x, Deferred):
         arrays[key] = x
-        return {"__tensor__": key, "torch": True}
+        return {"__tensor__": key, "torch": True} if x.torch else {"__tensor__": key}
     if isinstance(x, torch.Tensor):
         arrays[key] = x.detach().cpu().contiguous().numpy()
         return {"__tensor__": key, "torch": True}

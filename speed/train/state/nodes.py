@@ -169,16 +169,37 @@ class NodeStates:
         self.sampler.grow(self.num_nodes)
         self.store.grow(self.num_nodes)
 
-    def use_memories(self, make) -> None:
-        """Replace every memory with ``make(name, memory)`` (e.g. rows sharded over ranks,
-        :class:`speed.train.pac.sharded.ShardedMemory`); the structures are sized to the new
-        memories' number of nodes, empty."""
+    def use_memories(self, make, make_sampler=None) -> None:
+        """Replace every memory with ``make(name, memory)`` and, with ``make_sampler(k)``, the
+        neighbour rings (rows divided among ranks: :mod:`speed.train.state.sharded`); the pending
+        events and neighbours start empty, sized to the new memories' number of nodes."""
         self.memory = make("memory", self.memory)
         for c in self.components:
             c.use_memories(make)
         self.num_nodes = int(self.memory.num_nodes)
-        self.sampler = RecentNeighborSampler(self.num_nodes, self.sampler.k, self.sampler.undirected)
+        # (a sharded sampler inserts directed halves; the events themselves are undirected)
+        k = self.sampler.k
+        undirected = self.sampler.undirected if type(self.sampler) is RecentNeighborSampler else True
+        self.sampler = make_sampler(k) if make_sampler is not None else \
+            RecentNeighborSampler(self.num_nodes, k, undirected)
         self.store = MessageStore(self.num_nodes)
+
+    def written_snapshot(self, writer, backup: Optional[dict] = None) -> Optional[dict]:
+        """A snapshot of a sharded state, as :meth:`backup` gives one of a whole state, for
+        ``writer`` (:class:`~speed.train.state.sharded.ShardWriter`) to write: memories and
+        neighbour rings as arrays brought from their owners while the file is written, pending
+        events and components' state as held (every rank holds them whole).  On the writing
+        rank; None on the others, which then :meth:`ShardWriter.serve`.  ``backup``: a
+        :meth:`backup` of this rank's instead of the live state."""
+        out = {"memories": {name: writer.memory(mem, None if backup is None else backup["memories"][name])
+                            for name, mem in self.memories().items()}}
+        out["sampler"] = writer.sampler(self.sampler, None if backup is None else backup["sampler"])
+        if backup is None:
+            out["store"] = self.store.state_dict()
+            self._components_into(out, out["store"]["eid"])
+        else:
+            out.update({k: v for k, v in backup.items() if k not in ("memories", "sampler")})
+        return out if writer.writes else None
 
     def load_pending(self, pending, extras: Optional[Dict] = None) -> None:
         """Make ``pending`` = ``(node, other, t, eid)`` (as :attr:`StateRows.pending`) the pending

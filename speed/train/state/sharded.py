@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from .memory import NodeMemory
+from .sampler import RecentNeighborSampler
 
 
 class Exchange:
@@ -152,27 +153,291 @@ class ShardedMemory(NodeMemory):
         its own rows and one block.  ``source``: this rank's rows of a :meth:`backup` instead of
         the held ones.  Collective (``dist.gather`` per block)."""
         held = (source if source is not None else {"memory": self.memory, "last_update": self.last_update})[field]
-        for lo in range(0, self.num_nodes, chunk):
-            hi = min(lo + chunk, self.num_nodes)
-            who = self.owner[lo:hi]
-            mine = np.flatnonzero(who == self.rank) + lo
-            rows = held[torch.from_numpy(self._local(mine))]
-            if self.world == 1:
-                block = rows
-            else:
-                counts = np.bincount(who, minlength=self.world)
-                pad = rows.new_zeros((int(counts.max()),) + tuple(rows.shape[1:]))
-                pad[:rows.shape[0]] = rows
-                got = [torch.empty_like(pad) for _ in range(self.world)] if self.rank == dst else None
-                dist.gather(pad, got, dst=dst, group=self.group)
-                block = None
-                if self.rank == dst:
-                    block = rows.new_empty((hi - lo,) + tuple(rows.shape[1:]))
-                    for r in range(self.world):
-                        block[torch.from_numpy(np.flatnonzero(who == r))] = got[r][:int(counts[r])]
-            if self.rank == dst and write is not None:
-                write(block.numpy())
+        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk)
 
     def __repr__(self) -> str:
         return (f"ShardedMemory(num_nodes={self.num_nodes}, held={self.mine.size}, memory_dim={self.memory_dim}, "
                 f"rank={self.rank}/{self.world})")
+
+
+_HOLD = (("src", np.int64), ("dst", np.int64), ("t", np.float64), ("e", np.int64))
+
+
+class ShardedSampler(RecentNeighborSampler):
+    """A :class:`~speed.train.state.sampler.RecentNeighborSampler` whose rings are divided among
+    ranks like the memories: this rank keeps the rings of the nodes it owns.
+
+    Every rank sees every event and every query (the ranks run the same steps).  An event
+    enters the ring of each endpoint the rank owns, in event order, so each ring is the one a
+    whole sampler holds; a query is answered by the owner of its node, and one ``all_gather``
+    gives every rank every answer.  The events pushed and not yet in the rings are also kept as
+    given (every rank the same), for a snapshot of the whole sampler (:meth:`held_events`).
+
+    Parameters
+    ----------
+    owner : int16 ndarray, shape (num_nodes,)
+    k : int
+    rank, world : int
+    group : ProcessGroup, optional
+    exchange : Exchange, optional
+    """
+
+    def __init__(self, owner: np.ndarray, k: int, rank: int, world: int, group=None,
+                 exchange: Optional[Exchange] = None):
+        self.owner = owner
+        self.rank, self.world, self.group = int(rank), int(world), group
+        self.mine = np.flatnonzero(owner == rank)
+        self.exchange = exchange if exchange is not None else Exchange()
+        # (each ring gets its node's half of an event: directed inserts into local rows)
+        super().__init__(self.mine.size, k, undirected=False)
+
+    def reset(self) -> None:
+        super().reset()
+        self.flushed_to = -np.inf  # what a whole sampler would have moved into its rings: t < this
+        self.given = {name: np.empty(0, dtype=dt) for name, dt in _HOLD}  # events pushed, as given
+
+    def grow(self, num_nodes: int) -> None:
+        raise RuntimeError("a sharded sampler keeps its owners: build a new one")
+
+    def _local(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.mine, ids)
+
+    def push(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        self._push(src, dst, t, eid, self.flushed_to)
+
+    def insert(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
+        t = np.asarray(t, dtype=np.float64)
+        # (the events about to enter the rings are not kept as given: a whole log's at evaluation)
+        self._push(src, dst, t, eid, max(self.flushed_to, float(t[-1])) if t.size else self.flushed_to)
+        if t.size:
+            self.flush(float(t[-1]))
+
+    def _push(self, src, dst, t, eid, held_from: float) -> None:
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        t, eid = np.asarray(t, dtype=np.float64), np.asarray(eid, dtype=np.int64)
+        old = np.searchsorted(self.given["t"], held_from, side="left")
+        new = np.searchsorted(t, held_from, side="left")
+        self.given = {name: np.concatenate([self.given[name][old:], np.asarray(x[new:], dtype=dt)])
+                      for (name, dt), x in zip(_HOLD, (src, dst, t, eid))}
+        # each event as two directed halves, in event order (a self-loop is one interaction)
+        a = np.stack([src, dst], 1).reshape(-1)
+        b = np.stack([dst, src], 1).reshape(-1)
+        second = np.tile(np.array([False, True]), src.size)
+        mine = (self.owner[a] == self.rank) & ~(second & (a == b))
+        super().push(self._local(a[mine]), b[mine], np.repeat(t, 2)[mine], np.repeat(eid, 2)[mine])
+
+    def flush(self, before: float) -> None:
+        self.flushed_to = max(self.flushed_to, float(before))
+        super().flush(before)
+
+    def sample_arrays(self, nodes: np.ndarray, times: np.ndarray):
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        times = np.ascontiguousarray(times, dtype=np.float64)
+        # A whole sampler has moved every held event before its latest query into the rings,
+        # where later ones may have pushed older entries out: a query earlier than that (DyRep's
+        # message times) must see the same rings, so this rank's catch up first.
+        self.settle()
+        if times.size:
+            self.flushed_to = max(self.flushed_to, float(times.max()))
+        who = self.owner[nodes]
+        mine = np.flatnonzero(who == self.rank)
+        n, t, e, m = super().sample_arrays(self._local(nodes[mine]), times[mine])
+        if self.world == 1 or nodes.size == 0:
+            return n, t, e, m
+        t0 = time.perf_counter()
+        k = self.k
+        counts = np.bincount(who, minlength=self.world)
+        # one int64 row per answer: neighbours, times (their float64 bits), events, mask
+        rows = torch.zeros(int(counts.max()), 3 * k + 1, dtype=torch.int64)
+        rows[:mine.size] = torch.from_numpy(np.concatenate(
+            [n, t.view(np.int64), e, m.sum(axis=1, keepdims=True).astype(np.int64)], axis=1))
+        got = [torch.empty_like(rows) for _ in range(self.world)]
+        dist.all_gather(got, rows, group=self.group)
+        out = np.empty((nodes.size, 3 * k + 1), dtype=np.int64)
+        for r in range(self.world):
+            out[who == r] = got[r][:int(counts[r])].numpy()
+        ex = self.exchange
+        ex.calls += 1
+        ex.bytes += int(nodes.size - mine.size) * (3 * k + 1) * 8
+        ex.seconds += time.perf_counter() - t0
+        filled = out[:, 3 * k]
+        mask = np.arange(k)[None, :] < filled[:, None]  # the answers are filled left to right
+        return (np.ascontiguousarray(out[:, :k]), np.ascontiguousarray(out[:, k:2 * k]).view(np.float64),
+                np.ascontiguousarray(out[:, 2 * k:3 * k]), mask)
+
+    def recent_pairs(self):
+        i, j = super().recent_pairs()
+        return self.mine[i], j
+
+    def settle(self) -> None:
+        """Move into the rings every event a whole sampler would hold there by now."""
+        RecentNeighborSampler.flush(self, self.flushed_to)
+
+    def held_events(self) -> dict:
+        """The events a whole sampler holds now (pushed, not yet in its rings), as given:
+        ``{"src", "dst", "t", "e"}`` arrays."""
+        keep = np.searchsorted(self.given["t"], self.flushed_to, side="left")
+        return {name: self.given[name][keep:].copy() for name, _ in _HOLD}
+
+    def state_dict(self) -> dict:
+        self.settle()
+        out = super().state_dict()
+        out.update(flushed_to=float(self.flushed_to), given=self.held_events())
+        return out
+
+    def load_state_dict(self, state: dict, adopt: bool = False) -> None:
+        """Take a :meth:`state_dict` of this rank's, or a whole sampler's (a checkpoint's): its
+        rings of the nodes this rank owns, and its held events."""
+        if "given" in state:
+            super().load_state_dict(state, adopt=adopt)
+            self.flushed_to = float(state["flushed_to"])
+            self.given = {name: np.asarray(state["given"][name], dtype=dt).copy() for name, dt in _HOLD}
+            return
+        rows = self.mine
+        super().load_state_dict({**{name: np.asarray(state[name])[rows] for name in ("nbr", "nbr_t", "nbr_e",
+                                                                                      "head", "count")},
+                                 "hold": {}})
+        self.flushed_to = -np.inf
+        self.given = {name: np.empty(0, dtype=dt) for name, dt in _HOLD}
+        hold = state.get("hold") or {}
+        if len(hold.get("t", ())):
+            self._push(*(np.asarray(hold[name]) for name, _ in _HOLD), -np.inf)
+
+    def stream_to(self, dst: int, name: str, write=None, source: Optional[dict] = None,
+                  chunk: int = 1 << 16) -> None:
+        """Every node's ``name`` row (``nbr``, ``nbr_t``, ``nbr_e``, ``head`` or ``count``) in id
+        order, handed to ``write`` on rank ``dst`` a block at a time (see
+        :meth:`ShardedMemory.stream_to`; ``source``: a :meth:`state_dict` of this rank's)."""
+        if source is None:
+            self.settle()
+        held = torch.from_numpy(np.ascontiguousarray((source if source is not None else self.__dict__)[name]))
+        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk)
+
+    def __repr__(self) -> str:
+        return (f"ShardedSampler(num_nodes={self.owner.size}, held={self.mine.size}, k={self.k}, "
+                f"rank={self.rank}/{self.world})")
+
+
+def _stream_rows(held: torch.Tensor, owner: np.ndarray, mine: np.ndarray, rank: int, world: int, group,
+                 dst: int, write, chunk: int) -> None:
+    """Rows ``held`` (this rank's, for the ids ``mine``) of every node in id order, to ``write``
+    on rank ``dst`` a block of ``chunk`` nodes at a time (``dist.gather`` per block)."""
+    num_nodes = owner.size
+    for lo in range(0, num_nodes, chunk):
+        hi = min(lo + chunk, num_nodes)
+        who = owner[lo:hi]
+        ids = np.flatnonzero(who == rank) + lo
+        rows = held[torch.from_numpy(np.searchsorted(mine, ids))]
+        if world == 1:
+            block = rows
+        else:
+            counts = np.bincount(who, minlength=world)
+            pad = rows.new_zeros((int(counts.max()),) + tuple(rows.shape[1:]))
+            pad[:rows.shape[0]] = rows
+            got = [torch.empty_like(pad) for _ in range(world)] if rank == dst else None
+            dist.gather(pad, got, dst=dst, group=group)
+            block = None
+            if rank == dst:
+                block = rows.new_empty((hi - lo,) + tuple(rows.shape[1:]))
+                for r in range(world):
+                    block[torch.from_numpy(np.flatnonzero(who == r))] = got[r][:int(counts[r])]
+        if rank == dst and write is not None:
+            write(block.numpy())
+
+
+class Deferred:
+    """An array whose bytes are produced while its file is written, so that no process holds it
+    whole: ``fill(write)`` calls ``write(block)`` with consecutive blocks of rows (ndarrays of
+    ``dtype``, shape ``(k,) + shape[1:]``), in order, ``shape[0]`` rows in all.  The run-folder
+    writer (:mod:`speed.train.run.serial`) saves it as an ordinary tensor.
+
+    Parameters
+    ----------
+    shape : tuple of int
+    dtype : numpy dtype
+    fill : callable
+    torch : bool
+        Read back as a torch tensor (else a numpy array), as the value it stands for.
+    """
+
+    def __init__(self, shape, dtype, fill, torch: bool = True):
+        self.shape, self.dtype, self.fill = tuple(int(s) for s in shape), np.dtype(dtype), fill
+        self.torch = bool(torch)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class ShardWriter:
+    """The sharded parts of a state (memories, neighbour rings) as :class:`Deferred` arrays on
+    rank ``dst``, brought from their owners a block at a time while ``dst`` writes its file, so
+    no process holds them whole.  Every other rank :meth:`serve`-s the same blocks meanwhile, in
+    the order they were asked for (the writer fills them in that order: checked).
+
+    Parameters
+    ----------
+    rank : int
+    dst : int
+        The writing rank.
+    group : ProcessGroup, optional
+        Where the blocks travel (default: each part's own group).  The others may wait long
+        here while ``dst`` prepares the rest of its file: give a group with a long timeout.
+    """
+
+    def __init__(self, rank: int, dst: int = 0, group=None):
+        self.rank, self.dst, self.group = int(rank), int(dst), group
+        self.streams: list = []
+        self.filled = 0
+
+    @property
+    def writes(self) -> bool:
+        return self.rank == self.dst
+
+    def _deferred(self, shape, dtype, stream, torch: bool = True) -> Deferred:
+        i = len(self.streams)
+        self.streams.append(stream)
+        return Deferred(shape, dtype, lambda write: self._fill(i, write), torch)
+
+    def memory(self, mem: ShardedMemory, source: Optional[Dict] = None) -> Dict[str, Deferred]:
+        """``{"memory", "last_update"}`` of ``mem`` (or of this rank's ``source`` back-up of it)."""
+        return {field: self._deferred((mem.num_nodes, mem.memory_dim) if field == "memory" else (mem.num_nodes,),
+                                      np.float32 if field == "memory" else np.float64,
+                                      lambda write, f=field: self._stream(mem, f, write, source))
+                for field in ("memory", "last_update")}
+
+    def sampler(self, sampler: ShardedSampler, source: Optional[dict] = None) -> dict:
+        """A whole sampler's state dict of ``sampler`` (or of this rank's ``source`` state dict of it)."""
+        n, k = sampler.owner.size, sampler.k
+        shapes = {"nbr": ((n, k), np.int64), "nbr_t": ((n, k), np.float64), "nbr_e": ((n, k), np.int64),
+                  "head": ((n,), np.int64), "count": ((n,), np.int64)}
+        out = {name: self._deferred(shape, dtype, lambda write, a=name: self._stream(sampler, a, write, source),
+                                    torch=False)
+               for name, (shape, dtype) in shapes.items()}
+        out["hold"] = sampler.held_events() if source is None else dict(source["given"])
+        return out
+
+    def _stream(self, part, name: str, write, source) -> None:
+        group = part.group if self.group is None else self.group
+        held = part.group
+        part.group = group
+        try:
+            part.stream_to(self.dst, name, write, source)
+        finally:
+            part.group = held
+
+    def _fill(self, i: int, write) -> None:
+        if i != self.filled:
+            raise RuntimeError(f"sharded rows written out of order (block {i}, expected {self.filled})")
+        self.streams[i](write)
+        self.filled += 1
+
+    def serve(self) -> None:
+        """On the other ranks: take part in every block, in order, while ``dst`` writes."""
+        for stream in self.streams:
+            stream(None)
+
+    def check(self) -> None:
+        """On ``dst``, after the write: every stream was written (else the others still wait)."""
+        if self.filled != len(self.streams):
+            raise RuntimeError(f"{len(self.streams) - self.filled} sharded arrays were not written")
