@@ -212,7 +212,7 @@ def test_one_rank_on_one_part_equals_the_single_process_trainer(tmp_path):
     single = speed.train(speed.load_shards(tmp_path / "s1"), **cfg)
     # the same full-graph validation as the single-process trainer (local validation draws its
     # negatives per rank)
-    pac = speed.train(tmp_path / "s1", nproc=1, validation="full", out=tmp_path / "run", **cfg)
+    pac = speed.train(tmp_path / "s1", nproc=1, out=tmp_path / "run", **cfg)  # full validation: the default
     assert pac["epochs"][0]["loss"] == pytest.approx(single["epochs"][0]["loss"], abs=1e-6)
     for period in ("transductive", "inductive"):
         assert pac["epochs"][0]["val"][period]["ap"] == pytest.approx(single["epochs"][0]["val"][period]["ap"],
@@ -502,8 +502,8 @@ def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path
 
 def test_planned_peak_is_the_largest_phase_over_the_runtime_and_the_log(shards4):
     """A rank's planned peak: runtime and the log, then the largest of reading the log, the end of
-    a training epoch and the evaluation (its owned memories and every node's structures, twice;
-    once more of the structures on the writer), never their sum."""
+    a training epoch and the evaluation (its owned rows and every node's pending events, twice;
+    once more of the pending events on the writer), never their sum."""
     from speed.train.pac.budget import EVAL_COPIES, RANK_STATE_COPIES, rank_peak_bytes
 
     shards = load_shards(shards4)
@@ -516,3 +516,9 @@ def test_planned_peak_is_the_largest_phase_over_the_runtime_and_the_log(shards4)
     assert local["rank_state"] == (RANK_STATE_COPIES + 1) * 7
     for p in (writer, other):
         assert p["total"] == 1000 + log + max(log, 2 * 32 * 10 + RANK_STATE_COPIES * 7, p["evaluation"])
+
+
+def test_resume_with_another_number_of_ranks_is_refused_with_the_reason(shards4, tmp_path):
+    speed.train(shards4, model="jodie", epochs=1, seed=0, nproc=2, out=tmp_path, **TINY)
+    with pytest.raises(speed.InputError, match="the run had 2 processes, not 1 .*resume with 2"):
+        speed.train(shards4, model="jodie", epochs=2, seed=0, nproc=1, out=tmp_path, resume=True, **TINY)

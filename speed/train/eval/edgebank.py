@@ -104,8 +104,8 @@ class SeenPairs:
     def reset(self) -> None:
         self.last_seen = np.full(self.num_pairs, -np.inf)
 
-    def backup(self) -> np.ndarray:
-        return self.last_seen.copy()
+    def backup(self, nodes=None) -> np.ndarray:
+        return self.last_seen.copy()  # every pair's time, whatever the pass touches: one float per pair
 
     def restore(self, state: np.ndarray) -> None:
         self.last_seen = state.copy()

@@ -130,8 +130,9 @@ class Evaluator:
     Attributes
     ----------
     test_start : dict or None
-        ``{"t": time of the last event before the test period, "state": model.backup()}``,
-        from the latest test pass (with ``keep_test_start``).
+        ``{"t": time of the last event before the test period, "state": model.state.backup(nodes=...)}``
+        (the rows the test period changes; :meth:`NodeStates.whole_backup` gives the whole
+        state), from the latest test pass (with ``keep_test_start``).
     """
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
@@ -341,13 +342,15 @@ class Evaluator:
         cand, valid = self.ranking_candidates(period) if ranked else (None, None)
         keep = period == "test" and self.keep_test_start
         apart = selection and self.selects_apart
-        # one back-up of the period's start serves both the new-node pass and the checkpoint
-        start = model.state.backup() if self.new_node_pass or keep or apart else None
+        # one back-up of the period's start serves both the new-node pass and the checkpoint; it
+        # copies only the rows the period's events can change (their endpoints')
+        idx = self.period(period)
+        touched = np.unique(np.concatenate([self.events.src[idx], self.events.dst[idx]]))
+        start = model.state.backup(nodes=touched) if self.new_node_pass or keep or apart else None
         if keep:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf
             self.test_start = {"t": t, "state": start}
-        idx = self.period(period)
         inductive = None
         if self.new_node_pass:  # first, from the start: then the model ends after the whole period
             new = idx[self.inductive(period)]

@@ -250,7 +250,10 @@ class EpochLoop:
             return
         predictor = None
         if model.net.spec is not None:  # built by build_model, so load_run can build it again
-            predictor = predictor_payload(model, self.events, self.config.batch_size, self.evaluator.test_start)
+            start = self.evaluator.test_start
+            if start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
+                start = {"t": start["t"], "state": model.state.whole_backup(start["state"])}
+            predictor = predictor_payload(model, self.events, self.config.batch_size, start)
         ckpt.write_checkpoint(Path(self.out) / ckpt.BEST, "best", self._record(epoch), model=model,
                               predictor=predictor)
 
@@ -278,7 +281,9 @@ class EpochLoop:
             raise InputError(f"cannot resume: the run trained {saved.model_name}, not {self.model.name}",
                              Path(self.out) / ckpt.LAST)
         if len(saved.rng) != self.world:
-            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world}",
+            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world} (each "
+                             "process's random streams go on where it stopped, and the parts' grouping follows the "
+                             f"number of processes: resume with {len(saved.rng)}, or train a new run)",
                              Path(self.out) / ckpt.LAST)
         nodes, events = self.data_size()
         if saved.num_events is not None and (saved.num_nodes, saved.num_events) != (nodes, events):

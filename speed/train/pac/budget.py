@@ -24,8 +24,8 @@ def _event_bytes(shards: Shards) -> int:
                * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards.event_columns.items())
 
 
-def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int, eval_memories: int,
-                    eval_structures: int, writer: bool, local_validation: bool = False) -> Dict[str, int]:
+def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int, eval_owned: int,
+                    eval_whole: int, writer: bool, local_validation: bool = False) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes).
 
     Always: the interpreter with torch and speed loaded and a rank started (``runtime``) and the
@@ -33,19 +33,18 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
     reading the log (a second copy while the stored buckets are gathered into time order), the
     end of a training epoch (the sub-graph's events and stream, and the rank's node state
     :data:`RANK_STATE_COPIES` times over, one more with local validation's back-up) and the
-    evaluation: the memories of the nodes the rank owns (``eval_memories``) and the pending
-    events and neighbour rings of every node (``eval_structures``), :data:`EVAL_COPIES` times
-    over, and on the rank that writes ``best.json`` (``writer``) one more copy of the structures
-    (the predictor's snapshot of the end of the log).  The rank's own training state is freed
-    before it.
+    evaluation: the memories and neighbour rings of the nodes the rank owns (``eval_owned``) and
+    the pending events of every node (``eval_whole``), :data:`EVAL_COPIES` times over, and on
+    the rank that writes ``best.json`` (``writer``) one more copy of the pending events (the
+    predictor's snapshot of the end of the log; the rows come a block at a time).  The rank's own
+    training state is freed before it.
     """
     per_event = _event_bytes(shards)
     log = per_event * shards.num_events
     copies = RANK_STATE_COPIES + (1 if local_validation else 0)
     out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events,
            "rank_state": copies * int(rank_state),
-           "evaluation": EVAL_COPIES * (int(eval_memories) + int(eval_structures)) +
-           (int(eval_structures) if writer else 0)}
+           "evaluation": EVAL_COPIES * (int(eval_owned) + int(eval_whole)) + (int(eval_whole) if writer else 0)}
     phases = [log, out["rank_events"] + out["rank_state"], out["evaluation"]]
     out["total"] = out["runtime"] + log + max(phases)
     return out
@@ -99,9 +98,13 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
     new_nodes = shards.new_nodes
     per_node = model.state.nbytes(1)
     # every per-node structure (memories, neighbour rings, pending index), per node
-    state_per_node = sum(model.state.footprint(1).values())
-    # what every rank holds of every node while evaluating: the neighbour rings and pending index
-    structures_per_node = state_per_node - per_node
+    footprint = model.state.footprint(1)
+    state_per_node = sum(footprint.values())
+    # while evaluating a rank holds the memories and neighbour rings of the nodes it owns, and
+    # every node's pending events (speed.train.state.sharded)
+    owned_per_node = footprint["memories"] + footprint["neighbours"]
+    # (and for every node, its owner and, per memory and for the rings, its row among the held ones)
+    whole_per_node = footprint["pending"] + 2 + 4 * (len(model.state.memories()) + 1)
     # the static table has a row per node of the log on every rank (speed.train.model.static)
     static_bytes = 0 if model.net.static is None else model.net.static.state_bytes() * shards.num_nodes
     loads = part_loads(shards, config.subgraph) if config.grouping == "balanced" else None
@@ -116,7 +119,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
             rg = rank_graph(shards, group, new_nodes, config.subgraph)
             owned = int(np.count_nonzero(owner[epoch] == r))
             peak = rank_peak_bytes(runtime, shards, len(rg.events), int(rg.nodes.size) * state_per_node,
-                                   owned * per_node, shards.num_nodes * structures_per_node, writer=r == 0,
+                                   owned * owned_per_node, shards.num_nodes * whole_per_node, writer=r == 0,
                                    local_validation=config.validation == "local")
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
                           "memory_bytes": int(rg.nodes.size) * per_node, "evaluation_nodes": owned,

@@ -89,6 +89,9 @@ class RankEvaluation(EpochLoop):
     def prepare_eval(self, log: EpochLog) -> None:
         """Bring every rank's trained state into the sharded evaluation model (collective)."""
         rg = self.graph
+        # the training rings are not handed over (evaluation rebuilds the rings from the log):
+        # let them go before the evaluation state is made
+        self.model.state.drop_neighbors()
         owner = self._shard_memories(log.epoch)
         model = self.eval_model()
         model.load_params(self.model.params_state_dict())

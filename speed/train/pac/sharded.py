@@ -56,9 +56,10 @@ def owners(num_nodes: int, shared: np.ndarray, own: Sequence[np.ndarray], world:
 
 
 class QueryShare:
-    """Each rank embeds a contiguous share of a step's distinct queries, and one ``all_gather``
-    gives every rank all of them (:meth:`TemporalGNN.compute`'s ``share``): the ranks, which run
-    the same steps, split the embedding work instead of each doing all of it.
+    """Work of a step split among the ranks, which run the same steps: ``share(fn, n)`` has each
+    rank compute ``fn(part)`` for a contiguous share ``part`` of ``n`` rows (float32, one row
+    each), and one ``all_gather`` gives every rank all ``n`` (:meth:`TemporalGNN.compute`'s
+    ``share``: the embeddings of the distinct queries).
 
     Parameters
     ----------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Dict
 
+import numpy as np
 import torch
 
 
@@ -107,6 +108,17 @@ class NodeMemory:
     def backup(self) -> Dict[str, torch.Tensor]:
         """A detached copy of the state, for :meth:`restore`."""
         return {"memory": self.memory.clone(), "last_update": self.last_update.clone()}
+
+    def backup_rows(self, n_id: np.ndarray) -> Dict[str, torch.Tensor]:
+        """A copy of the rows ``n_id`` (int64, distinct), for :meth:`restore_rows`: a back-up of
+        what a pass may write, when it writes few of the rows."""
+        i = torch.from_numpy(np.asarray(n_id, dtype=np.int64)).to(self.memory.device)
+        with self._lock:
+            return {"ids": i.cpu(), "memory": self.memory[i].clone(), "last_update": self.last_update[i].clone()}
+
+    def restore_rows(self, rows: Dict[str, torch.Tensor]) -> None:
+        """Put back the rows of a :meth:`backup_rows`."""
+        self.write(rows["ids"], rows["memory"], rows["last_update"])
 
     def restore(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
         """Take the rows of a :meth:`backup` (copied in place when the shape is the same).

@@ -176,6 +176,7 @@ class NodeStates:
         self.memory = make("memory", self.memory)
         for c in self.components:
             c.use_memories(make)
+            c.reset()  # a component's other state (TIGE's event values) starts empty too
         self.num_nodes = int(self.memory.num_nodes)
         # (a sharded sampler inserts directed halves; the events themselves are undirected)
         k = self.sampler.k
@@ -198,7 +199,7 @@ class NodeStates:
             out["store"] = self.store.state_dict()
             self._components_into(out, out["store"]["eid"])
         else:
-            out.update({k: v for k, v in backup.items() if k not in ("memories", "sampler")})
+            out.update({k: v for k, v in backup.items() if k not in ("partial", "memories", "sampler")})
         return out if writer.writes else None
 
     def load_pending(self, pending, extras: Optional[Dict] = None) -> None:
@@ -275,6 +276,10 @@ class NodeStates:
 
     def reset_neighbors(self) -> None:
         self.sampler.reset()
+
+    def drop_neighbors(self) -> None:
+        """Let the neighbour rings go (no rows) until :meth:`resize` sizes the state again."""
+        self.sampler = RecentNeighborSampler(0, self.sampler.k, self.sampler.undirected)
 
     @torch.no_grad()
     def settle(self, model, n_id: torch.Tensor, before: float = np.inf) -> None:
@@ -414,17 +419,52 @@ class NodeStates:
             self.grow(self.memory.num_nodes)
 
     # ------------------------------------------------------------------ snapshots
-    def backup(self) -> dict:
-        """Memories, pending messages, neighbours and components, detached (see :meth:`restore`)."""
-        out = {"memories": {k: m.backup() for k, m in self.memories().items()}}
-        out.update(self.structures())
+    def backup(self, nodes: Optional[np.ndarray] = None) -> dict:
+        """Memories, pending messages, neighbours and components, detached (see :meth:`restore`).
+
+        ``nodes``: the nodes a coming pass may write (the endpoints of its events): only their
+        memories and rings are copied, with those the held events will enter -- a back-up of
+        the size of the pass, not of the graph.  The pending events and components are copied
+        whole."""
+        if nodes is None:
+            out = {"memories": {k: m.backup() for k, m in self.memories().items()}}
+            out.update(self.structures())
+            return out
+        rows = np.union1d(np.asarray(nodes, dtype=np.int64), self.sampler.held_nodes())
+        out = {"partial": True, "memories": {k: m.backup_rows(rows) for k, m in self.memories().items()},
+               "sampler": self.sampler.backup_rows(rows), "store": self.store.state_dict()}
+        self._components_into(out, out["store"]["eid"])
         return out
 
     def restore(self, state: dict) -> None:
+        if state.get("partial"):
+            for k, mem in self.memories().items():
+                mem.restore_rows(state["memories"][k])
+            self.sampler.restore_rows(state["sampler"])
+            self.store.load_state_dict(state["store"])
+            self._components_from(state)
+            return
         for k, mem in self.memories().items():
             mem.restore(state["memories"][k])
         self.num_nodes = self.memory.num_nodes
         self.load_structures(state)
+
+    def whole_backup(self, partial: dict) -> dict:
+        """The whole back-up a partial one (:meth:`backup` with ``nodes``) stands for: the state
+        now, with the rows the partial one kept put back (a copy of every row, for a writer)."""
+        if not partial.get("partial"):
+            return partial
+        out = self.backup()
+        for k, saved in partial["memories"].items():
+            i = saved["ids"]
+            out["memories"][k]["memory"][i] = saved["memory"].to(out["memories"][k]["memory"].device)
+            out["memories"][k]["last_update"][i] = saved["last_update"].to(out["memories"][k]["last_update"].device)
+        rings = partial["sampler"]
+        for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
+            out["sampler"][name][rings["rows"]] = rings[name]
+        out["sampler"]["hold"] = rings["hold"]
+        out.update({k: v for k, v in partial.items() if k not in ("partial", "memories", "sampler")})
+        return out
 
     state_dict = backup  # a checkpoint holds exactly a back-up
     load_state_dict = restore

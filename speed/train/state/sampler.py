@@ -153,6 +153,28 @@ class RecentNeighborSampler:
         i, j = np.nonzero(valid)
         return i.astype(np.int64), self.nbr[i, j].astype(np.int64)
 
+    def held_nodes(self) -> np.ndarray:
+        """The rows the held events will enter (int64, distinct)."""
+        lo = self.hold_lo
+        rows = [self.hold["src"][lo:]] + ([self.hold["dst"][lo:]] if self.undirected else [])
+        return np.unique(np.concatenate(rows)).astype(np.int64)
+
+    def backup_rows(self, rows: np.ndarray) -> dict:
+        """The rings of ``rows`` (int64, distinct) and the held events, copied: a back-up of what a
+        pass may change when it touches few rings (:meth:`restore_rows`)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lo = self.hold_lo
+        return {"rows": rows, **{name: getattr(self, name)[rows] for name in ("nbr", "nbr_t", "nbr_e", "head", "count")},
+                "hold": {name: a[lo:].copy() for name, a in self.hold.items()}}
+
+    def restore_rows(self, saved: dict) -> None:
+        """Put back a :meth:`backup_rows`: those rings, and the held events as they were."""
+        rows = saved["rows"]
+        for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
+            getattr(self, name)[rows] = saved[name]
+        self.hold = {name: np.asarray(saved["hold"][name], dtype=dt).copy() for name, dt in _HOLD_FIELDS}
+        self.hold_lo = 0
+
     def state_dict(self) -> dict:
         lo = self.hold_lo
         return {"nbr": self.nbr.copy(), "nbr_t": self.nbr_t.copy(), "nbr_e": self.nbr_e.copy(),

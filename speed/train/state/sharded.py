@@ -21,6 +21,14 @@ from .memory import NodeMemory
 from .sampler import RecentNeighborSampler
 
 
+def _local_index(owner: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Each node's row among those a rank holds (int32 while they fit; -1 for the others'): one
+    lookup per id, where a search in ``mine`` costs a log per id on every step."""
+    local = np.full(owner.size, -1, dtype=np.int32 if mine.size < 2 ** 31 else np.int64)
+    local[mine] = np.arange(mine.size)
+    return local
+
+
 class Exchange:
     """Counts what the ranks send each other when reading sharded rows."""
 
@@ -62,13 +70,14 @@ class ShardedMemory(NodeMemory):
         self.owner = owner
         self.rank, self.world, self.group = int(rank), int(world), group
         self.mine = np.flatnonzero(owner == rank)  # global ids of the rows held, ascending
+        self.local = _local_index(owner, self.mine)
         self.exchange = exchange if exchange is not None else Exchange()
         super().__init__(self.mine.size, memory_dim, "cpu")
         self.num_nodes = int(owner.size)  # the ids it answers for
 
     # ------------------------------------------------------------------ rows
     def _local(self, ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.mine, ids)
+        return self.local[ids].astype(np.int64)
 
     def nbytes(self, num_nodes: int) -> int:
         return int(num_nodes) * (self.memory_dim * 4 + 8)
@@ -146,14 +155,31 @@ class ShardedMemory(NodeMemory):
         if ids.size:
             super().write(torch.from_numpy(self._local(ids)), values, t)
 
+    def backup_rows(self, n_id: np.ndarray) -> Dict[str, torch.Tensor]:
+        """A copy of the rows of ``n_id`` (global ids) this rank holds."""
+        ids = np.asarray(n_id, dtype=np.int64)
+        ids = ids[self.owner[ids] == self.rank]
+        i = torch.from_numpy(self._local(ids))
+        return {"ids": torch.from_numpy(ids), "memory": self.memory[i].clone(), "last_update": self.last_update[i].clone()}
+
+    def restore_rows(self, rows: Dict[str, torch.Tensor]) -> None:
+        self.write_owned(np.asarray(rows["ids"]), rows["memory"], rows["last_update"])
+
     def stream_to(self, dst: int, field: str, write=None, source: Optional[Dict[str, torch.Tensor]] = None,
                   chunk: int = 1 << 16) -> None:
         """Every node's ``field`` (``"memory"`` or ``"last_update"``) in id order, handed to
         ``write`` on rank ``dst`` a block of ``chunk`` nodes at a time: no rank holds more than
         its own rows and one block.  ``source``: this rank's rows of a :meth:`backup` instead of
-        the held ones.  Collective (``dist.gather`` per block)."""
-        held = (source if source is not None else {"memory": self.memory, "last_update": self.last_update})[field]
-        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk)
+        the held ones, or of a :meth:`backup_rows` put over them.  Collective (``dist.gather``
+        per block)."""
+        live = {"memory": self.memory, "last_update": self.last_update}
+        overlay = None
+        if source is not None and "ids" in source:
+            overlay = (np.asarray(source["ids"]), source[field])
+        elif source is not None:
+            live = source
+        _stream_rows(live[field], self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk,
+                     overlay)
 
     def __repr__(self) -> str:
         return (f"ShardedMemory(num_nodes={self.num_nodes}, held={self.mine.size}, memory_dim={self.memory_dim}, "
@@ -187,6 +213,7 @@ class ShardedSampler(RecentNeighborSampler):
         self.owner = owner
         self.rank, self.world, self.group = int(rank), int(world), group
         self.mine = np.flatnonzero(owner == rank)
+        self.local = _local_index(owner, self.mine)
         self.exchange = exchange if exchange is not None else Exchange()
         # (each ring gets its node's half of an event: directed inserts into local rows)
         super().__init__(self.mine.size, k, undirected=False)
@@ -200,7 +227,7 @@ class ShardedSampler(RecentNeighborSampler):
         raise RuntimeError("a sharded sampler keeps its owners: build a new one")
 
     def _local(self, ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.mine, ids)
+        return self.local[ids].astype(np.int64)
 
     def push(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
         self._push(src, dst, t, eid, self.flushed_to)
@@ -279,6 +306,25 @@ class ShardedSampler(RecentNeighborSampler):
         keep = np.searchsorted(self.given["t"], self.flushed_to, side="left")
         return {name: self.given[name][keep:].copy() for name, _ in _HOLD}
 
+    def held_nodes(self) -> np.ndarray:
+        self.settle()
+        return np.unique(self.mine[self.hold["src"][self.hold_lo:]]).astype(np.int64)
+
+    def backup_rows(self, rows: np.ndarray) -> dict:
+        """The rings of the nodes of ``rows`` (global ids) this rank owns, the held events and
+        the point a whole sampler has reached."""
+        self.settle()
+        ids = np.asarray(rows, dtype=np.int64)
+        ids = ids[self.owner[ids] == self.rank]
+        out = super().backup_rows(self._local(ids))
+        out.update(ids=ids, flushed_to=float(self.flushed_to), given=self.held_events())
+        return out
+
+    def restore_rows(self, saved: dict) -> None:
+        super().restore_rows(saved)
+        self.flushed_to = float(saved["flushed_to"])
+        self.given = {name: np.asarray(saved["given"][name], dtype=dt).copy() for name, dt in _HOLD}
+
     def state_dict(self) -> dict:
         self.settle()
         out = super().state_dict()
@@ -308,10 +354,15 @@ class ShardedSampler(RecentNeighborSampler):
         """Every node's ``name`` row (``nbr``, ``nbr_t``, ``nbr_e``, ``head`` or ``count``) in id
         order, handed to ``write`` on rank ``dst`` a block at a time (see
         :meth:`ShardedMemory.stream_to`; ``source``: a :meth:`state_dict` of this rank's)."""
-        if source is None:
+        overlay = None
+        if source is None or "ids" in source:  # the live rings (with a backup_rows put over them)
             self.settle()
-        held = torch.from_numpy(np.ascontiguousarray((source if source is not None else self.__dict__)[name]))
-        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk)
+            held = torch.from_numpy(np.ascontiguousarray(self.__dict__[name]))
+            if source is not None:
+                overlay = (source["ids"], torch.from_numpy(np.ascontiguousarray(source[name])))
+        else:
+            held = torch.from_numpy(np.ascontiguousarray(source[name]))
+        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk, overlay)
 
     def __repr__(self) -> str:
         return (f"ShardedSampler(num_nodes={self.owner.size}, held={self.mine.size}, k={self.k}, "
@@ -319,15 +370,23 @@ class ShardedSampler(RecentNeighborSampler):
 
 
 def _stream_rows(held: torch.Tensor, owner: np.ndarray, mine: np.ndarray, rank: int, world: int, group,
-                 dst: int, write, chunk: int) -> None:
+                 dst: int, write, chunk: int, overlay=None) -> None:
     """Rows ``held`` (this rank's, for the ids ``mine``) of every node in id order, to ``write``
-    on rank ``dst`` a block of ``chunk`` nodes at a time (``dist.gather`` per block)."""
+    on rank ``dst`` a block of ``chunk`` nodes at a time (``dist.gather`` per block);
+    ``overlay``: ``(ids, rows)`` of this rank's nodes to send instead of the held ones."""
     num_nodes = owner.size
+    if overlay is not None:
+        order = np.argsort(overlay[0], kind="stable")
+        over_ids, over_rows = np.asarray(overlay[0])[order], overlay[1][torch.from_numpy(order)]
     for lo in range(0, num_nodes, chunk):
         hi = min(lo + chunk, num_nodes)
         who = owner[lo:hi]
         ids = np.flatnonzero(who == rank) + lo
         rows = held[torch.from_numpy(np.searchsorted(mine, ids))]
+        if overlay is not None:
+            a, b = np.searchsorted(over_ids, [lo, hi])
+            if b > a:
+                rows[torch.from_numpy(np.searchsorted(ids, over_ids[a:b]))] = over_rows[a:b]
         if world == 1:
             block = rows
         else:
