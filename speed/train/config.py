@@ -202,11 +202,12 @@ class TrainConfig:
     grouping: str = _opt("balanced", "how parts are grouped onto ranks: groups near equal in training events "
                                      "(drawn among the balanced groupings each epoch), or equal numbers of parts "
                                      "at random (the paper's Alg. 2)", choices=GROUPINGS, group="pac")
-    eval: str = _opt("assemble", "evaluate on a memory gathered from the ranks, or replay all events",
-                     choices=EVAL_MODES, group="pac")
+    eval: str = _opt("assemble", "evaluate on the memory the ranks trained (brought to its owners), or replay all "
+                                 "events", choices=EVAL_MODES, group="pac")
     lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
-    timeout: float = _opt(300.0, "seconds a collective of training may wait (the waits on rank 0's full-graph "
-                                 "evaluation may take up to a day)", group="pac", interval=POSITIVE)
+    timeout: float = _opt(300.0, "seconds a collective of training or evaluation may wait (the waits on rank 0's "
+                                 "decisions and its writing of best.json may take up to a day)", group="pac",
+                          interval=POSITIVE)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> "TrainConfig":

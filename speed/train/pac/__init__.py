@@ -7,10 +7,13 @@ sub-graph of its group of parts.  The modules, one job each:
 * :mod:`.sync` -- the shared-node sync rules (``last``, ``mean``, ``none``); a new rule is a
   branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_RULES``;
 * :mod:`.averaging` -- local SGD (``average_every``): weights averaged every K steps;
-* :mod:`.gather` -- gathering the ranks' node state into one full-graph state on rank 0;
+* :mod:`.gather` -- a rank's node rows in global ids, and a padded gather of scores;
+* :mod:`.sharded` -- the owners of each node's rows while evaluating, the trained state brought
+  to them, and each step's embeddings shared out among the ranks;
 * :mod:`.rank` -- one rank's training: the shared :class:`~speed.train.step.engine.Engine` and
   epoch loop, plus groups, sync and state exchange;
-* :mod:`.evaluation` -- its evaluation: rank 0's full-graph model, per-rank validation;
+* :mod:`.evaluation` -- its evaluation: the full graph, exact, streamed by all ranks together
+  with the state sharded by owner (or per-rank validation, ``validation="local"``);
 * :mod:`.launch` -- spawning N ranks, or running as one rank under torchrun.
 """
 

@@ -41,7 +41,7 @@ from ...partition.shards import Shards
 from ..config import TrainConfig
 
 
-# how long the other ranks may wait for rank 0's full-graph evaluation (a day)
+# how long the other ranks may wait for rank 0's decisions and its writing of best.json (a day)
 WAIT_FOR_MAIN_S = 24 * 3600
 
 
@@ -81,10 +81,10 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
         config = replace(config, device="cpu",
                          num_threads=config.num_threads or recorded or default_threads(on_host, measure=False))
     host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
-    # Rank 0 evaluates on the full graph alone while the others wait for its decisions; on a
-    # large log that takes longer than any step (300k val/test events: over the 300 s default,
-    # and rank 1 failed at the final barrier).  Those waits get a group of their own with a
-    # long timeout; a rank that dies is still caught by the launcher (spawn, torchrun).
+    # The ranks wait for rank 0's decisions, and while it writes best.json (it prepares the file
+    # before the rows come); on a large log that can take longer than any step.  Those waits get
+    # a group of their own with a long timeout; a rank that dies is still caught by the launcher
+    # (spawn, torchrun).
     wait_group = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
     return config, host_group, wait_group
 
