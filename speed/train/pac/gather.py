@@ -14,6 +14,19 @@ from ..model.network import StatefulModel
 from ..state.nodes import StateRows
 
 
+def _padded(x: torch.Tensor, world: int, group=None):
+    """``x`` (first dimension differing per rank) padded to the largest rank's rows, and every
+    rank's row count (one all_gather of the counts)."""
+    x = x.contiguous().cpu()
+    n = torch.tensor([x.shape[0]], dtype=torch.long)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n, group=group)
+    sizes = [int(s) for s in sizes]
+    pad = x.new_zeros((max(sizes),) + tuple(x.shape[1:]))
+    pad[:x.shape[0]] = x
+    return pad, sizes
+
+
 def gather_rows(x: torch.Tensor, world: int, rank: int, group=None) -> Optional[List[torch.Tensor]]:
     """Gather tensors whose first dimension differs per rank onto rank 0 (padded gather).
 
@@ -26,17 +39,19 @@ def gather_rows(x: torch.Tensor, world: int, rank: int, group=None) -> Optional[
     -------
     list of tensors on rank 0 (rank order, unpadded); None elsewhere.
     """
-    x = x.contiguous().cpu()
-    n = torch.tensor([x.shape[0]], dtype=torch.long)
-    sizes = [torch.zeros_like(n) for _ in range(world)]
-    dist.all_gather(sizes, n, group=group)
-    sizes = [int(s) for s in sizes]
-    pad = x.new_zeros((max(sizes),) + tuple(x.shape[1:]))
-    pad[:x.shape[0]] = x
+    pad, sizes = _padded(x, world, group)
     out = [torch.empty_like(pad) for _ in range(world)] if rank == 0 else None
     dist.gather(pad, out, dst=0, group=group)
     if rank != 0:
         return None
+    return [o[:s] for o, s in zip(out, sizes)]
+
+
+def all_gather_rows(x: torch.Tensor, world: int, group=None) -> List[torch.Tensor]:
+    """Every rank's ``x`` (first dimension differing per rank), on every rank, in rank order."""
+    pad, sizes = _padded(x, world, group)
+    out = [torch.empty_like(pad) for _ in range(world)]
+    dist.all_gather(out, pad, group=group)
     return [o[:s] for o, s in zip(out, sizes)]
 
 

@@ -106,20 +106,6 @@ def exchange_by_owner(x: torch.Tensor, dest: np.ndarray, world: int, group=None)
     return list(torch.split(recv, in_counts.tolist()))
 
 
-def all_gather_rows(x: torch.Tensor, world: int, group=None) -> List[torch.Tensor]:
-    """Every rank's ``x`` (first dimension differing per rank), on every rank, in rank order."""
-    x = x.contiguous().cpu()
-    n = torch.tensor([x.shape[0]], dtype=torch.long)
-    sizes = [torch.zeros_like(n) for _ in range(world)]
-    dist.all_gather(sizes, n, group=group)
-    sizes = [int(s) for s in sizes]
-    pad = x.new_zeros((max(sizes),) + tuple(x.shape[1:]))
-    pad[:x.shape[0]] = x
-    out = [torch.empty_like(pad) for _ in range(world)]
-    dist.all_gather(out, pad, group=group)
-    return [o[:s] for o, s in zip(out, sizes)]
-
-
 def _pack(s: torch.Tensor, lu: torch.Tensor) -> torch.Tensor:
     """Rows of states (float32 (n, d)) and times (float64 (n,)) as float32 (n, d + 2), bit-exact."""
     return torch.cat([s.to(torch.float32), lu.to(torch.float64).contiguous().view(torch.float32).reshape(-1, 2)], 1)
@@ -156,7 +142,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         Bytes this rank sent and received.
     """
     from ..state.components import COMPONENTS
-    from .gather import local_payload
+    from .gather import all_gather_rows, local_payload
     from .sync import combine_shared
 
     ns = int(num_shared)
