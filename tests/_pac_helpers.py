@@ -213,24 +213,25 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
             val, val_res = evaluator.evaluate(model, "val", selection=True)
             test, test_res = evaluator.evaluate(model, "test")
             arrays = None
-            if sharded:  # every row of the state after the log and at the test's start, as a writer gets them
+            if sharded:  # every row of the state after the log and at the test's start, as written to a file
+                from pathlib import Path
+
+                from speed.train.run.serial import load_tree, save_tree
+
                 writer = ShardWriter(rank)
                 snaps = [model.state.written_snapshot(writer),
                          model.state.written_snapshot(writer, evaluator.test_start["state"])]
                 if rank == 0:
+                    where = Path(store_file).parent / f"{name}-{protocol}-{strategy}.json"
+                    snaps = load_tree(save_tree({"snaps": snaps}, where))["snaps"]
+                    writer.check()
                     arrays = []
                     for snap in snaps:
                         for key, mem in snap["memories"].items():
-                            for field, d in mem.items():
-                                blocks = []
-                                d.fill(blocks.append)
-                                arrays.append((f"{key}.{field}", np.concatenate(blocks)))
-                        for field in ("nbr", "nbr_t", "nbr_e", "head", "count"):
-                            blocks = []
-                            snap["sampler"][field].fill(blocks.append)
-                            arrays.append((field, np.concatenate(blocks)))
-                        arrays.append(("hold", snap["sampler"]["hold"]["e"]))
-                    writer.check()
+                            arrays += [(f"{key}.{f}", np.asarray(mem[f])) for f in ("memory", "last_update")]
+                        arrays += [(f, np.asarray(snap["sampler"][f])) for f in ("nbr", "nbr_t", "nbr_e", "head",
+                                                                                  "count")]
+                        arrays.append(("hold", np.asarray(snap["sampler"]["hold"]["e"])))
                 else:
                     writer.serve()
             else:
@@ -295,12 +296,59 @@ def shard_state_worker(rank, world, store_file, queue):
     target = build_model("tgn", 0, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
     target.state.use_memories(lambda n, m: ShardedMemory(owner, m.memory_dim, rank, world))
     shard_state(trained, target, nodes, 2, shared, owner, "last", rank, world)
-    blocks = []
-    target.state.memory.stream_to(0, "memory", blocks.append, chunk=4)
-    lus = []
-    target.state.memory.stream_to(0, "last_update", lus.append, chunk=4)
+    # every node's rows, each written into one file by its owner (ShardWriter), read back by rank 0
+    from pathlib import Path
+
+    from speed.train.run.serial import load_tree, save_tree
+    from speed.train.state.sharded import ShardWriter
+
+    writer = ShardWriter(rank)
+    rows = writer.memory(target.state.memory)
+    full = None
+    if rank == 0:
+        saved = load_tree(save_tree(rows, Path(store_file).parent / "rows.json"))
+        writer.check()
+        full = (saved["memory"].tolist(), saved["last_update"].tolist())
+    else:
+        writer.serve()
     pending = [x.tolist() for x in target.state.pending_events()]
     held = target.state.memory.owned().tolist()
-    full = (np.concatenate(blocks).tolist(), np.concatenate(lus).tolist()) if rank == 0 else None
     queue.put((rank, (full, pending, held)))
+    _leave(queue)
+
+
+def shard_writer_failure_worker(rank, world, store_file, fail, queue):
+    """Write a sharded memory's rows with ShardWriter while one rank fails: ``fail`` is
+    ``"rows"`` (rank 1's rows cannot be written) or ``"file"`` (rank 0 fails before the file is
+    placed).  Returns each rank's error and the files left in the folder."""
+    _init(rank, world, store_file)
+    from pathlib import Path
+
+    import numpy as np
+
+    from speed.train.run.serial import save_tree
+    from speed.train.state.sharded import ShardedMemory, ShardWriter
+
+    owner = np.array([0, 1, 1, 0, 1], dtype=np.int16)
+    mem = ShardedMemory(owner, 3, rank, world)
+    if fail == "rows" and rank == 1:
+        def broken(*args, **kwargs):
+            raise OSError("disk full")
+        mem.write_rows = broken
+    writer = ShardWriter(rank)
+    rows = writer.memory(mem)
+    folder = Path(store_file).parent / "run"
+    folder.mkdir(exist_ok=True)
+    error = None
+    try:
+        if rank == 0:
+            value = {"rows": rows, "bad": object()} if fail == "file" else {"rows": rows}
+            save_tree(value, folder / "best.json")
+            writer.check()
+        else:
+            writer.serve()
+    except (RuntimeError, TypeError) as e:
+        error = f"{type(e).__name__}: {e}"
+    dist.barrier()
+    queue.put((rank, (error, sorted(p.name for p in folder.iterdir()))))
     _leave(queue)

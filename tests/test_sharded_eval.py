@@ -56,3 +56,45 @@ def test_ranks_bring_their_state_to_the_owners_by_the_sync_rule(tmp_path):
     for r in (0, 1):
         node, other, t, eid = out[r][1]
         assert sorted(zip(node, other, eid)) == [(0, 2, 20), (1, 4, 10), (3, 5, 21)]
+
+
+@pytest.mark.parametrize("fail", ["rows", "file"])
+def test_a_failed_sharded_write_fails_on_every_rank_and_leaves_no_file(fail, tmp_path):
+    from _pac_helpers import shard_writer_failure_worker
+
+    out = run_workers(shard_writer_failure_worker, [(fail,), (fail,)], tmp_path / "store")
+    if fail == "rows":  # rank 1 cannot write its rows: both ranks say so, naming it
+        for r in (0, 1):
+            assert "rank 1: OSError: disk full" in out[r][0]
+    else:  # rank 0's file fails before the rows have a place: rank 1 stops waiting
+        assert out[0][0].startswith("TypeError")
+        assert "rank 0 could not write its file" in out[1][0]
+    assert out[0][1] == []  # no JSON, no tensor file, no temporary left
+
+
+def test_rows_written_by_their_owners_make_the_whole_array(tmp_path):
+    """Three owners write their rows (a back-up's rows put over some) into one file, a window
+    of 4 ids at a time: the file holds every row at its id's place."""
+    from speed.train.state.sharded import _write_rows
+
+    rng = np.random.default_rng(0)
+    n, width = 23, 3
+    whole = rng.standard_normal((n, width)).astype(np.float32)
+    owner = rng.integers(0, 3, n)
+    expect = whole.copy()
+    path = tmp_path / "rows.bin"
+    offset = 13  # the array need not start on a page (or an itemsize) boundary
+    path.write_bytes(b"\xff" * (offset + whole.nbytes + 5))
+    total = 0
+    for r in range(3):
+        mine = np.flatnonzero(owner == r)
+        over = mine[::2]
+        over_rows = rng.standard_normal((over.size, width)).astype(np.float32)
+        expect[over] = over_rows
+        total += _write_rows(torch.from_numpy(whole[mine]), n, mine, path, offset, 4,
+                             (over[::-1].copy(), torch.from_numpy(over_rows[::-1].copy())))
+    assert total == n
+    raw = path.read_bytes()
+    assert raw[:offset] == b"\xff" * offset and raw[offset + whole.nbytes:] == b"\xff" * 5
+    got = np.frombuffer(raw[offset:offset + whole.nbytes], dtype=np.float32).reshape(n, width)
+    assert np.array_equal(got, expect)

@@ -36,7 +36,7 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
     evaluation: the memories and neighbour rings of the nodes the rank owns (``eval_owned``) and
     the pending events of every node (``eval_whole``), :data:`EVAL_COPIES` times over, and on
     the rank that writes ``best.json`` (``writer``) one more copy of the pending events (the
-    predictor's snapshot of the end of the log; the rows come a block at a time).  The rank's own
+    predictor's snapshot of the end of the log; each rank writes its own rows, a window at a time).  The rank's own
     training state is freed before it.
     """
     per_event = _event_bytes(shards)

@@ -193,27 +193,31 @@ class RankEvaluation(EpochLoop):
 
     # ------------------------------------------------------------------ checkpoints
     def _save_best(self, epoch: int) -> None:
-        """``best.json`` by rank 0: the weights, and the memories and neighbour rings brought to
-        it from their owners a block at a time while it writes (collective: the others serve
-        the blocks)."""
+        """``best.json``: rank 0 writes the weights and what every rank holds whole, and each
+        rank the memory and neighbour-ring rows it owns, into the same file (collective: the
+        others :meth:`ShardWriter.serve`)."""
         if self.out is None:
             return
         model = self.eval_model()
-        writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 writes
+        writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 starts the file
         end = model.state.written_snapshot(writer)
         start = self.evaluator.test_start
         start_state = None if start is None else model.state.written_snapshot(writer, start["state"])
         if not self.is_main:
             writer.serve()
             return
-        test_start = None if start is None else {"t": start["t"], "state": start_state}
-        memories = {f"{n}.{f}": d for n, fields in end["memories"].items() for f, d in fields.items()}
-        predictor = None
-        if model.net.spec is not None:
-            predictor = predictor_payload(model, self.events, self.config.batch_size, test_start,
-                                          end={k: v for k, v in end.items() if k != "memories"})
-        ckpt.write_checkpoint(self.out / ckpt.BEST, "best", self._record(epoch), model=model, predictor=predictor,
-                              memories=memories)
+        try:
+            test_start = None if start is None else {"t": start["t"], "state": start_state}
+            memories = {f"{n}.{f}": d for n, fields in end["memories"].items() for f, d in fields.items()}
+            predictor = None
+            if model.net.spec is not None:
+                predictor = predictor_payload(model, self.events, self.config.batch_size, test_start,
+                                              end={k: v for k, v in end.items() if k != "memories"})
+            ckpt.write_checkpoint(self.out / ckpt.BEST, "best", self._record(epoch), model=model,
+                                  predictor=predictor, memories=memories)
+        except BaseException:
+            writer.abort()  # the others are waiting to write their rows
+            raise
         writer.check()
 
     def save_last(self, epoch: int) -> None:

@@ -16,7 +16,9 @@ the process's copy, never the file.
 The writer streams each array's bytes to the file (``safetensors.numpy.save_file`` first copies
 every array into one ``bytes`` object, which would double a large run's peak at the moment it
 saves); the files it writes are ordinary safetensors files (the tests read them back with the
-``safetensors`` package).  The JSON file is written last and names the tensor file's size and
+``safetensors`` package).  A PAC run's node rows are :class:`~speed.train.state.sharded.Deferred`
+arrays: the file is written with room for them, and each rank writes the rows it owns into
+that room itself, so no process gathers them.  The JSON file is written last and names the tensor file's size and
 a random id also stored in its header, so a JSON file is never read with another write's
 tensors.
 """
@@ -103,7 +105,11 @@ def _freeze(k):
 
 
 def _write_safetensors(path: Path, arrays: Dict[str, np.ndarray], metadata: Dict[str, str]) -> int:
-    """Write ``arrays`` as a safetensors file, streaming each array's bytes; returns its size."""
+    """Write ``arrays`` as a safetensors file, streaming each array's bytes; returns its size.
+
+    A :class:`Deferred` array's bytes are left to the ranks that hold its rows: the file is
+    given its full size, then its writer places them (:meth:`ShardWriter.place`) before the
+    file is synced."""
     header: Dict[str, Any] = {"__metadata__": metadata}
     at = 0
     for name, a in arrays.items():
@@ -112,33 +118,23 @@ def _write_safetensors(path: Path, arrays: Dict[str, np.ndarray], metadata: Dict
         at += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-(8 + len(text)) % _ALIGN)
+    start = 8 + len(text)
+    places: Dict[Any, Dict[int, int]] = {}  # writer -> {its array's index: byte offset}
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for name, a in arrays.items():
             if isinstance(a, Deferred):
-                _write_deferred(f, name, a)
+                places.setdefault(a.writer, {})[a.index] = start + header[name]["data_offsets"][0]
+                f.seek(a.nbytes, os.SEEK_CUR)
             elif a.nbytes:
                 f.write(memoryview(a.reshape(-1).view(np.uint8)))
+        f.truncate(start + at)
         f.flush()
-        os.fsync(f.fileno())
-    return 8 + len(text) + at
-
-
-def _write_deferred(f, name: str, a: Deferred) -> None:
-    written = [0]
-
-    def write(block) -> None:
-        block = np.ascontiguousarray(block, dtype=a.dtype)
-        if block.shape[1:] != a.shape[1:]:
-            raise ValueError(f"{name}: a block of shape {block.shape} for an array of shape {a.shape}")
-        if block.nbytes:
-            f.write(memoryview(block.reshape(-1).view(np.uint8)))
-        written[0] += block.nbytes
-
-    a.fill(write)
-    if written[0] != a.nbytes:
-        raise ValueError(f"{name}: {written[0]} bytes produced for an array of {a.nbytes}")
+        for writer, offsets in places.items():
+            writer.place(path, offsets)
+        os.fsync(f.fileno())  # (the rows the other ranks wrote too: they are this file's pages)
+    return start + at
 
 
 def read_header(path: Path) -> Tuple[Dict[str, Any], int]:
@@ -189,7 +185,15 @@ def save_tree(value, path) -> Path:
     """
     path = Path(path)
     arrays: Dict[str, np.ndarray] = {}
-    data = _encode(value, "", arrays)
+    try:
+        return _save(path, _encode(value, "", arrays), arrays)
+    except BaseException:
+        for writer in {a.writer for a in arrays.values() if isinstance(a, Deferred)}:
+            writer.abort()  # the ranks waiting to write their rows learn that there is no file
+        raise
+
+
+def _save(path: Path, data, arrays: Dict[str, np.ndarray]) -> Path:
     write_id = uuid.uuid4().hex
     tensors = path.with_name(f"{path.stem}.{write_id[:16]}.safetensors")
     with atomic_file(tensors) as tmp:

@@ -188,7 +188,7 @@ class NodeStates:
     def written_snapshot(self, writer, backup: Optional[dict] = None) -> Optional[dict]:
         """A snapshot of a sharded state, as :meth:`backup` gives one of a whole state, for
         ``writer`` (:class:`~speed.train.state.sharded.ShardWriter`) to write: memories and
-        neighbour rings as arrays brought from their owners while the file is written, pending
+        neighbour rings as arrays that each rank writes its own rows of into the file, pending
         events and components' state as held (every rank holds them whole).  On the writing
         rank; None on the others, which then :meth:`ShardWriter.serve`.  ``backup``: a
         :meth:`backup` of this rank's instead of the live state."""

@@ -11,6 +11,7 @@ need no exchange.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Dict, Optional
 
 import numpy as np
@@ -165,21 +166,20 @@ class ShardedMemory(NodeMemory):
     def restore_rows(self, rows: Dict[str, torch.Tensor]) -> None:
         self.write_owned(np.asarray(rows["ids"]), rows["memory"], rows["last_update"])
 
-    def stream_to(self, dst: int, field: str, write=None, source: Optional[Dict[str, torch.Tensor]] = None,
-                  chunk: int = 1 << 16) -> None:
-        """Every node's ``field`` (``"memory"`` or ``"last_update"``) in id order, handed to
-        ``write`` on rank ``dst`` a block of ``chunk`` nodes at a time: no rank holds more than
-        its own rows and one block.  ``source``: this rank's rows of a :meth:`backup` instead of
-        the held ones, or of a :meth:`backup_rows` put over them.  Collective (``dist.gather``
-        per block)."""
+    def write_rows(self, path, offset: int, field: str, source: Optional[Dict[str, torch.Tensor]] = None,
+                   chunk: int = 1 << 16) -> int:
+        """Write the rows this rank holds of ``field`` (``"memory"`` or ``"last_update"``) into
+        the file ``path``, whose array of every node's rows, in id order, starts at byte
+        ``offset``; the other ranks write theirs meanwhile.  ``source``: this rank's rows of a
+        :meth:`backup` instead of the held ones, or of a :meth:`backup_rows` put over them.
+        Returns the rows written."""
         live = {"memory": self.memory, "last_update": self.last_update}
         overlay = None
         if source is not None and "ids" in source:
             overlay = (np.asarray(source["ids"]), source[field])
         elif source is not None:
             live = source
-        _stream_rows(live[field], self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk,
-                     overlay)
+        return _write_rows(torch.as_tensor(live[field]), self.owner.size, self.mine, path, offset, chunk, overlay)
 
     def __repr__(self) -> str:
         return (f"ShardedMemory(num_nodes={self.num_nodes}, held={self.mine.size}, memory_dim={self.memory_dim}, "
@@ -349,11 +349,11 @@ class ShardedSampler(RecentNeighborSampler):
         if len(hold.get("t", ())):
             self._push(*(np.asarray(hold[name]) for name, _ in _HOLD), -np.inf)
 
-    def stream_to(self, dst: int, name: str, write=None, source: Optional[dict] = None,
-                  chunk: int = 1 << 16) -> None:
-        """Every node's ``name`` row (``nbr``, ``nbr_t``, ``nbr_e``, ``head`` or ``count``) in id
-        order, handed to ``write`` on rank ``dst`` a block at a time (see
-        :meth:`ShardedMemory.stream_to`; ``source``: a :meth:`state_dict` of this rank's)."""
+    def write_rows(self, path, offset: int, name: str, source: Optional[dict] = None, chunk: int = 1 << 16) -> int:
+        """Write this rank's rows of ``name`` (``nbr``, ``nbr_t``, ``nbr_e``, ``head`` or
+        ``count``) into a whole sampler's array at byte ``offset`` of ``path`` (see
+        :meth:`ShardedMemory.write_rows`; ``source``: a :meth:`state_dict` of this rank's, or a
+        :meth:`backup_rows` put over the live rings)."""
         overlay = None
         if source is None or "ids" in source:  # the live rings (with a backup_rows put over them)
             self.settle()
@@ -362,66 +362,69 @@ class ShardedSampler(RecentNeighborSampler):
                 overlay = (source["ids"], torch.from_numpy(np.ascontiguousarray(source[name])))
         else:
             held = torch.from_numpy(np.ascontiguousarray(source[name]))
-        _stream_rows(held, self.owner, self.mine, self.rank, self.world, self.group, dst, write, chunk, overlay)
+        return _write_rows(held, self.owner.size, self.mine, path, offset, chunk, overlay)
 
     def __repr__(self) -> str:
         return (f"ShardedSampler(num_nodes={self.owner.size}, held={self.mine.size}, k={self.k}, "
                 f"rank={self.rank}/{self.world})")
 
 
-def _stream_rows(held: torch.Tensor, owner: np.ndarray, mine: np.ndarray, rank: int, world: int, group,
-                 dst: int, write, chunk: int, overlay=None) -> None:
-    """Rows ``held`` (this rank's, for the ids ``mine``) of every node in id order, to ``write``
-    on rank ``dst`` a block of ``chunk`` nodes at a time (``dist.gather`` per block);
-    ``overlay``: ``(ids, rows)`` of this rank's nodes to send instead of the held ones."""
-    num_nodes = owner.size
+def _write_rows(held: torch.Tensor, num_nodes: int, mine: np.ndarray, path, offset: int, chunk: int,
+                overlay=None) -> int:
+    """Write ``held`` (this rank's rows, of the ids ``mine``, ascending) into the array of
+    ``num_nodes`` rows at byte ``offset`` of the file ``path``, each row at its id's place.
+
+    The file is mapped a window of ``chunk`` ids at a time (shared with the other ranks writing
+    their rows of the same windows: each byte has one writer) and synced before it is let go, so
+    a rank holds no more than its rows and one window.  ``overlay``: ``(ids, rows)`` of this
+    rank's nodes to write instead of the held ones.  Returns the rows written."""
+    row_shape = tuple(held.shape[1:])
+    dtype = np.dtype(torch.empty(0, dtype=held.dtype).numpy().dtype)
+    row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
     if overlay is not None:
-        order = np.argsort(overlay[0], kind="stable")
+        order = np.argsort(np.asarray(overlay[0]), kind="stable")
         over_ids, over_rows = np.asarray(overlay[0])[order], overlay[1][torch.from_numpy(order)]
-    for lo in range(0, num_nodes, chunk):
-        hi = min(lo + chunk, num_nodes)
-        who = owner[lo:hi]
-        ids = np.flatnonzero(who == rank) + lo
-        rows = held[torch.from_numpy(np.searchsorted(mine, ids))]
+    written = 0
+    for lo in range(0, int(num_nodes), chunk):
+        a, b = (int(x) for x in np.searchsorted(mine, [lo, min(lo + chunk, num_nodes)]))
+        if b == a:
+            continue
+        ids = mine[a:b]  # the held rows of these ids are held[a:b]: one slice, no gather
+        rows = held[a:b]
         if overlay is not None:
-            a, b = np.searchsorted(over_ids, [lo, hi])
-            if b > a:
-                rows[torch.from_numpy(np.searchsorted(ids, over_ids[a:b]))] = over_rows[a:b]
-        if world == 1:
-            block = rows
-        else:
-            counts = np.bincount(who, minlength=world)
-            pad = rows.new_zeros((int(counts.max()),) + tuple(rows.shape[1:]))
-            pad[:rows.shape[0]] = rows
-            got = [torch.empty_like(pad) for _ in range(world)] if rank == dst else None
-            dist.gather(pad, got, dst=dst, group=group)
-            block = None
-            if rank == dst:
-                block = rows.new_empty((hi - lo,) + tuple(rows.shape[1:]))
-                for r in range(world):
-                    block[torch.from_numpy(np.flatnonzero(who == r))] = got[r][:int(counts[r])]
-        if rank == dst and write is not None:
-            write(block.numpy())
+            i, j = np.searchsorted(over_ids, [lo, lo + chunk])
+            if j > i:
+                rows = rows.clone()
+                rows[torch.from_numpy(np.searchsorted(ids, over_ids[i:j]))] = over_rows[i:j]
+        first = int(ids[0])
+        window = np.memmap(path, dtype=dtype, mode="r+", offset=int(offset) + first * row_bytes,
+                           shape=(int(ids[-1]) + 1 - first,) + row_shape)
+        window[ids - first] = rows.numpy()
+        window.flush()  # msync: on disk (or the shared file system) before the window goes
+        del window
+        written += b - a
+    return written
 
 
 class Deferred:
-    """An array whose bytes are produced while its file is written, so that no process holds it
-    whole: ``fill(write)`` calls ``write(block)`` with consecutive blocks of rows (ndarrays of
-    ``dtype``, shape ``(k,) + shape[1:]``), in order, ``shape[0]`` rows in all.  The run-folder
-    writer (:mod:`speed.train.run.serial`) saves it as an ordinary tensor.
+    """An array that the ranks holding its rows write into its file themselves, so that no
+    process holds it whole: the run-folder writer (:mod:`speed.train.run.serial`) saves it as
+    an ordinary tensor, leaving its bytes to ``writer`` (:meth:`ShardWriter.place`).
 
     Parameters
     ----------
     shape : tuple of int
     dtype : numpy dtype
-    fill : callable
+    writer : ShardWriter
+    index : int
+        Its place among ``writer``'s arrays.
     torch : bool
         Read back as a torch tensor (else a numpy array), as the value it stands for.
     """
 
-    def __init__(self, shape, dtype, fill, torch: bool = True):
-        self.shape, self.dtype, self.fill = tuple(int(s) for s in shape), np.dtype(dtype), fill
-        self.torch = bool(torch)
+    def __init__(self, shape, dtype, writer: "ShardWriter", index: int, torch: bool = True):
+        self.shape, self.dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+        self.writer, self.index, self.torch = writer, int(index), bool(torch)
 
     @property
     def nbytes(self) -> int:
@@ -429,40 +432,53 @@ class Deferred:
 
 
 class ShardWriter:
-    """The sharded parts of a state (memories, neighbour rings) as :class:`Deferred` arrays on
-    rank ``dst``, brought from their owners a block at a time while ``dst`` writes its file, so
-    no process holds them whole.  Every other rank :meth:`serve`-s the same blocks meanwhile, in
-    the order they were asked for (the writer fills them in that order: checked).
+    """The sharded parts of a state (memories, neighbour rings) as :class:`Deferred` arrays of
+    the file rank ``dst`` writes, each rank writing the rows it owns into them itself.
+
+    Rank ``dst`` writes the file's header and every other array, leaving the deferred arrays'
+    bytes, then hands the file's path and their places to the others (:meth:`place`); the
+    others wait in :meth:`serve`.  Every rank then writes its rows into each array, a window at
+    a time (:meth:`ShardedMemory.write_rows`), and ``dst`` goes on once all have written and
+    the rows written add up to every node's.  Nothing is gathered: a rank holds its own rows and
+    one window, and the rows reach the file once, from their owner.
+
+    The ranks write into one file: their hosts must share it coherently (one host's disk, or
+    a file system that all of them mount at the same path, as a run folder needs anyway).
 
     Parameters
     ----------
     rank : int
     dst : int
-        The writing rank.
+        The rank that writes the file.
     group : ProcessGroup, optional
-        Where the blocks travel (default: each part's own group).  The others may wait long
-        here while ``dst`` prepares the rest of its file: give a group with a long timeout.
+        Where the places and the outcome travel (default: the first part's group).  The others
+        wait here while ``dst`` prepares its file: give a group with a long timeout.
     """
 
     def __init__(self, rank: int, dst: int = 0, group=None):
         self.rank, self.dst, self.group = int(rank), int(dst), group
-        self.streams: list = []
-        self.filled = 0
+        self.writes_rows: list = []  # one callable per array: (path, offset) -> rows written
+        self.num_rows: list = []
+        self.world = 1
+        self.placed = False
 
     @property
     def writes(self) -> bool:
         return self.rank == self.dst
 
-    def _deferred(self, shape, dtype, stream, torch: bool = True) -> Deferred:
-        i = len(self.streams)
-        self.streams.append(stream)
-        return Deferred(shape, dtype, lambda write: self._fill(i, write), torch)
+    def _deferred(self, part, shape, dtype, write, torch: bool = True) -> Deferred:
+        if self.group is None:
+            self.group = part.group
+        self.world = max(self.world, int(part.world))
+        self.writes_rows.append(write)
+        self.num_rows.append(int(shape[0]))
+        return Deferred(shape, dtype, self, len(self.writes_rows) - 1, torch)
 
     def memory(self, mem: ShardedMemory, source: Optional[Dict] = None) -> Dict[str, Deferred]:
         """``{"memory", "last_update"}`` of ``mem`` (or of this rank's ``source`` back-up of it)."""
-        return {field: self._deferred((mem.num_nodes, mem.memory_dim) if field == "memory" else (mem.num_nodes,),
+        return {field: self._deferred(mem, (mem.num_nodes, mem.memory_dim) if field == "memory" else (mem.num_nodes,),
                                       np.float32 if field == "memory" else np.float64,
-                                      lambda write, f=field: self._stream(mem, f, write, source))
+                                      lambda path, at, f=field: mem.write_rows(path, at, f, source))
                 for field in ("memory", "last_update")}
 
     def sampler(self, sampler: ShardedSampler, source: Optional[dict] = None) -> dict:
@@ -470,33 +486,63 @@ class ShardWriter:
         n, k = sampler.owner.size, sampler.k
         shapes = {"nbr": ((n, k), np.int64), "nbr_t": ((n, k), np.float64), "nbr_e": ((n, k), np.int64),
                   "head": ((n,), np.int64), "count": ((n,), np.int64)}
-        out = {name: self._deferred(shape, dtype, lambda write, a=name: self._stream(sampler, a, write, source),
-                                    torch=False)
+        out = {name: self._deferred(sampler, shape, dtype,
+                                    lambda path, at, a=name: sampler.write_rows(path, at, a, source), torch=False)
                for name, (shape, dtype) in shapes.items()}
         out["hold"] = sampler.held_events() if source is None else dict(source["given"])
         return out
 
-    def _stream(self, part, name: str, write, source) -> None:
-        group = part.group if self.group is None else self.group
-        held = part.group
-        part.group = group
-        try:
-            part.stream_to(self.dst, name, write, source)
-        finally:
-            part.group = held
+    def place(self, path, offsets: Dict[int, int]) -> None:
+        """On ``dst``, once the file ``path`` has its full size: every rank writes its rows of
+        array ``i`` at byte ``offsets[i]`` (all of them: checked).  Collective with
+        :meth:`serve`."""
+        if set(offsets) != set(range(len(self.writes_rows))):
+            raise RuntimeError(f"{len(self.writes_rows) - len(offsets)} sharded arrays have no place in the file")
+        self._broadcast([str(Path(path).resolve()), {int(i): int(v) for i, v in offsets.items()}])
+        self.placed = True
+        self._write(str(Path(path).resolve()), offsets)
 
-    def _fill(self, i: int, write) -> None:
-        if i != self.filled:
-            raise RuntimeError(f"sharded rows written out of order (block {i}, expected {self.filled})")
-        self.streams[i](write)
-        self.filled += 1
+    def abort(self) -> None:
+        """On ``dst``, when its file failed before :meth:`place`: the others stop waiting."""
+        if not self.placed and self.writes_rows:
+            self.placed = True
+            self._broadcast([None, None])
 
     def serve(self) -> None:
-        """On the other ranks: take part in every block, in order, while ``dst`` writes."""
-        for stream in self.streams:
-            stream(None)
+        """On the other ranks: wait for the file's place, then write this rank's rows into it."""
+        if not self.writes_rows:
+            return
+        path, offsets = self._broadcast([None, None])
+        if path is None:
+            raise RuntimeError(f"rank {self.dst} could not write its file: see its error")
+        self._write(path, {int(i): int(v) for i, v in offsets.items()})
 
     def check(self) -> None:
-        """On ``dst``, after the write: every stream was written (else the others still wait)."""
-        if self.filled != len(self.streams):
-            raise RuntimeError(f"{len(self.streams) - self.filled} sharded arrays were not written")
+        """On ``dst``, after the write: the arrays were placed (else the others still wait)."""
+        if self.writes_rows and not self.placed:
+            raise RuntimeError(f"{len(self.writes_rows)} sharded arrays were not written")
+
+    def _broadcast(self, msg: list) -> list:
+        if self.world > 1:
+            dist.broadcast_object_list(msg, src=self.dst, group=self.group)
+        return msg
+
+    def _write(self, path: str, offsets: Dict[int, int]) -> None:
+        rows, error = np.zeros(len(self.writes_rows), dtype=np.int64), ""
+        try:
+            for i, write in enumerate(self.writes_rows):
+                rows[i] = write(path, offsets[i])
+        except Exception as e:  # every rank learns that the file is incomplete, and why
+            error = f"rank {self.rank}: {type(e).__name__}: {e}"
+        outcome = [(rows, error)]
+        if self.world > 1:
+            outcome = [None] * self.world
+            dist.all_gather_object(outcome, (rows, error), group=self.group)
+        errors = [e for _, e in outcome if e]
+        if errors:
+            raise RuntimeError("writing sharded rows failed: " + "; ".join(errors))
+        total = np.sum([r for r, _ in outcome], axis=0)
+        short = np.flatnonzero(total != np.asarray(self.num_rows))
+        if short.size:
+            i = int(short[0])
+            raise RuntimeError(f"sharded array {i}: {int(total[i])} rows written of {self.num_rows[i]}")
