@@ -166,6 +166,18 @@ def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp
         assert sorted(sum((r["parts"] for r in e["ranks"]), [])) == [0, 1, 2, 3]
     assert {"ap", "auc"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
     assert (tmp_path / "best.json").exists() and (tmp_path / "curves.png").exists()
+    # every node's rows in best.json were written by their owners, each rank its own, none twice
+    import re
+
+    from speed.train.run.serial import read_header
+
+    header, _ = read_header(next(tmp_path.glob("best.*.safetensors")))
+    rows = re.compile(r"^/model/memory\.|/memories/|/sampler/(nbr|nbr_t|nbr_e|head|count)$")
+    whole = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if rows.search(k))
+    written = [w["rows_bytes"] for w in m["best_write"]]
+    assert len(written) == 2 and min(written) > 0 and sum(written) == whole
+    for w in m["best_write"]:
+        assert w["peak_rss_bytes"] >= w["rss_before_bytes"] > 0
 
 
 def test_uneven_parts_run_equal_steps(tmp_path):

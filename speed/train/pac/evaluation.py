@@ -18,6 +18,7 @@ import time
 from typing import Dict, Optional
 
 import numpy as np
+import torch.distributed as dist
 
 from ..eval.evaluator import Evaluator
 from ..loop.trainer import EpochLoop
@@ -25,6 +26,7 @@ from ..model.network import StatefulModel
 from ..run import checkpoint as ckpt
 from ..run.predictor import predictor_payload
 from ..step.engine import EpochLog
+from ..step.runtime import PeakWatch
 from .groups import own_nodes
 from ..state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
 from .sharded import QueryShare, owners, shard_state
@@ -46,6 +48,7 @@ class RankEvaluation(EpochLoop):
         self._best_state: Optional[Dict] = None  # the best epoch's full-graph back-up, after a resume
         self._best_in_eval_model = False  # the evaluation model holds the best epoch's state (local validation)
         self.exchange = Exchange()  # rows read from other ranks during evaluation
+        self.best_write: Optional[list] = None  # each rank's figures of the latest best.json write
 
     @property
     def evaluator(self) -> Evaluator:
@@ -195,11 +198,20 @@ class RankEvaluation(EpochLoop):
     def _save_best(self, epoch: int) -> None:
         """``best.json``: rank 0 writes the weights and what every rank holds whole, and each
         rank the memory and neighbour-ring rows it owns, into the same file (collective: the
-        others :meth:`ShardWriter.serve`)."""
+        others :meth:`ShardWriter.serve`).  What each rank held before, its peak while writing
+        and the bytes of rows it wrote go to ``metrics.json`` (``best_write``)."""
         if self.out is None:
             return
-        model = self.eval_model()
         writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 starts the file
+        with PeakWatch() as watch:
+            self._write_best(epoch, writer)
+        figures = [None] * self.world
+        dist.all_gather_object(figures, {**watch.as_dict(), "rows_bytes": writer.bytes_written},
+                               group=self.wait_group)
+        self.best_write = figures
+
+    def _write_best(self, epoch: int, writer: ShardWriter) -> None:
+        model = self.eval_model()
         end = model.state.written_snapshot(writer)
         start = self.evaluator.test_start
         start_state = None if start is None else model.state.written_snapshot(writer, start["state"])

@@ -265,7 +265,10 @@ class PacRank(RankEvaluation):
         # rank 0's traffic while evaluating: the rows it read from their owners, its share of
         # the embeddings gathered from the others (every rank reads the same rows)
         return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
-                "evaluation_exchange": self.exchange.as_dict()}
+                "evaluation_exchange": self.exchange.as_dict(),
+                # each rank's resident memory before best.json's write, its peak during it, the
+                # bytes of rows it wrote there (its own), and the write's seconds
+                **({"best_write": self.best_write} if self.best_write is not None else {})}
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()

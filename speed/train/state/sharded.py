@@ -459,6 +459,8 @@ class ShardWriter:
         self.rank, self.dst, self.group = int(rank), int(dst), group
         self.writes_rows: list = []  # one callable per array: (path, offset) -> rows written
         self.num_rows: list = []
+        self.row_bytes: list = []
+        self.bytes_written = 0  # of this rank's rows, once written
         self.world = 1
         self.placed = False
 
@@ -472,6 +474,7 @@ class ShardWriter:
         self.world = max(self.world, int(part.world))
         self.writes_rows.append(write)
         self.num_rows.append(int(shape[0]))
+        self.row_bytes.append(int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize)
         return Deferred(shape, dtype, self, len(self.writes_rows) - 1, torch)
 
     def memory(self, mem: ShardedMemory, source: Optional[Dict] = None) -> Dict[str, Deferred]:
@@ -538,6 +541,7 @@ class ShardWriter:
         if self.world > 1:
             outcome = [None] * self.world
             dist.all_gather_object(outcome, (rows, error), group=self.group)
+        self.bytes_written = int(np.dot(rows, self.row_bytes))
         errors = [e for _, e in outcome if e]
         if errors:
             raise RuntimeError("writing sharded rows failed: " + "; ".join(errors))

@@ -1,9 +1,13 @@
-"""What a training process sets up: its device, its seeds, and its peak memory as reported."""
+"""What a training process sets up: its device, its seeds, and its memory as reported (peak, now,
+and the peak of one block)."""
 
 from __future__ import annotations
 
 import os
 import random
+import threading
+import time
+from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -31,3 +35,61 @@ def peak_rss_bytes() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def rss_bytes() -> Optional[int]:
+    """This process's resident memory now, in bytes (None where ``/proc`` is not there)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakWatch:
+    """The largest resident memory this process reaches while a block runs, and what it held
+    before: a thread reads ``/proc/self/statm`` every ``interval`` seconds (the whole run's
+    high-water mark cannot say what one step added, and resetting it would lose the run's).
+    On systems without ``/proc`` both figures are None.
+
+    Examples
+    --------
+    >>> with PeakWatch() as watch:
+    ...     block = bytearray(1 << 20)
+    >>> watch.as_dict()["seconds"] >= 0
+    True
+    """
+
+    def __init__(self, interval: float = 0.005):
+        self.interval = float(interval)
+        self.before = self.peak = None
+        self.seconds = 0.0
+
+    def __enter__(self) -> "PeakWatch":
+        self.before = self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._t0 = time.perf_counter()
+        self._thread = None
+        if self.before is not None:
+            self._thread = threading.Thread(target=self._poll, name="speed-peak-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = rss_bytes()
+            if now is not None and now > self.peak:
+                self.peak = now
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            now = rss_bytes()
+            if now is not None and now > self.peak:
+                self.peak = now
+        self.seconds = time.perf_counter() - self._t0
+
+    def as_dict(self) -> Dict[str, Optional[float]]:
+        """``{"rss_before_bytes", "peak_rss_bytes", "seconds"}``."""
+        return {"rss_before_bytes": self.before, "peak_rss_bytes": self.peak, "seconds": self.seconds}
