@@ -11,7 +11,8 @@ Two parts, one heavy job at a time (run nothing else beside it):
    2): SEP into ``--parts`` parts, then ``speed train --nproc N`` for one epoch with full
    evaluation; the epoch split into train, sync and evaluation (from ``metrics.json``), each
    rank's peak RSS over the whole run (``rank_peak_rss_bytes``: the evaluation and the writing
-   of ``best.json`` included), the rows the evaluation read from other ranks, and what
+   of ``best.json`` included), what each rank held before writing its rows of ``best.json`` and
+   its peak while writing (``best_write``), the rows the evaluation read from other ranks, and what
    ``speed plan`` predicted.
 
 Prints tables and writes ``benchmarks/results/scale.json`` and ``scale.png``.
@@ -106,6 +107,7 @@ def pac_run(a, work: Path, events: int, nodes: int) -> dict:
            "final_evaluation_seconds": m["seconds"].get("final_evaluation"),
            "train_events_per_s": ep["train_events_per_s"],
            "evaluation_exchange": m.get("evaluation_exchange"),
+           "best_write": m.get("best_write"),
            "ranks": [{"rank": r["rank"], "events": r["events"], "nodes": r["nodes"],
                       "training_peak_rss_bytes": r.get("peak_rss_bytes"),
                       "run_peak_rss_bytes": whole[r["rank"]] if r["rank"] < len(whole) else None,
@@ -121,6 +123,11 @@ def pac_run(a, work: Path, events: int, nodes: int) -> dict:
         print(f"    rank {r['rank']}: {r['events']:,} events, {r['nodes']:,} nodes, peak RSS over the run "
               f"{gib(r['run_peak_rss_bytes']):.2f} GiB (in training {gib(r['training_peak_rss_bytes']):.2f}), "
               f"planned {gib(r['planned_peak_bytes']):.2f} GiB", flush=True)
+    for r, w in enumerate(out["best_write"] or []):
+        if w.get("rss_before_bytes"):
+            print(f"    rank {r} writing best.json: held {gib(w['rss_before_bytes']):.2f} GiB before, peak "
+                  f"{gib(w['peak_rss_bytes']):.2f} GiB (+{(w['peak_rss_bytes'] - w['rss_before_bytes']) / 2**20:.0f} "
+                  f"MiB), its rows {w['rows_bytes'] / 2**20:.0f} MiB, {w['seconds']:.1f} s", flush=True)
     peaks = [r["run_peak_rss_bytes"] for r in out["ranks"] if r["run_peak_rss_bytes"]]
     if len(peaks) > 1:
         out["rank0_over_largest_other"] = peaks[0] / max(peaks[1:])
