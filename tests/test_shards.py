@@ -185,3 +185,30 @@ def test_overwrite_never_deletes_what_speed_did_not_write(tmp_path, capsys):
     assert (s / "mynotes.txt").read_text() == "n\n" and (s / "manifest.json").exists()
     (s / "mynotes.txt").unlink()
     assert main(["partition", str(log), "-o", str(s), "--parts", "2", "--no-progress", "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("window", [7, 1 << 21])
+def test_time_ordered_log_written_a_window_at_a_time_is_the_gathered_log(tmp_path, window):
+    from speed.partition.ordered import map_ordered_log, release_pages, write_ordered_log
+
+    ev, split, res, shards = make(tmp_path, msg=True, label=True)
+    want = shards.events("split")
+    got = map_ordered_log(shards, write_ordered_log(shards, tmp_path / "log", window=window))
+    for name in ("src", "dst", "t", "eid", "msg", "label"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert isinstance(a, np.memmap) and not a.flags.writeable  # mapped, never held or written
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert (got.num_nodes, got.bipartite) == (want.num_nodes, want.bipartite)
+    release_pages(got)  # the pages go from this process, the values stay readable
+    assert np.array_equal(got.msg, want.msg) and np.array_equal(got.src, want.src)
+
+
+def test_time_ordered_log_refuses_ids_that_do_not_cover_the_log(tmp_path):
+    from speed.partition.ordered import write_ordered_log
+
+    ev, split, res, shards = make(tmp_path)
+    eid = np.load(shards.segments[0].folder / "eid.npy")
+    eid[eid == 5] = 6  # event 5 missing, event 6 twice
+    np.save(shards.segments[0].folder / "eid.npy", eid)
+    with pytest.raises(speed.InputError, match="eid.npy"):
+        write_ordered_log(speed.load_shards(shards.path), tmp_path / "log", window=4)

@@ -20,6 +20,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch.distributed as dist
 
+from ...partition.ordered import release_pages
 from ..eval.evaluator import Evaluator
 from ..loop.trainer import EpochLoop
 from ..model.network import StatefulModel
@@ -117,6 +118,7 @@ class RankEvaluation(EpochLoop):
         scores = self.validate(log)  # every rank streams val; the figures are rank 0's
         log.seconds["validate"] = time.perf_counter() - t0
         log.seconds["validate_exchange"] = self.exchange.seconds - before
+        release_pages(self.events)  # the mapped log's val pages: read again next epoch, not held
         return scores if self.is_main else None
 
     def _local_validation(self, log: EpochLog) -> Optional[Dict]:
@@ -205,6 +207,7 @@ class RankEvaluation(EpochLoop):
         writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 starts the file
         with PeakWatch() as watch:
             self._write_best(epoch, writer)
+        release_pages(self.events)
         figures = [None] * self.world
         dist.all_gather_object(figures, {**watch.as_dict(), "rows_bytes": writer.bytes_written},
                                group=self.wait_group)

@@ -40,6 +40,8 @@ from ..model.build import configured_model, place_state, time_scale
 from ..model.static import merge_static, prepare_static
 from .evaluation import RankEvaluation
 from .groups import PartLoads, RankGraph, part_groups, part_loads, rank_graph
+from .log import shared_log
+from ...partition.ordered import release_pages
 from .averaging import WeightAverager, averaged_parameters, local_step_hook
 from .sync import sync_shared
 
@@ -76,9 +78,9 @@ class PacRank(RankEvaluation):
             apply_threads(config.num_threads)
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
-        # the whole log: every rank streams the full-graph evaluation (its sub-graph and edge
-        # features for training are read from the shards' memory maps)
-        self.events = shards.events("split")
+        # the whole log: every rank streams the full-graph evaluation (its sub-graph for training
+        # is read from the shards' memory maps); one time-ordered copy, mapped by every rank
+        self.events = shared_log(shards, self.out, rank, host_group)
         self.split = shards.split(self.events)
         self._train = self.split.train(self.events)
         self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)
@@ -94,6 +96,7 @@ class PacRank(RankEvaluation):
             prepare_static(net, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
                            progress=config.progress if self.is_main else False, rank=rank, world=world,
                            group=host_group)
+        release_pages(self.events)  # what the split and the time unit read of the mapped log
         # each rank trains its own rows of a learned static table; merged at the end of an epoch
         torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
             net, net.local_parameters())

@@ -9,6 +9,8 @@ rank on a host shares.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -20,16 +22,17 @@ class MappedFeatures:
     ----------
     rows : ndarray, shape (E, d)
         The features in stored order (a read-only memory map).
-    position : int ndarray, shape (E,)
-        The stored row of each event id.
+    position : int ndarray, shape (E,), optional
+        The stored row of each event id (None: the rows are in event id order, as the
+        time-ordered log's, :mod:`speed.partition.ordered`).
 
     Only what a step needs of a tensor is offered: :meth:`index_select` on dimension 0 and
     ``shape``.
     """
 
-    def __init__(self, rows: np.ndarray, position: np.ndarray):
-        if rows.ndim != 2 or position.shape != (rows.shape[0],):
-            raise ValueError(f"rows {rows.shape} and positions {position.shape} do not match")
+    def __init__(self, rows: np.ndarray, position: Optional[np.ndarray] = None):
+        if rows.ndim != 2 or (position is not None and position.shape != (rows.shape[0],)):
+            raise ValueError(f"rows {rows.shape} and positions {getattr(position, 'shape', None)} do not match")
         self.rows, self.position = rows, position
 
     @property
@@ -40,7 +43,7 @@ class MappedFeatures:
         """float32 (len(index), d): the rows of event ids ``index``."""
         if dim != 0:
             raise ValueError("edge features are selected by event id (dimension 0)")
-        at = self.position[index.numpy()]
+        at = index.numpy() if self.position is None else self.position[index.numpy()]
         # sorted reads touch each page once; the inverse order puts the rows back
         order = np.argsort(at, kind="stable")
         out = np.empty((at.size, self.rows.shape[1]), dtype=np.float32)

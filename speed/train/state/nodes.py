@@ -119,6 +119,8 @@ class NodeStates:
         place."""
         if msg is None or isinstance(msg, MappedFeatures):
             self.edge_features = msg
+        elif isinstance(msg, np.memmap) and not msg.flags.writeable:  # a mapped log's: read in place
+            self.edge_features = MappedFeatures(msg)
         else:
             self.edge_features = torch.as_tensor(msg, dtype=torch.float32).cpu()
 

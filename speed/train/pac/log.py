@@ -1,0 +1,48 @@
+"""The whole log as every PAC rank reads it: one time-ordered copy on disk, mapped by all.
+
+Every rank streams the full-graph evaluation, so every rank needs the whole log in time order.
+Rank 0 writes it once from the shards (:func:`speed.partition.ordered.write_ordered_log`, a
+window at a time) into a hidden folder of the run folder, every rank maps it read-only, and
+rank 0 removes the folder as soon as all have mapped it: the files live on while mapped and
+leave nothing behind, even if the run is killed.  A rank that cannot see the folder (another
+host, without the run folder shared) gathers its own copy from the shards instead.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import torch.distributed as dist
+
+from ...data.events import Events
+from ...partition.ordered import map_ordered_log, write_ordered_log
+from ...partition.shards import Shards
+
+
+def shared_log(shards: Shards, out: Optional[Path], rank: int, group=None) -> Events:
+    """The events of ``shards``' split in time order, mapped from one file that rank 0 writes
+    (collective over ``group``)."""
+    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    folder = [None]
+    if rank == 0:
+        try:
+            base = out if out is not None and Path(out).is_dir() else None
+            folder[0] = str(write_ordered_log(shards, tempfile.mkdtemp(prefix=".speed-log-", dir=base)))
+        finally:  # the others learn where it is, or that there is none (rank 0 then raises)
+            if world > 1:
+                dist.broadcast_object_list(folder, src=0, group=group)
+    elif world > 1:
+        dist.broadcast_object_list(folder, src=0, group=group)
+    if folder[0] is None:
+        raise RuntimeError("rank 0 could not write the time-ordered log: see its error")
+    try:
+        events = map_ordered_log(shards, folder[0]) if Path(folder[0]).is_dir() else shards.events("split")
+    finally:
+        if world > 1:
+            dist.barrier(group=group)  # every rank has mapped the files (or given up)
+        if rank == 0 and folder[0] is not None:
+            shutil.rmtree(folder[0], ignore_errors=True)
+    return events
