@@ -512,22 +512,27 @@ def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path
     assert m["test"] == again["test"] and m["epochs"][0]["val"] == again["epochs"][0]["val"]
 
 
-def test_planned_peak_is_the_largest_phase_over_the_runtime_and_the_log(shards4):
-    """A rank's planned peak: runtime and the log, then the largest of reading the log, the end of
-    a training epoch and the evaluation (its owned rows and every node's pending events, twice;
-    once more of the pending events on the writer), never their sum."""
-    from speed.train.pac.budget import EVAL_COPIES, RANK_STATE_COPIES, rank_peak_bytes
+def test_planned_peak_is_the_largest_phase_over_the_runtime(shards4):
+    """A rank's planned peak: the runtime, then the largest of the start (a window of the
+    time-ordered log, on rank 0 that writes it), the end of a training epoch and the evaluation
+    (its owned rows and every node's pending events, twice; once more of the pending events on
+    the writer; the val and test events it streams), never their sum."""
+    from speed.partition.ordered import WINDOW
+    from speed.train.pac.budget import EVAL_COPIES, RANK_STATE_COPIES, _event_bytes, rank_peak_bytes
 
     shards = load_shards(shards4)
     writer = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=True)
     other = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=False)
     local = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=False, local_validation=True)
-    log = writer["log"]
-    assert log > 0 and other["log"] == log
+    sp = shards.manifest["split"]
+    assert writer["log_window"] == 32 * min(WINDOW, shards.num_events) and other["log_window"] == 0
+    assert _event_bytes(shards) == 32 and writer["features"] == 0  # src, dst, t, eid; no edge features
+    assert writer["log_streamed"] == 32 * (sp["num_val_events"] + sp["num_test_events"]) == other["log_streamed"]
     assert writer["evaluation"] == EVAL_COPIES * 80 + 30 and other["evaluation"] == EVAL_COPIES * 80
     assert local["rank_state"] == (RANK_STATE_COPIES + 1) * 7
     for p in (writer, other):
-        assert p["total"] == 1000 + log + max(log, 2 * 32 * 10 + RANK_STATE_COPIES * 7, p["evaluation"])
+        assert p["total"] == 1000 + max(p["log_window"], 2 * 32 * 10 + RANK_STATE_COPIES * 7,
+                                        p["evaluation"] + p["log_streamed"])
 
 
 def test_resume_with_another_number_of_ranks_is_refused_with_the_reason(shards4, tmp_path):

@@ -18,35 +18,52 @@ from .groups import check_world, own_nodes, part_groups, part_loads, rank_graph
 from .sharded import owners
 
 
-def _event_bytes(shards: Shards) -> int:
-    """Bytes of one event of the log as a rank holds it in memory (ids widened to int64)."""
+def _event_bytes(shards: Shards, features: bool = True) -> int:
+    """Bytes of one event of the log as a rank reads it (ids widened to int64; ``features``:
+    with its edge features, else without)."""
     return sum(max(a.dtype.itemsize, 8 if name in ("src", "dst", "eid") else a.dtype.itemsize)
-               * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards.event_columns.items())
+               * (a.shape[1] if a.ndim > 1 else 1) for name, a in shards.event_columns.items()
+               if features or name != "msg")
 
 
 def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int, eval_owned: int,
                     eval_whole: int, writer: bool, local_validation: bool = False) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes).
 
-    Always: the interpreter with torch and speed loaded and a rank started (``runtime``) and the
-    whole log (every rank streams the full-graph evaluation).  Then the largest of three phases:
-    reading the log (a second copy while the stored buckets are gathered into time order), the
-    end of a training epoch (the sub-graph's events and stream, and the rank's node state
-    :data:`RANK_STATE_COPIES` times over, one more with local validation's back-up) and the
-    evaluation: the memories and neighbour rings of the nodes the rank owns (``eval_owned``) and
-    the pending events of every node (``eval_whole``), :data:`EVAL_COPIES` times over, and on
-    the rank that writes ``best.json`` (``writer``) one more copy of the pending events (the
-    predictor's snapshot of the end of the log; each rank writes its own rows, a window at a time).  The rank's own
-    training state is freed before it.
+    Always: the interpreter with torch and speed loaded and a rank started (``runtime``).  The
+    log is one time-ordered copy on disk that every rank maps (:mod:`.log`): it counts where a
+    rank reads it, as the pages it has touched until it lets them go.  Then the largest of three
+    phases:
+
+    * the start (``writer``: the rank that writes the time-ordered log, rank 0): one window of
+      it (:data:`speed.partition.ordered.WINDOW` events);
+    * the end of a training epoch: the sub-graph's events and stream, the rank's node state
+      :data:`RANK_STATE_COPIES` times over (one more with local validation's back-up), and the
+      log's edge features (``features``: its steps read them in place, from every part of the
+      log);
+    * the evaluation: the memories and neighbour rings of the nodes the rank owns
+      (``eval_owned``) and the pending events of every node (``eval_whole``),
+      :data:`EVAL_COPIES` times over, on the rank that writes ``best.json`` (``writer``) one
+      more copy of the pending events (the predictor's snapshot of the end of the log; each
+      rank writes its own rows, a window at a time), and the log's val and test events it
+      streams (``log_streamed``) with the edge features.  The rank's own training state is
+      freed before it.
     """
-    per_event = _event_bytes(shards)
-    log = per_event * shards.num_events
+    from ...partition.ordered import WINDOW
+
+    split = shards.manifest.get("split") or {}
+    num_log = shards.segments[0].num_events
+    streamed = int(split.get("num_val_events", 0)) + int(split.get("num_test_events", 0))
+    bare = _event_bytes(shards, features=False)
+    features = (_event_bytes(shards) - bare) * num_log
     copies = RANK_STATE_COPIES + (1 if local_validation else 0)
-    out = {"runtime": int(runtime), "log": log, "rank_events": 2 * 32 * rank_events,
+    out = {"runtime": int(runtime), "log_window": _event_bytes(shards) * min(WINDOW, num_log) if writer else 0,
+           "log_streamed": bare * streamed, "features": features, "rank_events": 2 * 32 * rank_events,
            "rank_state": copies * int(rank_state),
            "evaluation": EVAL_COPIES * (int(eval_owned) + int(eval_whole)) + (int(eval_whole) if writer else 0)}
-    phases = [log, out["rank_events"] + out["rank_state"], out["evaluation"]]
-    out["total"] = out["runtime"] + log + max(phases)
+    phases = [out["log_window"], out["rank_events"] + out["rank_state"] + features,
+              out["evaluation"] + out["log_streamed"] + features]
+    out["total"] = out["runtime"] + max(phases)
     return out
 
 
