@@ -412,3 +412,42 @@ def test_resume_on_shards_that_changed_since_is_refused(grown, capsys):
         assert main(["train", str(s), "--out", str(tmp_path / run), "--epochs", "2", "--resume", *small, *extra]) == 2
         err = capsys.readouterr().err
         assert "cannot resume: the run trained on data of" in err and "appended since" in err, err
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-memory", "1G"]])
+def test_appends_refuse_swapped_columns_and_ids_beyond_64_bits_and_store_nothing(tmp_path, capsys, extra):
+    """A header that gives the shards' destination column as the source would store every edge
+    reversed; an id of 2^63 or more would be merged with others into one int64: both refused,
+    in memory and out of core, with the shards unchanged.  A column named anew is taken."""
+    src, dst, t = np.arange(200) % 20, 20 + np.arange(200) % 30, np.arange(200)
+    write_csv(tmp_path / "a.csv", src, dst, t)
+    s = tmp_path / "s"
+    assert main(["partition", str(tmp_path / "a.csv"), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    before = digests(s)
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text("dst,src,t\n25,3,300\n26,4,301\n")
+    huge = tmp_path / "huge.csv"
+    huge.write_text(f"src,dst,t\n3,25,300\n{2 ** 63},{2 ** 63 + 5},301\n")
+    capsys.readouterr()
+    for path, said in ((swapped, "column 'dst' is read as the source here but was the destination in the shards"),
+                       (huge, f"node id {2 ** 63} is larger than a 64-bit integer holds")):
+        assert main(["partition", str(path), "-o", str(s), "--append", "--no-progress", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and path.name in err and len(err.splitlines()) == 1
+        assert digests(s) == before
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text("from,to,when\n3,25,300\n4,26,301\n")
+    assert main(["partition", str(renamed), "-o", str(s), "--append", "--no-progress", *extra]) == 0
+    assert Shards(s).num_events == 202
+
+
+def test_node_ids_that_do_not_fit_64_bits_are_refused_not_wrapped():
+    from speed.data.node_index import NodeIndex
+
+    index = NodeIndex(np.array([5, 9]), 2)
+    assert index.convert(np.array(["9", "-3"])).tolist() == [9, -3]
+    assert index.convert(np.array([9.0])).tolist() == [9]
+    for bad in (np.array([str(2 ** 63)]), np.array([2 ** 63], dtype=np.uint64), np.array([2.0 ** 60]),
+                np.array([str(-2 ** 64)])):
+        with pytest.raises(speed.InputError, match="64-bit|exactly"):
+            index.convert(bad)

@@ -240,3 +240,26 @@ def test_two_updates_into_one_out_exactly_one_succeeds(tmp_path):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert speed.load_run(tmp_path / "u").t_last > 0
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".u.")]  # no temporary left
+
+
+def test_update_refuses_swapped_columns_and_ids_beyond_64_bits_naming_the_file(tmp_path, capsys):
+    s = _base_and_more(tmp_path, 600, 500, 20, 30)
+    run = tmp_path / "run"
+    assert main(["train", str(tmp_path / "base.csv"), "--out", str(run), "--epochs", "1", "--model", "jodie",
+                 "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
+    (tmp_path / "swapped.csv").write_text("dst,src,t\n25,3,99999\n")
+    (tmp_path / "huge.csv").write_text(f"src,dst,t\n3,25,99999\n{2 ** 63},{2 ** 63 + 5},99999\n")
+    capsys.readouterr()
+    for name, said in (("swapped.csv", "column 'dst' is read as the source here but was the destination in the "
+                                       "run's log"),
+                       ("huge.csv", f"node id {2 ** 63} is larger than a 64-bit integer holds")):
+        assert main(["update", str(run), str(tmp_path / name), "--out", str(tmp_path / "u"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and name in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "u").exists()
+    # a run trained from shards checks against the columns the shards recorded
+    assert main(["train", str(s), "--out", str(tmp_path / "srun"), "--epochs", "1", "--model", "jodie",
+                 "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
+    assert main(["update", str(tmp_path / "srun"), str(tmp_path / "swapped.csv"), "--out", str(tmp_path / "u"),
+                 "--no-progress"]) == 2
+    assert "in the run's log" in capsys.readouterr().err

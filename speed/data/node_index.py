@@ -75,8 +75,22 @@ class NodeIndex:
             a = a.reshape(1)
         if self.strings:
             return a.astype(str)
-        if a.dtype.kind in "iu":
+        if a.dtype.kind == "i":
             return a.astype(np.int64)
+        if a.dtype.kind == "u":
+            if a.size and int(a.max()) > _INT64_MAX:
+                raise InputError(f"{what} {int(a.max())} is larger than a 64-bit integer holds (the node ids "
+                                 "here are 64-bit integers)")
+            return a.astype(np.int64)
+        if a.dtype.kind in "US":
+            try:  # whole numbers written as text: parsed exactly, never through a float
+                return a.astype(np.int64)
+            except OverflowError:
+                bad = next(v for v in a.ravel() if _too_large(v))
+                raise InputError(f"{what} {bad} is larger than a 64-bit integer holds (the node ids here are "
+                                 "64-bit integers)") from None
+            except ValueError:
+                pass
         try:
             out = a.astype(np.float64) if a.dtype.kind != "f" else a
         except ValueError:
@@ -85,6 +99,9 @@ class NodeIndex:
         if not np.all(np.isfinite(out)) or np.any(out != np.round(out)):
             bad = out[~(np.isfinite(out) & (out == np.round(out)))][0]
             raise InputError(f"{what} {bad!r} is not an integer, and this run's node ids are integers")
+        if out.size and np.abs(out).max() >= 2.0 ** 53:  # a float this large no longer names one integer
+            bad = out[np.abs(out) >= 2.0 ** 53][0]
+            raise InputError(f"{what} {bad!r} is too large to be read exactly as a float: write it as a whole number")
         return out.astype(np.int64)
 
     def side(self, side: Optional[str]) -> str:
@@ -131,6 +148,16 @@ class NodeIndex:
             else:
                 self._tables = {"src": table, "dst": table}
         return out, int(self.ids.size)
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _too_large(v) -> bool:
+    try:
+        return abs(int(v)) > _INT64_MAX
+    except (TypeError, ValueError):
+        return False
 
 
 def _is_number(v) -> bool:

@@ -47,6 +47,7 @@ from .centrality import num_hubs, top_nodes
 from .columns import BucketColumns
 from .metrics import metrics_from_counts
 from .sep import FLOOR
+from ..data.readers.read import check_same_columns
 from .shards import APPENDED_VERSION, Shards, numbers_sides_apart
 from .saved_stream import SavedStream
 
@@ -231,6 +232,12 @@ def check_columns(shards: Shards, has_label: bool, msg_dim: int, where) -> None:
                          f"{msg_dim or 'none'}", where)
     if "msg" not in base and msg_dim:
         raise InputError(f"these events have {msg_dim} edge features and the shards store none", where)
+
+
+def check_header(shards: Shards, columns: Optional[Dict[str, str]], where) -> None:
+    """Refuse new events whose header gives a column of the shards another role
+    (:func:`~speed.data.readers.read.check_same_columns`)."""
+    check_same_columns(shards.manifest.get("input", {}).get("columns"), columns, where, "the shards")
 
 
 def check_whole_times(shards: Shards, t: np.ndarray, where, line_of=None) -> None:
@@ -474,6 +481,7 @@ def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict
     state_path = check_appendable(shards)
     if len(events) == 0:
         raise InputError("no events to append", events.meta.source)
+    check_header(shards, events.meta.columns, events.meta.source)
     check_times(events, last_time(shards))
     saved = SavedStream.load(state_path, shards.manifest.get("num_partitioned_events", shards.num_train_events)
                              + len(events))

@@ -18,7 +18,7 @@ import numpy as np
 from .._util import StageTimer, full_time
 from ..errors import InputError
 from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, check_columns,
-                     append_lock, check_whole_times, commit, continue_stream,
+                     check_header, append_lock, check_whole_times, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
 from .saved_stream import SavedStream
@@ -83,6 +83,7 @@ def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool],
     state_path = check_appendable(shards)
     source = BlockStream(path, **{k: v for k, v in (reader or {}).items() if k != "split_col"})
     source.check_streamable(has_split_times=True)
+    check_header(shards, source.provenance()["columns"], source.path)
     t_last = last_time(shards)
     root = Path(shards_path)
     sweep_versions(root, int(shards.manifest.get("version", 1)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -164,6 +165,34 @@ def read_events(
     if split_times is not None:
         ev.meta.split_times = split_times
     return ev
+
+
+_ROLES = {"src": "source", "dst": "destination", "t": "time"}
+
+
+def _header_name(label) -> Optional[str]:
+    """The header name in a :func:`column_label` (``'time' (column 3)``), None without a header."""
+    m = re.fullmatch(r"'(.*)' \(column \d+\)", str(label or ""))
+    return m.group(1) if m else None
+
+
+def check_same_columns(old: Optional[dict], new: Optional[dict], where, whose: str) -> None:
+    """Refuse events read with a header that gives a column another role than it had in the
+    log they continue (``old``, ``meta.columns`` as recorded by ``whose``): ``dest,src,ts``
+    taken in after ``src,dst,ts`` would reverse every edge.  A column named anew (``from``
+    where the log had ``src``) is taken as it is: only a name that meant another column is a
+    contradiction."""
+    before = {k: _header_name(v) for k, v in (old or {}).items()}
+    now = {k: _header_name(v) for k, v in (new or {}).items()}
+    for role in _ROLES:
+        name = now.get(role)
+        if name is None or name == before.get(role):
+            continue
+        other = next((r for r in _ROLES if r != role and before.get(r) == name), None)
+        if other is not None:
+            raise InputError(f"column '{name}' is read as the {_ROLES[role]} here but was the {_ROLES[other]} in "
+                             f"{whose}: the columns are in another order (choose them with --src-col, --dst-col "
+                             f"and --time-col)", where)
 
 
 class ColumnGuessWarning(UserWarning):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Optional
 
@@ -99,6 +101,20 @@ class BlockStream:
                         yield RESTART
         yield from (self._parquet_blocks() if self.lay is None else self._text_blocks(on_bytes))
 
+    def _not_integer(self, column, where) -> InputError:
+        """The refusal of a block's first id that is not a 64-bit integer, naming its line."""
+        for row, value in enumerate(column.to_pylist()):
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                break
+            if abs(number) > np.iinfo(np.int64).max:
+                loc, pre = where(row)
+                return InputError(f"{pre}node id {number} is larger than a 64-bit integer holds (--max-memory reads "
+                                  "64-bit integer ids; read the log in memory to take such ids as names)", **loc)
+        return InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
+                          "read the log in memory, or map the ids to integers first", self.path)
+
     def _convert(self, column, what: str, row0: int):
         def where(row: int):
             if self.lay is None:
@@ -108,8 +124,7 @@ class BlockStream:
         if what in ("src", "dst"):
             ids = id_column(column, what, where)
             if not isinstance(ids, np.ndarray):
-                raise InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
-                                 "read the log in memory, or map the ids to integers first", self.path)
+                raise self._not_integer(column, where)
             return ids.astype(np.int64, copy=False)
         if what == "t":
             return time_column(column, self.time_format, self.path, where)
@@ -173,6 +188,16 @@ class BlockStream:
         except pa.ArrowInvalid as exc:
             diagnose(self.path, self.gz, lay, cols, self.text_time)
             if "conversion error to int64" in str(exc):
+                value = re.search(r"invalid value '([^']*)'", str(exc))
+                number = None
+                try:
+                    number = int(value.group(1)) if value else None
+                except ValueError:
+                    pass
+                if number is not None and abs(number) > np.iinfo(np.int64).max:
+                    raise InputError(f"node id {number} is larger than a 64-bit integer holds (--max-memory reads "
+                                     "64-bit integer ids; read the log in memory to take such ids as names)",
+                                     self.path) from None
                 raise InputError("node ids that are not integers are not supported with --max-memory (max_memory); "
                                  "read the log in memory, or map the ids to integers first", self.path) from None
             raise InputError(f"cannot parse: {arrow_reason(exc)}", self.path) from None

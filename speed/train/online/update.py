@@ -122,6 +122,7 @@ def _grow_optimizer_state(optimizer) -> None:
 def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
     """The new events: Events, a file, or a shards folder (its events after those the run has)."""
     from ...data.readers import read_events
+    from ...data.readers.read import check_same_columns
     from ...partition.shards import Shards
 
     if isinstance(data, Events):
@@ -140,7 +141,21 @@ def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Eve
             return ev.select(ev.eid >= done)
         ev = shards.events()
         return ev.select(slice(done, len(ev)))
-    return read_events(path, progress=progress, **(reader or {}))
+    events = read_events(path, progress=progress, **(reader or {}))
+    check_same_columns(_recorded_columns(run_metrics), events.meta.columns, path, "the run's log")
+    return events
+
+
+def _recorded_columns(run_metrics: Dict) -> Optional[Dict]:
+    """The columns of the log a run took in: as it recorded them, or as its shards did."""
+    data = run_metrics.get("data", {})
+    if data.get("columns"):
+        return data["columns"]
+    manifest = Path(str(data.get("source", ""))) / "manifest.json"
+    try:
+        return json.loads(manifest.read_text()).get("input", {}).get("columns")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 # ------------------------------------------------------------------------------ the update

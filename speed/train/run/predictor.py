@@ -430,7 +430,12 @@ class Predictor:
             raise InputError(f"update: src, dst and t must have one length, got {len(src)}, {len(dst)}, {len(t)}")
         self._check_update(src, dst, t, where, event_line)
         msg = self._check_msg(msg, n, where)
-        s, d = self._rows(src, "src").cpu().numpy(), self._rows(dst, "dst").cpu().numpy()
+        try:
+            s, d = self._rows(src, "src").cpu().numpy(), self._rows(dst, "dst").cpu().numpy()
+        except InputError as e:
+            if where is None or e.path is not None:
+                raise
+            raise InputError(e.problem, where.meta.source) from None
         eid = np.arange(self.next_eid, self.next_eid + n, dtype=np.int64)
         if msg is not None:
             self._model.state.add_edge_features(msg)
