@@ -67,6 +67,24 @@ def tune_allocator() -> bool:
     return _ALLOCATOR_TUNED
 
 
+def first_copies(keys: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Which of ``keys`` are copies of ``held`` ones, counted as a multiset: where a key is held
+    k times, its first k occurrences in ``keys`` are (bool, shape of ``keys``).  Used to
+    recognise events sent again at a log's boundary."""
+    keys, held = np.asarray(keys, np.int64), np.asarray(held, np.int64)
+    out = np.zeros(keys.size, dtype=bool)
+    if keys.size == 0 or held.size == 0:
+        return out
+    stored, counts = np.unique(held, return_counts=True)
+    order = np.argsort(keys, kind="stable")
+    ks = keys[order]
+    first = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1]
+    rank = np.arange(ks.size) - np.repeat(first, np.diff(np.r_[first, ks.size]))  # copy number within its key
+    pos = np.searchsorted(stored, ks).clip(max=stored.size - 1)
+    out[order] = rank < np.where(stored[pos] == ks, counts[pos], 0)
+    return out
+
+
 def full_time(t: float, text: Optional[str] = None) -> str:
     """A time in full, as a user would type it back: ``1453680000``, ``1453680000.25``; with
     ``text="iso"`` (the log had ISO date-times) also the ISO form in UTC."""

@@ -49,7 +49,7 @@ def test_hand_built_append_places_events_as_sep_goes_on():
     d = tempfile.mkdtemp()
     base = own_log([0, 2], [1, 3], [1, 2])
     speed.partition(base, 2, topk=0.0, balance=None).save(f"{d}/s")
-    m, part, (src, dst) = append_events(f"{d}/s", own_log([1, 4, 5], [2, 0, 6], [3, 3, 4]))
+    m, part, (src, dst), _ = append_events(f"{d}/s", own_log([1, 4, 5], [2, 0, 6], [3, 3, 4]))
     assert part.tolist() == [-1, 0, 1]
     sh = Shards(f"{d}/s")
     ids = sh.node_ids
@@ -77,7 +77,7 @@ def test_without_hubs_or_capacity_appends_equal_one_stream(n, e, p, pieces, seed
     parts = [np.asarray(np.load(f"{d}/s/events/part.npy"))]
     order = [np.asarray(np.load(f"{d}/s/events/eid.npy"))]
     for a, b in zip(cuts[1:-1], cuts[2:]):
-        m, part, _ = append_events(f"{d}/s", own_log(src[a:b], dst[a:b], t[a:b]))
+        m, part, _, _ = append_events(f"{d}/s", own_log(src[a:b], dst[a:b], t[a:b]))
         parts.append(part)
         order.append(None)
     first = np.empty_like(parts[0])
@@ -451,3 +451,32 @@ def test_node_ids_that_do_not_fit_64_bits_are_refused_not_wrapped():
                 np.array([str(-2 ** 64)])):
         with pytest.raises(speed.InputError, match="64-bit|exactly"):
             index.convert(bad)
+
+
+def test_events_at_the_last_time_sent_again_are_recognised_not_stored_twice(tmp_path, capsys):
+    """A file that starts where the previous one ended repeats the events at the shards' last time:
+    in memory they are left out (as a multiset: a pair stored once and sent twice is stored
+    once more), out of core the append is refused naming the line, storing nothing."""
+    src, dst, t = [1, 2, 3, 4, 4], [10, 11, 12, 13, 13], [1, 2, 3, 5, 5]
+    write_csv(tmp_path / "a.csv", src, dst, t)
+    s = tmp_path / "s"
+    assert main(["partition", str(tmp_path / "a.csv"), "-o", str(s), "--parts", "2", "--no-progress",
+                 "--new-node-fraction", "0"]) == 0
+    again = write_csv(tmp_path / "again.csv", [4, 4, 4, 2, 5], [13, 13, 13, 11, 14], [5, 5, 5, 5, 6])
+    before = digests(s)
+    capsys.readouterr()
+    assert main(["partition", str(again), "-o", str(s), "--append", "--no-progress", "--max-memory", "1G"]) == 2
+    err = capsys.readouterr().err
+    assert "again.csv:2: this event is stored already" in err and digests(s) == before
+    assert main(["partition", str(again), "-o", str(s), "--append", "--no-progress"]) == 0
+    assert "2 event(s) of this file were stored already" in capsys.readouterr().out
+    sh = Shards(s)
+    ev = sh.events("all")
+    pairs = sorted(zip(sh.node_ids[ev.src].tolist(), sh.node_ids[ev.dst].tolist(), ev.t.tolist()))
+    # (4, 13, 5) stored twice before, sent three times: once more; (2, 11, 5) and (5, 14, 6) are new
+    assert pairs.count((4, 13, 5)) == 3 and (2, 11, 5) in pairs and (5, 14, 6) in pairs and len(pairs) == 8
+    assert sh.manifest["appends"][-1]["already_stored"] == 2
+    # sending only what is stored appends nothing, and says so
+    assert main(["partition", str(write_csv(tmp_path / "same.csv", [5], [14], [6])), "-o", str(s), "--append",
+                 "--no-progress"]) == 2
+    assert "already stored" in capsys.readouterr().err

@@ -263,3 +263,26 @@ def test_update_refuses_swapped_columns_and_ids_beyond_64_bits_naming_the_file(t
     assert main(["update", str(tmp_path / "srun"), str(tmp_path / "swapped.csv"), "--out", str(tmp_path / "u"),
                  "--no-progress"]) == 2
     assert "in the run's log" in capsys.readouterr().err
+
+
+def test_update_leaves_out_the_runs_last_events_sent_again(tmp_path, capsys):
+    """A file that starts where the run's log ended repeats its events at the last time: the
+    update takes in only the new ones (a multiset: held once, sent twice, taken once more)."""
+    _base_and_more(tmp_path, 600, 500, 20, 30)
+    rows = (tmp_path / "base.csv").read_text().splitlines()
+    last = rows[-1]
+    t_last = int(last.split(",")[2])
+    run = tmp_path / "run"
+    assert main(["train", str(tmp_path / "base.csv"), "--out", str(run), "--epochs", "1", "--model", "jodie",
+                 "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
+    held = sum(1 for r in rows[1:] if r == last)
+    (tmp_path / "again.csv").write_text("src,dst,t\n" + f"{last}\n" * (held + 1) + f"3,25,{t_last + 1}\n")
+    capsys.readouterr()
+    assert main(["update", str(run), str(tmp_path / "again.csv"), "--out", str(tmp_path / "u"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"already taken in: {held} event(s)" in out
+    m = json.loads((tmp_path / "u" / "metrics.json").read_text())
+    assert m["updates"][-1]["events"] == 2 and m["updates"][-1]["already_taken"] == held
+    (tmp_path / "same.csv").write_text(f"src,dst,t\n{last}\n")
+    assert main(["update", str(run), str(tmp_path / "same.csv"), "--out", str(tmp_path / "v"), "--no-progress"]) == 2
+    assert "were taken in already" in capsys.readouterr().err and not (tmp_path / "v").exists()

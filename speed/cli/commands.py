@@ -217,6 +217,9 @@ def update_command(args) -> int:
     print(f"increment {u['increment']}: {u['events']:,} events ({u['new_nodes']:,} new nodes), scored before "
           f"training on them: AP {u['ap']:.4f}, AUC {u['auc']:.4f}{mrr}; {mode}{loss}; {u['seconds']:.1f} s "
           f"-> {args.out}")
+    if u.get("already_taken"):
+        print(f"already taken in: {u['already_taken']:,} event(s) of the file at the run's last time, sent again "
+              "(not taken twice)")
     return 0
 
 

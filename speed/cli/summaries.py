@@ -85,6 +85,10 @@ def format_appends(m: dict) -> str:
     for a in m["appends"]:
         lines.append(f"{a['version']:>7}  {a['num_events']:>10,}  {a['new_nodes']:>9,}  {a['new_hubs']:>8,}  "
                      f"{100 * a['edge_cut']:>7.2f}%  {a['seconds']['total']:>8.3f}")
+    again = m["appends"][-1].get("already_stored", 0)
+    if again:
+        lines.append(f"already      {again:,} event(s) of this file were stored already (at the shards' last time, "
+                     "sent again): not stored twice")
     lines.append(f"advice       {m['advice']}" if m.get("advice") else
                  "advice       none: the appended shards keep the quality of the first partition")
     return "\n".join(lines)

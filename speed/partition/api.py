@@ -294,7 +294,9 @@ def append_result(into, events: Events, progress: Optional[bool] = None) -> Part
     from .append import append_events
     from .shards import Shards
 
-    manifest, event_part, (src, dst) = append_events(into, events, progress=progress)
+    manifest, event_part, (src, dst), kept = append_events(into, events, progress=progress)
+    if kept.size != len(events):  # events the shards held already were left out
+        events = events.select(kept)
     shards = Shards(into)
     new = Events(src=src, dst=dst, t=events.t, eid=np.arange(shards.num_events - len(events), shards.num_events),
                  num_nodes=shards.num_nodes, msg=events.msg, label=events.label, node_ids=shards.node_ids,

@@ -38,7 +38,7 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
-from .._util import StageTimer, full_time, jsonable, progress_bar
+from .._util import first_copies, StageTimer, full_time, jsonable, progress_bar
 from ..data.events import Events
 from ..errors import InputError
 from . import _kernels
@@ -288,6 +288,38 @@ def last_time(shards: Shards) -> float:
     return float(np.max(t)) if seg.num_events else -math.inf
 
 
+def stored_at(shards: Shards, t: float) -> np.ndarray:
+    """Keys ``src * num_nodes + dst`` (shard ids, int64) of the stored events at time ``t``.
+
+    Each bucket keeps its events in time order, so those at ``t`` are one slice of it, found by
+    a search: the cost is a few reads per bucket, not a scan of the log."""
+    keys = []
+    n = np.int64(max(shards.num_nodes, 1))
+    for seg in shards.segments:
+        tt, offsets = seg.arrays["t"], np.asarray(seg.offsets, dtype=np.int64)
+        for a, b in zip(offsets[:-1], offsets[1:]):
+            if b > a and tt[b - 1] >= t:
+                bucket = tt[a:b]
+                i, j = int(a) + int(np.searchsorted(bucket, t, "left")), int(a) + int(np.searchsorted(bucket, t, "right"))
+                if j > i:
+                    keys.append(np.asarray(seg.arrays["src"][i:j], np.int64) * n + np.asarray(seg.arrays["dst"][i:j]))
+    return np.concatenate(keys) if keys else np.empty(0, np.int64)
+
+
+def already_stored(shards: Shards, src: np.ndarray, dst: np.ndarray, t: np.ndarray, t_last: float) -> np.ndarray:
+    """Which new events (shard ids ``src, dst``, times ``t``) repeat events the shards hold at
+    their last time ``t_last``: a file that begins where the previous one ended may send them
+    again.  Counted as a multiset: where the shards hold an event k times, the first k copies
+    of it at ``t_last`` are recognised and any further ones are new.  bool, shape (n,)."""
+    out = np.zeros(t.size, dtype=bool)
+    at = np.flatnonzero(np.asarray(t, dtype=np.float64) == t_last)
+    if at.size:
+        n = np.int64(max(shards.num_nodes, 1))
+        out[at] = first_copies(np.asarray(src[at], np.int64) * n + np.asarray(dst[at], np.int64),
+                               stored_at(shards, t_last))
+    return out
+
+
 # ------------------------------------------------------------------------------ writing a version
 def sweep_versions(root: Path, version: int) -> None:
     """Remove what a killed append left (its temporary folder), and the node and stream files
@@ -304,8 +336,10 @@ def sweep_versions(root: Path, version: int) -> None:
 
 def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_parts: np.ndarray,
                   node_ids: np.ndarray, event_part: np.ndarray, stats: Dict, t_range: Tuple[float, float],
-                  timer: StageTimer, progress: Optional[bool], tmp: Path, started: float) -> Dict:
-    """Write version N + 1 of ``shards`` from the appended stream; returns the new manifest."""
+                  timer: StageTimer, progress: Optional[bool], tmp: Path, started: float,
+                  already_stored: int = 0) -> Dict:
+    """Write version N + 1 of ``shards`` from the appended stream; returns the new manifest
+    (``already_stored``: the events of the file recognised as stored already, left out)."""
     m = shards.manifest
     version = int(m.get("version", 1)) + 1
     P = shards.num_parts
@@ -353,6 +387,7 @@ def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_
         "new_nodes": num_nodes - shards.num_nodes, "new_hubs": stats["new_hubs"], "dropped_hubs": stats["dropped_hubs"],
         "t_min": t_range[0], "t_max": t_range[1],
         "edge_cut": stats["cut_events"] / max(n, 1), "dropped_events": stats["dropped_events"],
+        "already_stored": int(already_stored),
         "seconds": {**timer.rounded(), "total": round(time.perf_counter() - started, 4)},
     }
     manifest.update(metrics)
@@ -450,7 +485,7 @@ def append_lock(path):
         os.close(fd)  # (closing releases the lock)
 
 
-def append_events(path, events: Events, progress: Optional[bool] = None) -> Tuple[Dict, np.ndarray, np.ndarray]:
+def append_events(path, events: Events, progress: Optional[bool] = None) -> Tuple[Dict, np.ndarray, tuple, np.ndarray]:
     """Append ``events`` (later than every stored event) to the shards at ``path``.
 
     Parameters
@@ -469,12 +504,15 @@ def append_events(path, events: Events, progress: Optional[bool] = None) -> Tupl
         Each new event's part (-1: cut).
     src_dst : tuple of int64 ndarrays
         The new events' endpoints in shard ids.
+    kept : int64 ndarray, shape (E,)
+        The positions in ``events`` of the events stored: all of them but those the shards
+        held already at their last time (:func:`already_stored`).
     """
     with append_lock(path):
         return _append_events(path, events, progress)
 
 
-def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict, np.ndarray, np.ndarray]:
+def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict, np.ndarray, tuple, np.ndarray]:
     started = time.perf_counter()
     timer = StageTimer()
     shards = Shards(path)
@@ -490,6 +528,15 @@ def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict
                          "round (read them in the format the shards were partitioned from)", events.meta.source)
     with timer.stage("read"):
         src, dst, node_ids, num_nodes, is_src = map_events(shards, saved, events)
+        # events the shards already hold at their last time, sent again: recognised, not stored twice
+        again = already_stored(shards, src, dst, events.t_float(), last_time(shards))
+        already = int(again.sum())
+        keep = np.flatnonzero(~again)
+        if already:
+            if keep.size == 0:
+                raise InputError(f"all {len(events):,} events are already stored (at the shards' last time, "
+                                 f"{full_time(last_time(shards))}): nothing to append", events.meta.source)
+            events, src, dst = events.select(keep), src[keep], dst[keep]
         cols = stored_columns(shards, events)
     saved.is_src = is_src
     source = ArraySource({"src": src, "dst": dst, **cols})
@@ -502,11 +549,11 @@ def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict
                                             event_part, progress, timer)
         t = events.t_float()
         manifest = write_version(shards, saved, source, node_parts, node_ids, event_part, stats,
-                                 (float(t[0]), float(t[-1])), timer, progress, tmp, started)
+                                 (float(t[0]), float(t[-1])), timer, progress, tmp, started, already)
         commit(shards, tmp, manifest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return manifest, event_part, (src, dst)
+    return manifest, event_part, (src, dst), keep
 
 
 # ------------------------------------------------------------------------------ in memory

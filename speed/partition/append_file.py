@@ -18,7 +18,7 @@ import numpy as np
 from .._util import StageTimer, full_time
 from ..errors import InputError
 from .append import (ChunkSource, stored_node_index, sweep_versions, append_events, check_appendable, check_columns,
-                     check_header, append_lock, check_whole_times, commit, continue_stream,
+                     already_stored, check_header, append_lock, check_whole_times, commit, continue_stream,
                      last_time, write_version)
 from .shards import Shards
 from .saved_stream import SavedStream
@@ -38,7 +38,7 @@ def append_file(path, shards, progress: Optional[bool] = None, max_memory=None, 
     if max_memory is not None:
         return append_out_of_core(path, shards, max_memory, progress, reader)
     events = read_events(path, sort=sort, progress=progress, **(reader or {}))
-    manifest, _, _ = append_events(shards, events, progress=progress)
+    manifest = append_events(shards, events, progress=progress)[0]
     return manifest
 
 
@@ -133,7 +133,21 @@ def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool],
             names = {name: base[name].dtype for name in ("label", "msg") if name in base}
             tt = spill.memmap("t")
             check_whole_times(shards, tt, source.path, lambda k: source.line_of(k))
+            # the events at the shards' last time come first: any the shards hold already is refused
+            # (in memory they are left out; here that would mean rewriting the spill)
+            boundary = int(np.searchsorted(tt, t_last, side="right"))
             del tt
+            for lo in range(0, boundary, 1 << 20):
+                hi = min(lo + (1 << 20), boundary)
+                again = already_stored(shards, index.lookup(spill.read("src", lo, hi), "src"),
+                                       index.lookup(spill.read("dst", lo, hi), "dst"),
+                                       spill.read("t", lo, hi).astype(np.float64), t_last)
+                if again.any():
+                    k = lo + int(np.argmax(again))
+                    raise InputError(f"this event is stored already (at the shards' last time, {full_time(t_last)}): "
+                                     "an out-of-core append (max_memory) stores every event of the file, so remove "
+                                     "those the shards hold, or append in memory, which leaves them out",
+                                     source.path, source.line_of(k))
         saved.is_src = None if saved.is_src is None else (index.sides == "src")
         row_bytes = sum(np.dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for _, d, s in spill.files.values())
         chunk = chunk_events(budget, num_nodes, row_bytes)

@@ -35,7 +35,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from ..._util import atomic_dir, jsonable, progress_bar
+from ..._util import atomic_dir, full_time, jsonable, progress_bar
 from ...data.events import Events
 from ...errors import InputError
 from ..run import checkpoint as ckpt
@@ -410,8 +410,15 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
     pred = predictor_from(saved, payload, "end", config.device, run)
+    again = pred.already_held(events)  # the run's last events, sent again: not taken in twice
+    if again.all():
+        raise InputError(f"all {len(events):,} events were taken in already (at the run's last time, "
+                         f"{full_time(pred.t_last)}): nothing new", events.meta.source)
+    if again.any():
+        events = events.select(np.flatnonzero(~again))
     updater = OnlineUpdater(pred, saved, payload, config)
     entry = updater.run(events)
+    entry["already_taken"] = int(again.sum())
     return write_updated(run, out, metrics, events, entry, updater, saved, payload, overwrite)
 
 

@@ -29,7 +29,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from ..._util import full_time, tune_allocator
+from ..._util import first_copies, full_time, tune_allocator
 from ...data.events import Events
 from ...errors import InputError
 from . import checkpoint as ckpt
@@ -383,6 +383,38 @@ class Predictor:
         warnings.warn("Predictor.update is deprecated: use Predictor.advance (memory only; speed.update trains)",
                       DeprecationWarning, stacklevel=2)
         return self.advance(events, progress)
+
+    def already_held(self, events: Events) -> np.ndarray:
+        """Which of ``events`` repeat events this predictor took in at its last time: a file
+        that starts where the previous one ended may send them again.  Those events still wait
+        to enter the neighbour rings (a query moves only earlier ones in), so they are known
+        exactly; counted as a multiset (an event held once and sent twice is new once).
+
+        Returns
+        -------
+        bool ndarray, shape (len(events),)
+        """
+        t = events.t_float()
+        out = np.zeros(len(events), dtype=bool)
+        at = np.flatnonzero(t == self.t_last)
+        sampler = self._model.state.sampler
+        if at.size == 0:
+            return out
+        ids = events.node_ids
+        src = events.src[at] if ids is None else ids[events.src[at]]
+        dst = events.dst[at] if ids is None else ids[events.dst[at]]
+        try:
+            s, d = self.index.lookup(src, "src"), self.index.lookup(dst, "dst")
+        except InputError:
+            return out  # ids of another kind: none of them is held
+        lo = sampler.hold_lo
+        held_t = sampler.hold["t"][lo:]
+        mine = held_t == self.t_last
+        n = np.int64(max(len(self.index), 1))
+        held = sampler.hold["src"][lo:][mine] * n + sampler.hold["dst"][lo:][mine]
+        known = (s >= 0) & (d >= 0)
+        out[at[known]] = first_copies(s[known] * n + d[known], held)
+        return out
 
     def admit(self, events) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Check new events and give them node rows and event ids: the first half of taking
