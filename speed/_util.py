@@ -199,6 +199,15 @@ def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kin
         return
     if not target.is_dir():
         raise InputError(f"output exists and is not a folder; expected a {kind}", target)
+    try:
+        here = Path.cwd().resolve()
+    except OSError:  # the working directory is gone
+        here = None
+    if here is not None and (target.resolve() == here or target.resolve() in here.parents):
+        # the folder is written beside and renamed into place: it cannot replace the folder the
+        # command (and the user's shell) stands in
+        raise InputError(f"the output is the current folder{'' if target.resolve() == here else ' or one above it'}; "
+                         f"name a folder to create, e.g. {Path('runs' if 'run' in kind else 'shards')}", target)
     if not any(target.iterdir()):
         return
     if not overwrite:

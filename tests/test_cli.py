@@ -135,3 +135,19 @@ def test_python_dash_m_entry_point(tmp_path, log):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["num_parts"] == 2
     assert proc.stderr == ""  # no progress bars when stderr is not a terminal
+
+
+def test_the_current_folder_or_one_above_is_never_an_output(tmp_path, monkeypatch, capsys):
+    """`-o .` used to die renaming onto the working folder (EBUSY), leaving a `..old-*` folder."""
+    log = tmp_path / "log.csv"
+    log.write_text("src,dst,t\n" + "".join(f"{i % 7},{7 + i % 5},{i}\n" for i in range(200)))
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for argv in (["partition", str(log), "-o", ".", "--parts", "2"],
+                 ["partition", str(log), "-o", "..", "--parts", "2", "--overwrite"],
+                 ["train", str(log), "--out", ".", "--epochs", "1"]):
+        assert main(argv + ["--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "the output is the current folder" in err and len(err.splitlines()) == 1
+    assert list(here.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["here", "log.csv"]
