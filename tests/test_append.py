@@ -480,3 +480,21 @@ def test_events_at_the_last_time_sent_again_are_recognised_not_stored_twice(tmp_
     assert main(["partition", str(write_csv(tmp_path / "same.csv", [5], [14], [6])), "-o", str(s), "--append",
                  "--no-progress"]) == 2
     assert "already stored" in capsys.readouterr().err
+
+
+def test_links_planted_in_a_shards_folder_are_removed_never_followed(tmp_path, capsys):
+    src, dst, t = np.arange(100) % 9, 9 + np.arange(100) % 7, np.arange(100)
+    write_csv(tmp_path / "a.csv", src, dst, t)
+    s = tmp_path / "s"
+    assert main(["partition", str(tmp_path / "a.csv"), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("keep")
+    (s / ".append-old").symlink_to(victim)  # as a killed append's temporary folder
+    (s / "events.v2").symlink_to(victim)  # as a killed append's segment of the next version
+    (s / "nodes.v2.npz").symlink_to(victim / "file")
+    assert main(["partition", str(write_csv(tmp_path / "b.csv", [1], [12], [200])), "-o", str(s), "--append",
+                 "--no-progress"]) == 0
+    assert (victim / "file").read_text() == "keep"
+    assert not (s / ".append-old").exists() and not (s / "events.v2").is_symlink()
+    assert Shards(s).num_events == 101

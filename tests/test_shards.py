@@ -1,6 +1,7 @@
 """Shards: writing, reading back, and merging any group of parts."""
 
 import itertools
+import re
 import json
 from pathlib import Path
 
@@ -212,3 +213,30 @@ def test_time_ordered_log_refuses_ids_that_do_not_cover_the_log(tmp_path):
     np.save(shards.segments[0].folder / "eid.npy", eid)
     with pytest.raises(speed.InputError, match="eid.npy"):
         write_ordered_log(speed.load_shards(shards.path), tmp_path / "log", window=4)
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda m: m.update(nodes_file="../outside/nodes.npz"), "nodes_file is '../outside/nodes.npz'"),
+    (lambda m: m.update(sep_state="/etc/passwd"), "sep_state is '/etc/passwd'"),
+    (lambda m: m.update(segments=[{"dir": "../s/events", "first_eid": 0, "num_events": m["num_events"]}]),
+     "segments[0].dir is '../s/events'"),
+    (lambda m: m.update(split="x"), "split is str, not an object"),
+    (lambda m: m.update(num_parts="a"), "num_parts is 'a', not a whole number"),
+    (lambda m: m.update(num_nodes=True), "num_nodes is True, not a whole number"),
+    (lambda m: m["split"].update(num_train_events=10 ** 12), "split.num_train_events is 1,000,000,000,000, above"),
+    (lambda m: m.update(num_train_events=-1), "num_train_events is -1, below 0"),
+    (lambda m: m["split"].update(val_time="soon"), "split.val_time is 'soon', not a number"),
+])
+def test_a_manifest_that_names_files_outside_or_has_wrong_entries_is_refused(tmp_path, capsys, change, said):
+    from speed.cli import main
+
+    ev, split, res, shards = make(tmp_path)
+    m = json.loads((shards.path / "manifest.json").read_text())
+    change(m)
+    (shards.path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(speed.InputError, match="manifest.json: " + re.escape(said)):
+        speed.load_shards(shards.path)
+    for argv in (["plan", str(shards.path), "--nproc", "1"], ["train", str(shards.path), "--out", str(tmp_path / "r")]):
+        assert main(argv + (["--no-progress"] if argv[0] == "train" else [])) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1

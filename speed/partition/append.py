@@ -326,7 +326,7 @@ def sweep_versions(root: Path, version: int) -> None:
     of versions before ``version`` (the current one): they hold O(nodes) each, a reader of an
     older version has read them already, and event segments are never removed."""
     for leftover in root.glob(".append-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+        _remove(leftover)
     for pattern in ("nodes.v*.npz", "sep.v*.npz"):
         for f in root.glob(pattern):
             k = f.name.split(".")[1][1:]
@@ -430,8 +430,8 @@ def commit(shards: Shards, tmp: Path, manifest: Dict) -> None:
     root = shards.path
     for f in tmp.iterdir():
         target = root / f.name
-        if target.exists():  # a killed append's file of this version, never named by a manifest
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        if target.exists() or target.is_symlink():  # a killed append's file of this version, never named by a manifest
+            _remove(target)
         os.replace(f, target)
     for f in (root / manifest["segments"][-1]["dir"]).iterdir():
         _fsync(f)
@@ -446,6 +446,14 @@ def commit(shards: Shards, tmp: Path, manifest: Dict) -> None:
     os.chmod(name, 0o644)
     os.replace(name, root / "manifest.json")
     _fsync(root)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file or folder; a symbolic link is removed itself, never followed."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _fsync(path: Path) -> None:

@@ -228,6 +228,62 @@ def write_manifest(folder: Path, manifest: dict) -> None:
         f.write("\n")
 
 
+def _whole(m: dict, key: str, where, low: int = 0, high: Optional[int] = None, label: Optional[str] = None) -> int:
+    v = m.get(key)
+    name = label or key
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputError(f"{name} is {v!r}, not a whole number", where)
+    if v < low:
+        raise InputError(f"{name} is {v:,}, below {low:,}", where)
+    if high is not None and v > high:
+        raise InputError(f"{name} is {v:,}, above {high:,}", where)
+    return v
+
+
+def _plain_name(v, name: str, where) -> str:
+    """A file or folder name inside the shards folder: no path, no way out of it."""
+    if not isinstance(v, str) or not v or v in (".", "..") or "/" in v or "\\" in v or "\0" in v:
+        raise InputError(f"{name} is {v!r}: the manifest names files inside the shards folder only", where)
+    return v
+
+
+def check_manifest(m: dict, where) -> None:
+    """Refuse a manifest whose entries have the wrong type, contradict each other, or name a
+    file outside its folder (:class:`~speed.InputError` naming the entry): a shards folder may
+    come from anyone, and its manifest is read before any array."""
+    if not isinstance(m, dict):
+        raise InputError("manifest.json is not a JSON object", where)
+    _whole(m, "num_parts", where, 1, 32767)
+    _whole(m, "num_nodes", where, 0)
+    events = _whole(m, "num_events", where, 0)
+    _whole(m, "num_train_events", where, 0, events)
+    for key in ("split", "input", "params", "layout"):
+        if key in m and m[key] is not None and not isinstance(m[key], dict):
+            raise InputError(f"{key} is {type(m[key]).__name__}, not an object", where)
+    split = m.get("split")
+    if isinstance(split, dict):
+        counts = [_whole(split, k, where, 0, events, f"split.{k}")
+                  for k in ("num_train_events", "num_val_events", "num_test_events") if k in split]
+        if sum(counts) > events:
+            raise InputError(f"split counts {sum(counts):,} events, the manifest {events:,}", where)
+        for k in ("val_time", "test_time", "new_node_fraction"):
+            if k in split and (isinstance(split[k], bool) or not isinstance(split[k], (int, float))):
+                raise InputError(f"split.{k} is {split[k]!r}, not a number", where)
+    for key in ("nodes_file", "sep_state"):
+        if m.get(key) is not None:
+            _plain_name(m[key], key, where)
+    segments = m.get("segments")
+    if segments is not None:
+        if not isinstance(segments, list) or not segments:
+            raise InputError("segments is not a list of segments", where)
+        for i, seg in enumerate(segments):
+            if not isinstance(seg, dict):
+                raise InputError(f"segments[{i}] is not an object", where)
+            _plain_name(seg.get("dir"), f"segments[{i}].dir", where)
+            _whole(seg, "first_eid", where, 0, events, f"segments[{i}].first_eid")
+            _whole(seg, "num_events", where, 0, events, f"segments[{i}].num_events")
+
+
 class Shards:
     """A shards directory opened for reading (see :func:`load_shards`).
 
@@ -259,6 +315,7 @@ class Shards:
         missing = [k for k in ("num_parts", "num_nodes", "num_events", "num_train_events") if k not in self.manifest]
         if missing:
             raise InputError(f"manifest.json lacks {', '.join(missing)}", mpath)
+        check_manifest(self.manifest, mpath)
         self.num_parts = int(self.manifest["num_parts"])
         self.num_nodes = int(self.manifest["num_nodes"])
         npz = self.path / self.manifest.get("nodes_file", "nodes.npz")
