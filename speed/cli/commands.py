@@ -9,6 +9,7 @@ import time
 import warnings
 from pathlib import Path
 
+from .._util import full_time
 from ..errors import InputError
 from ..data.tgb import TGB_FORMAT, TGB_HINT
 from .summaries import format_plan, format_summary, format_train_summary
@@ -183,7 +184,7 @@ def embed_command(args) -> int:
                    progress=False if args.no_progress else None, overwrite=args.overwrite,
                    reader=_reader_kwargs(args))
     more = f" after {r['new_events']:,} new events" if args.events else ""
-    print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={r['t']:g}{more} -> {r['out']} "
+    print(f"{r['nodes']:,} node embeddings ({r['dim']} dims) at t={full_time(r['t'])}{more} -> {r['out']} "
           f"(row ids in {r['ids']})")
     return 0
 

@@ -187,9 +187,9 @@ def format_plan(p: dict) -> str:
         lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
                      f"of the training events: an epoch ≈ {e['expected_epoch_time']:.2f}x one process's "
                      f"(at one process's speed per rank)")
-    lines.append("peak MiB: a rank's expected peak resident memory (runtime, the whole log, then the largest of its "
-                 "training sub-graph and node state, and its share of the evaluation: the memories and neighbour "
-                 "rings of the nodes it owns, every node's pending events)")
+    lines.append("peak MiB: a rank's expected peak resident memory (runtime, then the largest of its training "
+                 "sub-graph and node state, and its share of the evaluation: the memories and neighbour rings of the "
+                 "nodes it owns, every node's pending events, the val and test events it streams from the mapped log)")
     if p.get("advice"):
         lines.append(f"advice: the shards (version {p['version']}, with appends) drifted: {p['advice']}")
     return "\n".join(lines)

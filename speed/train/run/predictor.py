@@ -225,7 +225,7 @@ class Predictor:
             raise InputError(f"{what}: times must be finite")
         if n and t.min() < self.t_last:
             k = int(np.argmin(t))
-            raise InputError(f"{what}: time {t[k]:g} (entry {k}) is before the memory's last update "
+            raise InputError(f"{what}: time {full_time(t[k])} (entry {k}) is before the memory's last update "
                              f"({full_time(self.t_last)}); the memory already holds later events")
         return t
 
@@ -505,10 +505,11 @@ class Predictor:
             fail(int(bad[0]), f"time {t[bad[0]]} is not finite")
         back = np.flatnonzero(np.diff(t) < 0)
         if back.size:
-            fail(int(back[0]) + 1, f"time {t[back[0] + 1]:g} is earlier than the previous event's {t[back[0]]:g}")
+            fail(int(back[0]) + 1, f"time {full_time(t[back[0] + 1])} is earlier than the previous event's "
+                                   f"{full_time(t[back[0]])}")
         old = np.flatnonzero(t < self.t_last)
         if old.size:
-            fail(int(old[0]), f"event at time {t[old[0]]:g} is older than the memory's last update "
+            fail(int(old[0]), f"event at time {full_time(t[old[0]])} is older than the memory's last update "
                               f"({full_time(self.t_last)})")
 
     def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
