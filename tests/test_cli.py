@@ -151,3 +151,16 @@ def test_the_current_folder_or_one_above_is_never_an_output(tmp_path, monkeypatc
         err = capsys.readouterr().err.strip()
         assert "the output is the current folder" in err and len(err.splitlines()) == 1
     assert list(here.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["here", "log.csv"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-memory", "1G"]])
+def test_more_parts_than_nodes_or_than_the_buckets_allow_are_refused(tmp_path, capsys, extra):
+    log = tmp_path / "log.csv"
+    log.write_text("src,dst,t\n" + "".join(f"{i % 7},{7 + i % 5},{i}\n" for i in range(200)))
+    for parts, said in (("13", "num_parts is 13 and the events to partition have 12 nodes"),
+                        ("10000", "num_parts is 10,000; at most 4,096")):
+        assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", parts, "--no-progress",
+                     "--new-node-fraction", "0", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "s").exists()

@@ -166,9 +166,17 @@ class PartitionResult:
                             progress=progress, extra=extra)
 
 
+# Shards keep one bucket of events per pair of parts, P (P + 1) / 2 of them: 4096 parts are 8.4M
+# buckets (their offsets alone 67 MB per segment); 10,000 raised MemoryError.
+MAX_PARTS = 4096
+
+
 def validate_params(num_parts, topk, beta, lam, eps, method, balance=None):
     if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
         raise InputError(f"num_parts must be an integer >= 1, got {num_parts!r}")
+    if num_parts > MAX_PARTS:
+        raise InputError(f"num_parts is {num_parts:,}; at most {MAX_PARTS:,} (the shards keep a bucket of events per "
+                         "pair of parts; a few parts per rank is what training needs)")
     for name, v in (("topk", topk), ("beta", beta), ("lam", lam), ("eps", eps)):
         if not isinstance(v, (int, float, np.floating, np.integer)) or not math.isfinite(v):
             raise InputError(f"{name} must be a finite number, got {v!r}")
@@ -184,6 +192,14 @@ def validate_params(num_parts, topk, beta, lam, eps, method, balance=None):
         raise InputError(f"balance must be a number >= 0 (or None: no capacity), got {balance!r}")
     if method not in METHODS:
         raise InputError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
+
+
+def check_parts_for_nodes(num_parts: int, num_nodes: int) -> None:
+    """Refuse more parts than the partitioned events have nodes: the rest would be empty (3,000
+    parts of a 1,963-node log made a 70 MB folder of empty buckets)."""
+    if num_parts > max(num_nodes, 1):
+        raise InputError(f"num_parts is {num_parts:,} and the events to partition have {num_nodes:,} nodes: a part needs "
+                         f"nodes of its own (use at most {num_nodes:,}; a few parts per rank is what training needs)")
 
 
 def partition(
@@ -257,6 +273,7 @@ def partition(
     validate_params(num_parts, topk, beta, lam, eps, method, balance)
     if len(events) == 0:
         raise InputError("no events to partition")
+    check_parts_for_nodes(num_parts, int(np.count_nonzero(events.node_mask())))
     timer = StageTimer()
     num_parts = int(num_parts)
     m = REGISTRY[method]

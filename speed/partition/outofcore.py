@@ -43,7 +43,7 @@ from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, c
     SplitPoints, split_points
 from ..errors import InputError
 from . import _kernels
-from .api import DEFAULTS, PartitionResult, validate_params
+from .api import DEFAULTS, PartitionResult, check_parts_for_nodes, validate_params
 from .balance import balance_stats, spread_shared_chunks
 from .centrality import decay_span, select_hubs
 from .sep import SepStream
@@ -415,6 +415,7 @@ class _Pipeline:
             self.info.bipartite = not bool(np.intersect1d(s_ids, d_ids, assume_unique=True).size)
         self.info.meta.update(self_loops=self_loops, duplicate_events=dups)
 
+        check_parts_for_nodes(self.num_parts, int(np.count_nonzero(present)))
         with self.timer.stage("assign"):
             # pass 3: SEP's stream over the training events
             stream = SepStream(n, self.num_parts, cent, hubs, lam, eps, balance, num_train)
