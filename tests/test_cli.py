@@ -164,3 +164,26 @@ def test_more_parts_than_nodes_or_than_the_buckets_allow_are_refused(tmp_path, c
         err = capsys.readouterr().err.strip()
         assert said in err and len(err.splitlines()) == 1
         assert not (tmp_path / "s").exists()
+
+
+def test_a_named_separator_that_does_not_split_the_file_is_refused_with_the_one_that_does(tmp_path, capsys):
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"{i % 7} {7 + i % 5} {i}\n" for i in range(50)))
+    for sep, named in (("tab", "--sep tab"), (",", "--sep ','")):
+        assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "1", "--sep", sep,
+                     "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"log.txt:1: {named} splits this line into 1 column" in err
+        assert err.endswith("its lines look separated by spaces (--sep space)")
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "1", "--sep", "space",
+                 "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("text, hint", [("1 5 9\n2 6 3\n", "sort -k3,3g"), ("1\t5\t9\n2\t6\t3\n", "sort -t$'\\t' -k3,3g"),
+                                        ("1,5,9\n2,6,3\n", "sort -t, -k3,3g")])
+def test_the_out_of_core_sort_hint_follows_the_separator(tmp_path, capsys, text, hint):
+    log = tmp_path / "log.txt"
+    log.write_text(text)
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "1", "--max-memory", "1G",
+                 "--no-progress"]) == 2
+    assert f"(e.g. {hint})" in capsys.readouterr().err

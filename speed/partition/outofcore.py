@@ -20,7 +20,8 @@ normalised by the training period's time span, known only once the split is).  S
 
 The shards are identical, array for array, to those of the in-memory path on the same
 input; only the manifest's timings differ.  Unsorted input is refused, naming the first
-line whose time is earlier than the line before (sort it first, e.g. ``sort -t, -k3,3g``).
+line whose time is earlier than the line before (sort it first: the message gives a ``sort`` command
+for the file's separator and time column).
 """
 
 from __future__ import annotations
@@ -320,10 +321,20 @@ def _parse(source: BlockStream, spill: Spill, progress):
     return (src_marks, dst_marks), info
 
 
+def sort_hint(source: BlockStream) -> str:
+    """A ``sort`` command line that orders this text file by its time column (numbers), or ""."""
+    lay, col = source.lay, source.cols.get("t")
+    if lay is None or col is None or source.text_time or lay.header is not None or source.gz:
+        return ""  # parquet, date-times, a header line or gzip: no one-liner sorts it right
+    k = int(col) + 1
+    sep = {",": "-t, ", ";": "-t';' ", "\t": "-t$'\\t' "}.get(lay.sep, "")  # spaces: sort's own fields
+    return f" (e.g. sort {sep}-k{k},{k}g)"
+
+
 def _unsorted(source: BlockStream, row: int, t, prev) -> None:
     raise InputError(f"time {full_time(t)} is earlier than the previous event's {full_time(prev)}: "
                      "out-of-core partitioning "
-                     f"(max_memory) needs the log sorted by time; sort it first (e.g. sort -t, -k3,3g) or "
+                     f"(max_memory) needs the log sorted by time; sort it first{sort_hint(source)} or "
                      f"partition in memory", source.path, source.line_of(row))
 
 

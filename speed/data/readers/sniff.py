@@ -14,6 +14,11 @@ from .snap import detect as is_snap
 SNIFF_BYTES = 1 << 16
 
 
+# how a separator is named in messages, and how the CLI takes it
+_SEP_NAMES = {",": "commas", "\t": "tabs", ";": "semicolons", " ": "spaces"}
+_SEP_FLAGS = {",": "','", "\t": "tab", ";": "';'", " ": "space"}
+
+
 def sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: Optional[bool],
           time_col: Column, time_format: Optional[str] = None) -> Layout:
     with open_text(path, gz) as f:
@@ -27,12 +32,20 @@ def sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: 
     if skip == len(lines):
         raise InputError("file is empty (no records)", path, 1)
     first = lines[skip]
+    given = sep is not None
     if sep is None:
         sep = "," if "," in first else "\t" if "\t" in first else ";" if ";" in first else " "
-    if sep == "\t" and fmt in (None, "snap") and is_snap(first.split(), " ") and len(first.split("\t")) != \
-            len(first.split()):
-        sep = " "  # a SNAP file mixing tabs and spaces: whitespace-separated
+        if sep == "\t" and fmt in (None, "snap") and is_snap(first.split(), " ") and len(first.split("\t")) != \
+                len(first.split()):
+            sep = " "  # a SNAP file mixing tabs and spaces: whitespace-separated
     fields = split_fields(first, sep)
+    if given and len(fields) < 3:  # a separator the user named that does not split the file
+        other = next((c for c in (",", "\t", ";", " ") if c != sep and len(split_fields(first, c)) >= 3), None)
+        hint = f"; its lines look separated by {_SEP_NAMES.get(other, repr(other))} (--sep " \
+               f"{_SEP_FLAGS.get(other, repr(other))})" if other is not None else ""
+        raise InputError(f"--sep {_SEP_FLAGS.get(sep, repr(sep))} splits this line into {len(fields)} column"
+                         f"{'s' if len(fields) != 1 else ''}, and an event needs 3 (source, destination, time)"
+                         f"{hint}", path, skip + 1)
 
     if fmt is None:
         fmt = next(f.name for f in FORMAT_SPECS.values() if f.detect is not None and f.detect(fields, sep))
