@@ -151,7 +151,8 @@ def _umask() -> int:
 
 
 # errno values that mean "the output does not fit": a full disk, a quota, a file-size limit
-_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}  # errnos of a write out of room
+_NO_ROOM = NO_ROOM
 
 
 def _raise_if_no_room(exc: BaseException, target: Path) -> None:
@@ -163,6 +164,8 @@ def _raise_if_no_room(exc: BaseException, target: Path) -> None:
     """
     if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
         raise InputError(f"cannot write: {os.strerror(exc.errno)}", target) from None
+    if isinstance(exc, OSError) and exc.errno is None and "requested and" in str(exc):  # numpy's short write
+        raise InputError("cannot write (is the disk full, or a file-size limit reached?)", target) from None
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("write failed", "inline_container")):
         raise InputError("cannot write (is the disk full, or a file-size limit reached?)", target) from None
 

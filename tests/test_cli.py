@@ -187,3 +187,31 @@ def test_the_out_of_core_sort_hint_follows_the_separator(tmp_path, capsys, text,
     assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "1", "--max-memory", "1G",
                  "--no-progress"]) == 2
     assert f"(e.g. {hint})" in capsys.readouterr().err
+
+
+def test_a_file_size_limit_gives_one_line_and_leaves_nothing_half_written(tmp_path):
+    """Under `ulimit -f` an append raised OSError EFBIG, and `speed embed` left its ids file
+    without the embeddings."""
+    import resource
+
+    rows = "".join(f"{i % 40},{40 + i % 30},{i}\n" for i in range(3000))
+    (tmp_path / "a.csv").write_text("src,dst,t\n" + rows)
+    (tmp_path / "b.csv").write_text("src,dst,t\n" + "".join(f"{i % 40},{40 + i % 30},{i}\n"
+                                                            for i in range(3000, 60000)))
+    s, run = tmp_path / "s", tmp_path / "run"
+    assert main(["partition", str(tmp_path / "a.csv"), "-o", str(s), "--parts", "2", "--no-progress"]) == 0
+    assert main(["train", str(tmp_path / "a.csv"), "--out", str(run), "--epochs", "1", "--model", "jodie",
+                 "--no-progress"]) == 0
+    before = sorted(p.name for p in s.rglob("*"))
+
+    def limited(limit):
+        return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    for argv, limit in ((["partition", str(tmp_path / "b.csv"), "-o", str(s), "--append"], 100_000),
+                        (["embed", str(run), "-o", str(tmp_path / "emb.npy")], 10_000)):
+        r = subprocess.run([sys.executable, "-m", "speed", *argv, "--no-progress"], capture_output=True, text=True,
+                           preexec_fn=limited(limit))
+        assert r.returncode == 2, r.stderr
+        assert "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in s.rglob("*")) == before
+    assert not list(tmp_path.glob("emb*")) and not list(tmp_path.glob(".emb*"))

@@ -14,6 +14,7 @@ import sys
 from typing import List, Optional
 
 from .._signals import Stopped, stop_on_signals, under_torchrun
+from .._util import NO_ROOM
 from ..errors import InputError, MissingDependencyError
 from .commands import COMMANDS
 from .parser import EXIT_INPUT, UNSET, build_parser
@@ -100,6 +101,12 @@ def _run(args, argv) -> int:
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 128 + signal.SIGPIPE
+    except OSError as exc:  # out of room (disk full, a file-size limit, a quota): the user's to fix
+        if exc.errno not in NO_ROOM:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _say(f"speed {args.command}: error: {where}cannot write: {os.strerror(exc.errno)}")
+        return EXIT_INPUT
     except KeyboardInterrupt:
         _say(f"speed {args.command}: interrupted")
         return 130

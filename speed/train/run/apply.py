@@ -68,10 +68,10 @@ def embed_file(run, out, events=None, at: Optional[float] = None, device: str = 
                          "holds later events")
     emb = pred.embed_all(t)
     ids_path = out.with_suffix(".nodes.csv")
-    _write_ids(ids_path, pred)
-    with atomic_file(out) as tmp:
+    with atomic_file(out) as tmp:  # the ids go into place only once the embeddings are written
         with open(tmp, "wb") as f:
             np.save(f, emb)
+        _write_ids(ids_path, pred)
     return {"nodes": int(emb.shape[0]), "dim": int(emb.shape[1]), "t": t, "out": str(out), "ids": str(ids_path),
             "new_events": new}
 
