@@ -178,6 +178,17 @@ def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp
     assert len(written) == 2 and min(written) > 0 and sum(written) == whole
     for w in m["best_write"]:
         assert w["peak_rss_bytes"] >= w["rss_before_bytes"] > 0
+    # the summary says how many events the ranks trained on, as the epochs count them
+    from speed.cli.summaries import format_train_summary
+
+    trained = sorted({e["train_events"] for e in m["epochs"]})
+    span = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}"
+    period = m["data"]["num_train_period_events"]
+    said = format_train_summary(m, tmp_path)
+    if trained != [m["data"]["num_train_events"]]:
+        assert f"trained on {span} of the {period:,} training-period events per epoch" in said
+    else:
+        assert f"trained on {span} of the {period:,} training-period events:" in said or span == f"{period:,}"
 
 
 def test_uneven_parts_run_equal_steps(tmp_path):

@@ -127,11 +127,22 @@ def format_train_summary(m: dict, out: Path) -> str:
         span = (f", time {full_time(d['t_min'], d.get('time_text'))} to {full_time(d['t_max'], d.get('time_text'))}"
                 if d.get("t_min") is not None else "")
         lines.append(f"data: {d['num_events']:,} events{cols}{span}")
-        held = d.get("num_train_period_events", 0) - d.get("num_train_events", 0)
-        if held > 0:
-            lines.append(f"trained on {d['num_train_events']:,} of the {d['num_train_period_events']:,} training-period "
-                         f"events: {held:,} touch nodes held out for the new-node metric (--new-node-fraction 0 "
-                         "keeps them)")
+        period, unmasked = d.get("num_train_period_events", 0), d.get("num_train_events", 0)
+        held = period - unmasked
+        why = [f"{held:,} touch nodes held out for the new-node metric (--new-node-fraction 0 keeps them)"] \
+            if held > 0 else []
+        # a parallel run trains what its ranks' sub-graphs hold: the events between parts that no
+        # rank holds together in an epoch are left out of it
+        trained = sorted({e["train_events"] for e in m.get("epochs", []) if e.get("ranks") and not e.get("cut")})
+        if trained and (trained[0] != unmasked or len(trained) > 1):
+            few, most = unmasked - trained[-1], unmasked - trained[0]
+            span = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}"
+            gap = f"{few:,}" if few == most else f"{few:,} to {most:,}"
+            why.append(f"{gap} join parts that no rank held together in an epoch (the partition's cut, per epoch's "
+                       f"grouping; `speed plan` shows it as work inflation)")
+            lines.append(f"trained on {span} of the {period:,} training-period events per epoch: " + "; ".join(why))
+        elif why:
+            lines.append(f"trained on {unmasked:,} of the {period:,} training-period events: {why[0]}")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no best.json was written")
