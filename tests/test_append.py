@@ -325,6 +325,11 @@ def test_training_reads_the_split_log_and_plan_reports_the_drift(grown, capsys):
     assert main(["plan", str(s), "--nproc", "2"]) == 0
     assert "advice: the shards (version 4, with appends) drifted: partition the whole log again: test" in \
         capsys.readouterr().out
+    # training takes the partitioned log's split, and its summary says what it left
+    assert main(["train", str(s), "--out", str(tmp_path / "run-appended"), "--epochs", "1", "--model", "jodie",
+                 "--memory-dim", "4", "--time-dim", "4", "--embedding-dim", "4", "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert f"appended: the shards hold {sh.num_events - 2000:,} more events appended since the partition" in said
 
 
 def test_jodie_logs_append_users_and_items_on_their_own_sides(tmp_path, capsys):

@@ -127,6 +127,10 @@ def format_train_summary(m: dict, out: Path) -> str:
         span = (f", time {full_time(d['t_min'], d.get('time_text'))} to {full_time(d['t_max'], d.get('time_text'))}"
                 if d.get("t_min") is not None else "")
         lines.append(f"data: {d['num_events']:,} events{cols}{span}")
+        if d.get("appended_events_not_trained"):
+            lines.append(f"appended: the shards hold {d['appended_events_not_trained']:,} more events appended since "
+                         "the partition; a run trains on the partitioned log's split (take them in with `speed "
+                         "update RUN SHARDS`, or partition the whole log again to train on them)")
         period, unmasked = d.get("num_train_period_events", 0), d.get("num_train_events", 0)
         held = period - unmasked
         why = [f"{held:,} touch nodes held out for the new-node metric (--new-node-fraction 0 keeps them)"] \

@@ -56,6 +56,8 @@ class EventsMeta:
         Whether every event carried a label, counted while reading out of core.
     parts : list of int, optional
         The parts a PAC rank's sub-graph was merged from.
+    appended : int, optional
+        Of a shards folder's split log: the events appended to the shards after it (not in it).
     """
 
     source: Optional[str] = None
@@ -76,6 +78,7 @@ class EventsMeta:
     t_range: Optional[Tuple[float, float]] = None
     whole_labels: Any = None
     parts: Optional[List[int]] = None
+    appended: Optional[int] = None
 
     def update(self, **values) -> "EventsMeta":
         """Set fields by name (an unknown name is a ``TypeError``, not a new key); returns self."""

@@ -104,7 +104,9 @@ def _load(data, split: Optional[Split], config: TrainConfig):
     if isinstance(data, Shards):
         split = split or data.split()
         check_hold_out(config, split.new_node_fraction, data.path)
-        return data.events("split"), split
+        events = data.events("split")
+        events.meta.appended = data.num_events - len(events) or None  # not trained on: the summary says so
+        return events, split
     if not isinstance(data, Events):
         raise InputError(f"cannot train on a {type(data).__name__}: give Events, Shards or a path")
     return data, split or chronological_split(data, val=config.val, test=config.test,

@@ -80,7 +80,8 @@ class EpochLoop:
         return [ckpt.rng_state()]
 
     def data_summary(self) -> Dict:
-        return {}
+        appended = self.events.meta.appended
+        return {"appended_events_not_trained": int(appended)} if appended else {}
 
     def data_size(self) -> Tuple[int, int]:
         """``(nodes, events)`` of the data this run trains on (a resumed run must find the same)."""

@@ -261,8 +261,11 @@ class PacRank(RankEvaluation):
         return self.shards.num_nodes, self.shards.num_events
 
     def data_summary(self) -> Dict:
+        appended = self.shards.num_events - self.shards.segments[0].num_events
         return {"num_nodes": self.shards.num_nodes, "num_parts": self.shards.num_parts,
-                "num_shared": int(self.shards.shared.size), "source": str(self.shards.path)}
+                "num_shared": int(self.shards.shared.size), "source": str(self.shards.path),
+                # events appended to the shards since the partition: not in the split, not trained on
+                **({"appended_events_not_trained": int(appended)} if appended else {})}
 
     def extra_metrics(self) -> Dict:
         # rank 0's traffic while evaluating: the rows it read from their owners, its share of
