@@ -474,7 +474,11 @@ def test_events_at_the_last_time_sent_again_are_recognised_not_stored_twice(tmp_
     err = capsys.readouterr().err
     assert "again.csv:2: this event is stored already" in err and digests(s) == before
     assert main(["partition", str(again), "-o", str(s), "--append", "--no-progress"]) == 0
-    assert "2 event(s) of this file were stored already" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 event(s) of this file were stored already" in out
+    # the summary's counts add up, and its seconds are this append's
+    assert "events       8 (the partitioned log 5: train " in out and "; appended since 3)" in out
+    assert "seconds      of the first partition: " in out and "seconds      of version 2: " in out
     sh = Shards(s)
     ev = sh.events("all")
     pairs = sorted(zip(sh.node_ids[ev.src].tolist(), sh.node_ids[ev.dst].tolist(), ev.t.tolist()))

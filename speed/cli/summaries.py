@@ -14,10 +14,14 @@ def format_summary(m: dict) -> str:
     inp = m.get("input", {})
     sp = m.get("split", {})
     secs = m.get("seconds", {})
+    split = (f"train {m['num_train_events']:,}, val {sp.get('num_val_events', 0):,}, "
+             f"test {sp.get('num_test_events', 0):,}")
+    appended = sum(a["num_events"] for a in m.get("appends", []))
+    events = (f"{m['num_events']:,} (the partitioned log {m['num_events'] - appended:,}: {split}; appended since "
+              f"{appended:,})" if appended else f"{m['num_events']:,} ({split})")
     lines = [
         f"input        {inp.get('source')} ({inp.get('format')}{', bipartite' if inp.get('bipartite') else ''})",
-        f"events       {m['num_events']:,} (train {m['num_train_events']:,}, val {sp.get('num_val_events', 0):,}, "
-        f"test {sp.get('num_test_events', 0):,})",
+        f"events       {events}",
         f"nodes        {m['num_nodes']:,} ({m.get('num_train_nodes', 0):,} in training events)",
     ]
     if inp.get("columns"):
@@ -69,7 +73,8 @@ def format_summary(m: dict) -> str:
         lines.append(f"{p:>4}  {nn:>10,}  {ne:>12,}  {'' if a is None else format(a, ','):>12}  "
                      f"{'' if ld is None else format(ld, ','):>12}")
     lines.append("")
-    lines.append("seconds      " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
+    lines.append(("seconds      " if not m.get("appends") else "seconds      of the first partition: ")
+                 + ", ".join(f"{k} {v:.3f}" for k, v in secs.items()))
     if m.get("appends"):
         lines += ["", format_appends(m)]
     return "\n".join(lines)
@@ -85,6 +90,9 @@ def format_appends(m: dict) -> str:
     for a in m["appends"]:
         lines.append(f"{a['version']:>7}  {a['num_events']:>10,}  {a['new_nodes']:>9,}  {a['new_hubs']:>8,}  "
                      f"{100 * a['edge_cut']:>7.2f}%  {a['seconds']['total']:>8.3f}")
+    last = m["appends"][-1].get("seconds", {})
+    lines.append(f"seconds      of version {m['appends'][-1]['version']}: "
+                 + ", ".join(f"{k} {v:.3f}" for k, v in last.items() if k != "total"))
     again = m["appends"][-1].get("already_stored", 0)
     if again:
         lines.append(f"already      {again:,} event(s) of this file were stored already (at the shards' last time, "
