@@ -105,6 +105,14 @@ def test_updated_run_is_complete_and_the_old_one_unchanged(trained, tmp_path):
     m3 = update(tmp_path / "run2", second, tmp_path / "run3", progress=False, replay=0.5, passes=2)
     assert [x["increment"] for x in m3["updates"]] == [1, 2] and m3["updates"][1]["passes"] == 2
     assert speed.load_run(tmp_path / "run3").t_last == float(second.t[-1])
+    # the training run's figures describe the model before its updates, and are kept as such
+    trained_m = json.loads((root / "run" / "metrics.json").read_text())
+    for mm in (m, m3):
+        assert "test" not in mm and "epochs" not in mm and mm["before_updates"]["test"] == trained_m["test"]
+    assert m3["data"]["t_max"] == float(second.t[-1]) and not (tmp_path / "run3" / "curves.png").exists()
+    # a new training run in an updated run's folder leaves none of the update's files
+    speed.train(base, model="tgn", out=tmp_path / "run3", **TINY)
+    assert not (tmp_path / "run3" / "updates.png").exists()
 
 
 def test_passes_take_each_event_into_the_memory_once(trained):

@@ -40,6 +40,10 @@ from ..run.report import write_run
 from ..model.static import prepare_static
 
 
+# files of an updated run (speed update) that a new training run in its folder would leave stale
+STALE_AFTER_TRAINING = ("updates.png",)
+
+
 class EpochLoop:
     """Train, validate, stop early, checkpoint and report: the loop shared by every run.
 
@@ -168,6 +172,9 @@ class EpochLoop:
             self.load_last()
             self.announce(f"resumed from epoch {self.start_epoch - 1} ({Path(self.out) / 'last.json'}); "
                           f"training epochs {self.start_epoch} to {cfg.epochs}")
+        elif self.is_main and self.out is not None:
+            for name in STALE_AFTER_TRAINING:  # a replaced run's files that this run does not write again
+                (Path(self.out) / name).unlink(missing_ok=True)
         started = time.perf_counter()
         for epoch in range(self.start_epoch, cfg.epochs + 1):
             log = self.train_epoch(epoch)

@@ -422,6 +422,11 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     return write_updated(run, out, metrics, events, entry, updater, saved, payload, overwrite)
 
 
+# metrics.json entries of a training run that describe the model as trained (its best epoch's
+# validation and test figures): an updated run keeps them under "before_updates"
+TRAINED_KEYS = ("val", "test", "best_epoch", "epochs")
+
+
 def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Dict, updater: OnlineUpdater,
                   saved: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
     """Write the updated run to ``out`` (atomically): ``best.json`` from ``updater``, the
@@ -435,14 +440,20 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
     data_info = dict(metrics.get("data", {}))
     data_info["num_events"] = int(data_info.get("num_events", 0)) + len(events)
     data_info["num_nodes"] = len(updater.pred.index)
-    new_metrics = {**metrics, "data": data_info, "updates": history, "updated_from": str(run)}
+    if len(events):
+        data_info["t_max"] = float(events.t_float()[-1])
+    # the figures of the training run describe the model before its updates: kept, under their name
+    trained = {k: metrics[k] for k in TRAINED_KEYS if k in metrics}
+    new_metrics = {**{k: v for k, v in metrics.items() if k not in TRAINED_KEYS}, "data": data_info,
+                   "updates": history, "updated_from": str(run)}
+    if trained:
+        new_metrics["before_updates"] = {**metrics.get("before_updates", {}), **trained}
     with atomic_dir(out, overwrite=overwrite, markers=RUN_MARKERS, kind="run folder") as tmp:
         _save(tmp, updater, saved, payload)
         (tmp / "metrics.json").write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
         plot_updates(new_metrics, tmp / UPDATES_PLOT)
-        for name in ("config.toml", "curves.png"):
-            if (run / name).exists():
-                shutil.copy2(run / name, tmp / name)
+        if (run / "config.toml").exists():  # (curves.png, the training's epochs, stays with the run trained)
+            shutil.copy2(run / "config.toml", tmp / "config.toml")
     return new_metrics
 
 
