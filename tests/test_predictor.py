@@ -192,8 +192,9 @@ def test_cli_embed_and_score(run, tmp_path, capsys):
     assert main(["score", str(path), str(tmp_path / "pairs.csv"), "-o", str(tmp_path / "s.csv"), "--no-progress"]) == 0
     assert "1 involve nodes the run never saw" in capsys.readouterr().out
     rows = [r.split(",") for r in (tmp_path / "s.csv").read_text().split()]
-    assert rows[0] == ["src", "dst", "t", "score"]
+    assert rows[0] == ["src", "dst", "t", "score", "known"]
     assert [r[:2] for r in rows[1:]] == [["1007", "8"], ["1000", "5"], ["55", "5"]]  # the file's order
+    assert [r[4] for r in rows[1:]] == ["1", "1", "0"]  # node 55 was never seen: its row says so
     want = speed.load_run(path).score([1007, 1000, 55], [8, 5, 5], [t0 + 9, t0 + 5, t0 + 5])
     np.testing.assert_allclose([float(r[3]) for r in rows[1:]], want, rtol=1e-6)
 

@@ -207,7 +207,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     sc = sub.add_parser("score", help="link probabilities of (src, dst, t) pairs from a trained run")
     sc.add_argument("run", help="run directory from `speed train`")
     sc.add_argument("pairs", help="src,dst,t records (any format `speed train` reads; any order)")
-    sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score in the pairs' order")
+    sc.add_argument("-o", "--output", required=True, help="CSV to write: src,dst,t,score,known in the pairs' order (known 0: a node the "
+                    "run never saw)")
     sc.add_argument("--events", default=None, metavar="FILE", help="new events to continue the memory with first")
     sc.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     sc.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")

@@ -104,8 +104,9 @@ def _write_csv(table, path) -> None:
 
 def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Optional[bool] = None,
                overwrite: bool = False, reader: Optional[dict] = None) -> Dict:
-    """Score the pairs of a file and write ``src,dst,t,score`` (a probability) per line, in
-    the file's order.
+    """Score the pairs of a file and write ``src,dst,t,score,known`` per line, in the file's
+    order: ``score`` a probability, ``known`` 1 when the run saw both nodes and 0 when it never
+    saw one of them (its score then comes from the cold row all unseen nodes share).
 
     Parameters
     ----------
@@ -141,12 +142,15 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     ids = ev.node_ids
     src = ev.src if ids is None else ids[ev.src]
     dst = ev.dst if ids is None else ids[ev.dst]
+    known = (pred.index.lookup(src, "src") >= 0) & (pred.index.lookup(dst, "dst") >= 0)  # before scoring
     score = pred.score(src, dst, ev.t_float())
-    unseen = int(np.count_nonzero((pred.index.lookup(src, "src") < 0) | (pred.index.lookup(dst, "dst") < 0)))
+    unseen = int(np.count_nonzero(~known))
     # back to the file's order
     order = ev.meta.input_order
     pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")
+    # known: 0 where a node of the pair was never seen by the run (its score comes from the cold
+    # row every unseen node shares, not from anything the run learned about it)
     table = pa.table({"src": pa.array(src[pos]), "dst": pa.array(dst[pos]), "t": pa.array(ev.t[pos]),
-                      "score": pa.array(score[pos])})
+                      "score": pa.array(score[pos]), "known": pa.array(known[pos].astype(np.int8))})
     _write_csv(table, out)
     return {"pairs": int(len(ev)), "unseen": unseen, "out": str(out), "new_events": new}
