@@ -397,7 +397,6 @@ class Predictor:
         t = events.t_float()
         out = np.zeros(len(events), dtype=bool)
         at = np.flatnonzero(t == self.t_last)
-        sampler = self._model.state.sampler
         if at.size == 0:
             return out
         ids = events.node_ids
@@ -407,11 +406,9 @@ class Predictor:
             s, d = self.index.lookup(src, "src"), self.index.lookup(dst, "dst")
         except InputError:
             return out  # ids of another kind: none of them is held
-        lo = sampler.hold_lo
-        held_t = sampler.hold["t"][lo:]
-        mine = held_t == self.t_last
+        held_src, held_dst = self._model.state.held_at(self.t_last)
         n = np.int64(max(len(self.index), 1))
-        held = sampler.hold["src"][lo:][mine] * n + sampler.hold["dst"][lo:][mine]
+        held = held_src * n + held_dst
         known = (s >= 0) & (d >= 0)
         out[at[known]] = first_copies(s[known] * n + d[known], held)
         return out

@@ -279,6 +279,12 @@ class NodeStates:
     def reset_neighbors(self) -> None:
         self.sampler.reset()
 
+    def held_at(self, t: float):
+        """``(src, dst)`` rows of the events taken in at time ``t`` that still wait to enter
+        the neighbour rings (all of them when ``t`` is the latest time: a query moves only
+        earlier events in).  Two int64 arrays."""
+        return self.sampler.held_at(t)
+
     def drop_neighbors(self) -> None:
         """Let the neighbour rings go (no rows) until :meth:`resize` sizes the state again."""
         self.sampler = RecentNeighborSampler(0, self.sampler.k, self.sampler.undirected)

@@ -153,6 +153,13 @@ class RecentNeighborSampler:
         i, j = np.nonzero(valid)
         return i.astype(np.int64), self.nbr[i, j].astype(np.int64)
 
+    def held_at(self, t: float):
+        """``(src, dst)`` rows of the held events at time ``t`` (waiting for the rings: a query
+        moves only earlier ones in), in the order pushed: two int64 arrays."""
+        lo = self.hold_lo
+        at = self.hold["t"][lo:] == t
+        return self.hold["src"][lo:][at].astype(np.int64), self.hold["dst"][lo:][at].astype(np.int64)
+
     def held_nodes(self) -> np.ndarray:
         """The rows the held events will enter (int64, distinct)."""
         lo = self.hold_lo
