@@ -294,3 +294,24 @@ def test_update_leaves_out_the_runs_last_events_sent_again(tmp_path, capsys):
     (tmp_path / "same.csv").write_text(f"src,dst,t\n{last}\n")
     assert main(["update", str(run), str(tmp_path / "same.csv"), "--out", str(tmp_path / "v"), "--no-progress"]) == 2
     assert "were taken in already" in capsys.readouterr().err and not (tmp_path / "v").exists()
+
+
+def test_update_from_shards_takes_events_by_time_not_by_count(tmp_path, capsys):
+    """A run updated from a file, then from its shards after an append, takes every appended
+    event (it used to count the file's events as the shards' and skip as many)."""
+    s = _base_and_more(tmp_path, 3000, 2000, 50, 70)
+    base = (tmp_path / "base.csv").read_text().splitlines()
+    t_base = int(base[-1].split(",")[2])
+    run = tmp_path / "run"
+    assert main(["train", str(s), "--out", str(run), "--epochs", "1", "--memory-dim", "8", "--time-dim", "8",
+                 "--embedding-dim", "8", "--no-progress"]) == 0
+    # ten events of another source at the log's last time (pairs the log does not hold then)
+    (tmp_path / "side.csv").write_text("src,dst,t\n" + "".join(f"{i},{50 + (i + 7) % 70},{t_base}\n"
+                                                              for i in range(10)))
+    assert main(["update", str(run), str(tmp_path / "side.csv"), "--out", str(tmp_path / "run2"),
+                 "--no-progress"]) == 0
+    assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["update", str(tmp_path / "run2"), str(s), "--out", str(tmp_path / "run3"), "--no-progress"]) == 0
+    m = json.loads((tmp_path / "run3" / "metrics.json").read_text())
+    assert m["updates"][-1]["events"] == 1000 and m["data"]["num_events"] == 3010

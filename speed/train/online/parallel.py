@@ -60,10 +60,14 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     run_p = Path(run)
     saved, payload = open_checkpoint(run_p)
     metrics = json.loads((run_p / "metrics.json").read_text()) if (run_p / "metrics.json").exists() else {}
-    events = online.new_events(shards_path, metrics, None, False)
+    events = online.new_events(shards_path, metrics, None, False, float(payload["t_end"]))
     shards = Shards(shards_path)
-    mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
     pred = predictor_from(saved, payload, "end", cfg.device, run_p)
+    again = pred.already_held(events)  # the run's last events, stored again in the shards: not taken twice
+    if again.all():
+        raise InputError("the shards hold nothing the run has not taken in already", shards_path)
+    events = events.select(np.flatnonzero(~again))
+    mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
     net = pred.net
     # a learned static table's rows stay each rank's own, as under PAC (sparse gradients)
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(

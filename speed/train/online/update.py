@@ -119,8 +119,10 @@ def _grow_optimizer_state(optimizer) -> None:
                         st[key] = torch.cat([value, pad])
 
 
-def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Events:
-    """The new events: Events, a file, or a shards folder (its events after those the run has)."""
+def new_events(data, run_metrics: Dict, reader: Optional[dict], progress, t_last: Optional[float] = None) -> Events:
+    """The new events: Events, a file, or a shards folder: its events from the run's last time
+    ``t_last`` on (by time, not by count: the run may have taken in other files meanwhile; those
+    at ``t_last`` it holds already are then left out by :meth:`Predictor.already_held`)."""
     from ...data.readers import read_events
     from ...data.readers.read import check_same_columns
     from ...partition.shards import Shards
@@ -132,18 +134,28 @@ def new_events(data, run_metrics: Dict, reader: Optional[dict], progress) -> Eve
         raise InputError("file not found", path)
     if path.is_dir():
         shards = Shards(path)
-        done = int(run_metrics.get("data", {}).get("num_events", 0))
-        if shards.num_events <= done:
-            raise InputError(f"the shards hold {shards.num_events:,} events and the run has taken in {done:,}: nothing "
+        if t_last is None:
+            t_last = float(run_metrics.get("data", {}).get("t_max", -np.inf))
+        # the appended segments alone when the run is past the partitioned log (not the whole log)
+        ev = shards.events("appended") if len(shards.segments) > 1 and t_last >= _split_end(shards) \
+            else shards.events("all")
+        ev = ev.select(np.flatnonzero(ev.t_float() >= t_last))
+        if len(ev) == 0:
+            raise InputError(f"the shards hold no event from the run's last time ({full_time(t_last)}) on: nothing "
                              "new to update with (append to them first: speed partition MORE -o SHARDS --append)", path)
-        if done >= shards.segments[0].num_events:  # read the appended segments only, not the whole log
-            ev = shards.events("appended")
-            return ev.select(ev.eid >= done)
-        ev = shards.events()
-        return ev.select(slice(done, len(ev)))
+        return ev
     events = read_events(path, progress=progress, **(reader or {}))
     check_same_columns(_recorded_columns(run_metrics), events.meta.columns, path, "the run's log")
     return events
+
+
+def _split_end(shards) -> float:
+    """The last time of a shards folder's partitioned log (each bucket keeps its events in time
+    order: the largest of the buckets' last times)."""
+    seg = shards.segments[0]
+    ends = np.asarray(seg.offsets[1:], dtype=np.int64)
+    ends = ends[ends > np.asarray(seg.offsets[:-1])] - 1
+    return float(np.max(np.asarray(seg.arrays["t"])[ends])) if ends.size else -np.inf
 
 
 def _recorded_columns(run_metrics: Dict) -> Optional[Dict]:
@@ -406,7 +418,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
     saved, payload = open_checkpoint(run)
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
-    events = new_events(data, metrics, reader, config.progress)
+    events = new_events(data, metrics, reader, config.progress, float(payload["t_end"]))
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
     pred = predictor_from(saved, payload, "end", config.device, run)
