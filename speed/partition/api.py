@@ -10,6 +10,7 @@ and add a :class:`Method` to :data:`REGISTRY` naming the parameters it uses.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -194,12 +195,19 @@ def validate_params(num_parts, topk, beta, lam, eps, method, balance=None):
         raise InputError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
 
 
+class PartsWarning(UserWarning):
+    """More parts than the partitioned events have nodes."""
+
+
 def check_parts_for_nodes(num_parts: int, num_nodes: int) -> None:
-    """Refuse more parts than the partitioned events have nodes: the rest would be empty (3,000
-    parts of a 1,963-node log made a 70 MB folder of empty buckets)."""
+    """Warn when there are more parts than the partitioned events have nodes: some parts stay
+    empty until appends bring nodes (3,000 parts of a 1,963-node log made a 70 MB folder of
+    empty buckets).  A log that starts small and grows by appends may want them, so it is not
+    refused."""
     if num_parts > max(num_nodes, 1):
-        raise InputError(f"num_parts is {num_parts:,} and the events to partition have {num_nodes:,} nodes: a part needs "
-                         f"nodes of its own (use at most {num_nodes:,}; a few parts per rank is what training needs)")
+        warnings.warn(f"{num_parts:,} parts for {num_nodes:,} nodes: at least {num_parts - num_nodes:,} parts stay "
+                      "empty until appends bring nodes, and the shards keep a bucket per pair of parts (a few parts "
+                      "per rank is what training needs)", PartsWarning, stacklevel=3)
 
 
 def partition(
