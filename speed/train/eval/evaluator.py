@@ -15,7 +15,7 @@ gathered from the ranks into a full-graph model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ import torch
 from ..._util import progress_bar
 from ...data.events import Events
 from ...data.split import Split
+from ...partition.ordered import release_pages
 from ..step.engine import Batches
 from ..step.loader import EventStream, PlanLoader
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
@@ -43,11 +44,17 @@ class StreamResult:
     z_src: Optional[np.ndarray] = None
 
 
+# events a pass streams between two releases of a mapped log's pages (speed.partition.ordered):
+# 1M events of 32 bytes, so a rank streaming a mapped log holds about 32 MB of it
+RELEASE_EVERY = 1 << 20
+
+
 @torch.no_grad()
 def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int,
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
                   collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
-                  pipeline: bool = False, graph: Optional[np.ndarray] = None) -> StreamResult:
+                  pipeline: bool = False, graph: Optional[np.ndarray] = None,
+                  release: Optional[Callable[[], None]] = None) -> StreamResult:
     """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
     (its own source and a negative destination, or a whole negative edge) and, with
@@ -58,6 +65,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     pass only rebuilds memory).  ``graph`` (positions, a superset of ``index``) are the events the
     neighbour sampler sees, when they are more than the scored ones (TGN's and DyGLib's new-node
     pass: the model takes in the new-node events only, its neighbour finder holds all).
+    ``release``, called every :data:`RELEASE_EVERY` events, lets the pages of a mapped log go.
     """
     model.eval()
     pos, neg, mrr, zs = [], [], [], []
@@ -79,6 +87,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                         extra_queries=extra, push=graph is None)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         model.state.push_events(*(x[graph] for x in (stream.src, stream.dst, stream.t, stream.eid)))
+    done = released = 0
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
@@ -95,6 +104,10 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                 zs.append(z[:n].cpu())
             model.absorb(step.plan, states, lasts, z)
             bar.update(n)
+            done += n
+            if release is not None and done - released >= RELEASE_EVERY:
+                release()  # the mapped log's pages read so far go: a pass holds a window of them
+                released = done
     cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
     return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
 
@@ -308,7 +321,7 @@ class Evaluator:
                graph: Optional[np.ndarray] = None) -> StreamResult:
         """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
         return stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
-                             desc, self.progress, graph=graph)
+                             desc, self.progress, graph=graph, release=lambda: release_pages(self.events))
 
     def prepare(self, model) -> None:
         """Give the model the neighbour graph evaluation sees at the end of training: every

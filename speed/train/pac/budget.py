@@ -45,15 +45,19 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
       (``eval_owned``) and the pending events of every node (``eval_whole``),
       :data:`EVAL_COPIES` times over, on the rank that writes ``best.json`` (``writer``) one
       more copy of the pending events (the predictor's snapshot of the end of the log; each
-      rank writes its own rows, a window at a time), and the log's val and test events it
-      streams (``log_streamed``) with the edge features.  The rank's own training state is
-      freed before it.
+      rank writes its own rows, a window at a time), and the window of the log's events it
+      streams (``log_streamed``: a pass lets their pages go as it goes) with the edge features.
+      The rank's own training state is freed before it.
     """
     from ...partition.ordered import WINDOW
+    from ..eval.evaluator import RELEASE_EVERY
 
     split = shards.manifest.get("split") or {}
     num_log = shards.segments[0].num_events
-    streamed = int(split.get("num_val_events", 0)) + int(split.get("num_test_events", 0))
+    # a pass lets the mapped log's pages go every RELEASE_EVERY events (and at its end): it holds
+    # at most that many, and the plan's loader reads a batch or two ahead
+    streamed = min(max(int(split.get("num_val_events", 0)), int(split.get("num_test_events", 0))),
+                   2 * RELEASE_EVERY)
     bare = _event_bytes(shards, features=False)
     features = (_event_bytes(shards) - bare) * num_log
     copies = RANK_STATE_COPIES + (1 if local_validation else 0)
