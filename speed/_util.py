@@ -279,6 +279,15 @@ def _sweep_leftovers(parent: Path, name: str) -> None:
                     entry.unlink()
 
 
+def scratch_dir(parent, name: str) -> Path:
+    """A fresh folder ``parent/.NAME.tmp-HOST-PID-*`` for this process's scratch files, after
+    removing those that killed processes of this host left under the same name (a run killed
+    while it held one leaves nothing behind for long)."""
+    parent = Path(parent)
+    _sweep_leftovers(parent, name)
+    return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{_owner_tag()}-", dir=parent))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

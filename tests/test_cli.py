@@ -217,3 +217,22 @@ def test_a_file_size_limit_gives_one_line_and_leaves_nothing_half_written(tmp_pa
         assert "cannot write" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in s.rglob("*")) == before
     assert not list(tmp_path.glob("emb*")) and not list(tmp_path.glob(".emb*"))
+
+
+def test_scratch_folders_of_killed_processes_are_swept(tmp_path):
+    """A PAC run killed while rank 0 wrote the time-ordered log left its folder in the run folder:
+    the next one removes it (only a dead process's, of this host)."""
+    import os
+    import socket
+
+    from speed._util import scratch_dir
+
+    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:32] or "host"
+    dead = tmp_path / f".speed-log.tmp-{host}-999999999-abc"
+    live = tmp_path / f".speed-log.tmp-{host}-{os.getpid()}-abc"
+    dead.mkdir()
+    live.mkdir()
+    (dead / "src.npy").write_bytes(b"x")
+    new = scratch_dir(tmp_path, "speed-log")
+    assert new.is_dir() and new.parent == tmp_path and new.name.startswith(f".speed-log.tmp-{host}-{os.getpid()}-")
+    assert not dead.exists() and live.exists()

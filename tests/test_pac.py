@@ -166,6 +166,7 @@ def test_two_process_run_writes_per_rank_metrics_that_plan_predicts(shards4, tmp
         assert sorted(sum((r["parts"] for r in e["ranks"]), [])) == [0, 1, 2, 3]
     assert {"ap", "auc"} <= set(m["test"]["transductive"]) and {"ap", "auc"} <= set(m["test"]["inductive"])
     assert (tmp_path / "best.json").exists() and (tmp_path / "curves.png").exists()
+    assert not list(tmp_path.glob(".speed-log*"))  # the mapped log's folder went once the ranks mapped it
     # every node's rows in best.json were written by their owners, each rank its own, none twice
     import re
 

@@ -2,9 +2,10 @@
 
 Every rank streams the full-graph evaluation, so every rank needs the whole log in time order.
 Rank 0 writes it once from the shards (:func:`speed.partition.ordered.write_ordered_log`, a
-window at a time) into a hidden folder of the run folder, every rank maps it read-only, and
-rank 0 removes the folder as soon as all have mapped it: the files live on while mapped and
-leave nothing behind, even if the run is killed.  A rank that cannot see the folder (another
+window at a time) into a hidden folder of the run folder (``.speed-log.tmp-HOST-PID-*``), every
+rank maps it read-only, and rank 0 removes the folder as soon as all have mapped it: the files
+live on while mapped.  A run killed while rank 0 writes the folder leaves it; the next run in
+that folder removes it.  A rank that cannot see the folder (another
 host, without the run folder shared) gathers its own copy from the shards instead.
 """
 
@@ -17,6 +18,7 @@ from typing import Optional
 
 import torch.distributed as dist
 
+from ..._util import scratch_dir
 from ...data.events import Events
 from ...partition.ordered import map_ordered_log, write_ordered_log
 from ...partition.shards import Shards
@@ -29,8 +31,8 @@ def shared_log(shards: Shards, out: Optional[Path], rank: int, group=None) -> Ev
     folder = [None]
     if rank == 0:
         try:
-            base = out if out is not None and Path(out).is_dir() else None
-            folder[0] = str(write_ordered_log(shards, tempfile.mkdtemp(prefix=".speed-log-", dir=base)))
+            base = Path(out) if out is not None and Path(out).is_dir() else Path(tempfile.gettempdir())
+            folder[0] = str(write_ordered_log(shards, scratch_dir(base, "speed-log")))
         finally:  # the others learn where it is, or that there is none (rank 0 then raises)
             if world > 1:
                 dist.broadcast_object_list(folder, src=0, group=group)
