@@ -236,3 +236,13 @@ def test_scratch_folders_of_killed_processes_are_swept(tmp_path):
     new = scratch_dir(tmp_path, "speed-log")
     assert new.is_dir() and new.parent == tmp_path and new.name.startswith(f".speed-log.tmp-{host}-{os.getpid()}-")
     assert not dead.exists() and live.exists()
+
+
+def test_a_line_past_the_csv_field_limit_is_one_line_naming_it(tmp_path, capsys):
+    """A 200 MB line raised _csv.Error from the bad-line search; an open quote does the same."""
+    log = tmp_path / "log.csv"
+    log.write_text("src,dst,t\n1,2,3\n4,\"5" + "x" * 300_000 + "\n7,8,9\n")
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "log.csv:3: unreadable line (field larger than field limit" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "s").exists()

@@ -146,35 +146,42 @@ def diagnose(path: Path, gz: bool, lay: Layout, cols: dict, text_time: bool = Fa
     """Walk the records in Python to name the first bad line.  Error path only."""
     with open_text(path, gz) as f:
         reader = csv.reader(f, delimiter=lay.sep) if lay.sep != " " else (ln.split() for ln in f)
-        for lineno, fields in enumerate(reader, start=1):
-            if lineno < lay.first_data_line or not fields or (len(fields) == 1 and not fields[0].strip()) \
-                    or fields[0].lstrip().startswith(("#", "%")):
-                continue
-            if len(fields) != lay.ncols:
-                raise InputError(f"expected {lay.ncols} fields, found {len(fields)} (ragged row)", path, lineno)
-            for what in ("src", "dst"):
-                if not fields[cols[what]].strip():
-                    raise InputError(f"missing {what} id", path, lineno)
-            raw = fields[cols["t"]].strip()
-            if text_time:
-                if not raw:
-                    raise InputError("time is missing", path, lineno)
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                raise InputError(f"time {raw!r} is not a number", path, lineno) from None
-            if not math.isfinite(value):
-                raise InputError(f"time {raw!r} is not finite", path, lineno)
-            if cols.get("label") is not None:
-                raw = fields[cols["label"]].strip()
-                if not is_number(raw):
-                    raise InputError(f"label {raw!r} is not a number", path, lineno)
+        try:
+            _diagnose_records(path, lay, cols, text_time, reader)
+        except csv.Error as exc:  # e.g. a field of 200 MB: past the csv module's limit
+            raise InputError(f"unreadable line ({exc}): a damaged line, or a quote left open",
+                             path, getattr(reader, "line_num", None)) from None
+
+
+def _diagnose_records(path: Path, lay: Layout, cols: dict, text_time: bool, reader) -> None:
+    """The records of :func:`diagnose`, checked one by one."""
+    for lineno, fields in enumerate(reader, start=1):
+        if lineno < lay.first_data_line or not fields or (len(fields) == 1 and not fields[0].strip()) \
+                or fields[0].lstrip().startswith(("#", "%")):
+            continue
+        if len(fields) != lay.ncols:
+            raise InputError(f"expected {lay.ncols} fields, found {len(fields)} (ragged row)", path, lineno)
+        for what in ("src", "dst"):
+            if not fields[cols[what]].strip():
+                raise InputError(f"missing {what} id", path, lineno)
+        raw = fields[cols["t"]].strip()
+        if text_time:
+            if not raw:
+                raise InputError("time is missing", path, lineno)
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InputError(f"time {raw!r} is not a number", path, lineno) from None
+        if not math.isfinite(value):
+            raise InputError(f"time {raw!r} is not finite", path, lineno)
+        if cols.get("label") is not None:
+            raw = fields[cols["label"]].strip()
+            if not is_number(raw):
+                raise InputError(f"label {raw!r} is not a number", path, lineno)
 
 
 @contextlib.contextmanager
-
-
 def damaged_gzip(path: Path, gz: bool):
     """A truncated or corrupt ``.gz`` is bad input: one line, not a decompressor's traceback."""
     try:
