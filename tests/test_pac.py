@@ -476,6 +476,12 @@ def test_max_steps_cuts_every_rank_at_the_same_step(shards4, tmp_path):
     assert ep["cut"] and [r["steps"] for r in ep["ranks"]] == [2, 2]
     assert ep["train_events"] <= 2 * 2 * TINY["batch_size"] and m["best_epoch"] is None and "test" not in m
     assert all(r["peak_rss_bytes"] > 0 for r in ep["ranks"])
+    # a bounded evaluation takes the cut epoch through every phase: validated, tested, each rank writing its rows
+    b = speed.train(shards4, model="tgn", epochs=1, seed=0, nproc=2, max_steps=2, eval_max_steps=1,
+                    out=tmp_path / "bounded", **TINY)
+    assert b["best_epoch"] == 1 and b["epochs"][0]["cut"]
+    assert b["val"]["transductive"]["count"] == b["test"]["transductive"]["count"] == TINY["batch_size"]
+    assert (tmp_path / "bounded" / "best.json").exists() and len(b["best_write"]) == 2
 
 
 @pytest.fixture(scope="module")

@@ -142,3 +142,65 @@ def test_checkpoint_arrays_are_written_as_tensors_and_mapped_back(tmp_path):
     assert torch.equal(back["w"], torch.ones(3))
     back["sampler"]["nbr"][0] = -1  # copy-on-write: the file is not changed
     assert ckpt.load_checkpoint(path).model["sampler"]["nbr"][0] == 0
+
+
+def test_the_hand_over_reads_the_memories_as_held_and_the_rings_let_flushed_events_go():
+    """PAC's hand-over to the evaluation state reads the trained memories in place (a copy of
+    every row, taken while both states are held, was the 10M-event run's peak); once every
+    pushed event is in the rings the sampler lets its working arrays go."""
+    model = build_model("tgn", 400, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=2).eval()
+    src, dst, t = _log(400, 600)
+    for a in range(0, 600, 50):
+        model.step_events(src[a:a + 50], dst[a:a + 50], t[a:a + 50], np.arange(a, a + 50))
+    copied, held = model.state.all_rows(), model.state.all_rows(views=True)
+    for name, (s, lu) in held.memories.items():
+        mem = model.state.memories()[name]
+        assert s.data_ptr() == mem.memory.data_ptr() and lu.data_ptr() == mem.last_update.data_ptr()
+        assert torch.equal(s, copied.memories[name][0]) and torch.equal(lu, copied.memories[name][1])
+    assert all(torch.equal(a, b) for a, b in zip(held.pending, copied.pending))
+    sampler = model.state.sampler
+    later = np.arange(600, 900)
+    sampler.insert(src[:300], dst[:300], t[-1] + 1 + later // 50, later)
+    assert 0 < sampler.held < 300  # the last time's events wait for a later query
+    sampler.flush(np.inf)
+    assert sampler.held == 0 and all(a.size == 0 for a in sampler.hold.values())
+
+
+def test_evaluation_inserts_the_training_period_a_window_at_a_time(monkeypatch):
+    """The rings an evaluation starts from are the same whether the training period enters them
+    whole or a window at a time (windows that split a timestamp's events included)."""
+    from speed.train.eval import evaluator as ev_mod
+
+    ev = speed.generate_events(num_nodes=200, num_events=3000, seed=3)
+    ev = speed.Events.from_arrays(ev.src, ev.dst, np.floor(ev.t / 7.0))  # many events share a time
+    split = speed.chronological_split(ev, new_node_fraction=0.1)
+    states = []
+    for window in (1 << 20, 97):
+        monkeypatch.setattr(ev_mod, "PREPARE_WINDOW", window)
+        model = build_model("tgn", ev.num_nodes, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3).eval()
+        ev_mod.Evaluator(ev, split, 100, 0).prepare(model)
+        states.append(model.state.sampler.state_dict())
+    whole, windows = states
+    assert whole.keys() == windows.keys()
+    for k in whole:
+        a, b = whole[k], windows[k]
+        if isinstance(a, dict):
+            assert a.keys() == b.keys() and all(np.array_equal(a[x], b[x]) for x in a)
+        else:
+            assert np.array_equal(np.asarray(a), np.asarray(b)), k
+
+
+def test_heap_trim_and_page_release_run_on_any_input(tmp_path):
+    """trim_heap gives the heap's free pages back (glibc); release_arrays lets mapped pages go
+    and leaves arrays in memory, views and None alone, the data unchanged."""
+    import sys
+
+    from speed._util import trim_heap
+    from speed.partition.ordered import release_arrays
+
+    assert trim_heap() == sys.platform.startswith("linux")
+    np.save(tmp_path / "a.npy", np.arange(100_000))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert int(mapped[::1000].sum()) == sum(range(0, 100_000, 1000))
+    release_arrays([mapped, mapped[10:20], np.arange(5), None])
+    assert int(mapped[::1000].sum()) == sum(range(0, 100_000, 1000))

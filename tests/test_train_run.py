@@ -50,7 +50,7 @@ def test_same_seed_same_metrics(tmp_path):
     a = speed.train(ev, **kw)
     b = speed.train(ev, **kw)
     # measurements (times, the process's peak memory) are not results
-    strip = (lambda m: {k: v for k, v in m.items() if k not in ("seconds", "peak_rss_bytes")} | {
+    strip = (lambda m: {k: v for k, v in m.items() if k not in ("seconds", "peak_rss_bytes", "rank_peak_rss_bytes")} | {
         "epochs": [{k: v for k, v in e.items() if k not in ("train_seconds", "train_events_per_s", "seconds")}
                    for e in m["epochs"]]})
     same = (lambda x, y: json.dumps(strip(x), sort_keys=True) == json.dumps(strip(y), sort_keys=True))  # NaN-safe
@@ -216,6 +216,41 @@ def test_the_pipeline_changes_nothing_and_staleness_does(model):
     assert outcome(speed.train(ev, pipeline=True, staleness=2, **kw)) != plain
     with pytest.raises(speed.InputError, match="staleness needs the pipeline"):
         speed.train(ev, staleness=1, **kw)
+
+
+def test_eval_max_steps_scores_the_first_batches_of_a_full_pass_and_evaluates_a_cut_epoch(tmp_path):
+    """The bounded evaluation (a measuring aid) streams a pass's first N batches, scored exactly
+    as the full pass scores them; with --max-steps the cut epoch is then validated, tested and
+    saved, and the summary says the figures are not the periods'."""
+    from speed.train.eval.evaluator import Evaluator
+
+    ev = periodic_log()
+    split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
+    tr = Trainer(ev, split, TrainConfig(model="tgn", epochs=1, seed=0, deterministic=True, **SMALL))
+    tr.train_epoch(1)
+    model = tr.model
+    tr.evaluator.prepare(model)
+    start = model.state.backup()
+    idx = tr.evaluator.period("val")
+    full = Evaluator(ev, split, 20, 0)
+    bounded = Evaluator(ev, split, 20, 0, max_steps=2)
+    assert idx.size > 40
+    whole = full.stream(model, idx, full.negatives("val"))
+    model.state.restore(start)
+    first = bounded.stream(model, idx, bounded.negatives("val"))
+    assert first.pos.size == 40 and whole.pos.size == idx.size
+    assert np.array_equal(first.pos, whole.pos[:40]) and np.array_equal(first.neg, whole.neg[:40])
+
+    m = speed.train(ev, epochs=1, seed=0, max_steps=3, eval_max_steps=2, out=tmp_path, **SMALL)
+    assert m["epochs"][0]["cut"] and m["best_epoch"] == 1
+    assert m["val"]["transductive"]["count"] == 40 and m["test"]["transductive"]["count"] == 40
+    assert (tmp_path / "best.json").exists()
+    from speed.cli.summaries import format_train_summary
+
+    text = format_train_summary(m, tmp_path)
+    assert "evaluation bounded to 2 batches a pass" in text and "40 val and 40 test events" in text
+    with pytest.raises(speed.InputError, match="eval_max_steps"):
+        speed.train(ev, epochs=1, eval_max_steps=0, **SMALL)
 
 
 def test_max_steps_cuts_each_epoch_and_never_makes_it_the_best(tmp_path, capsys):

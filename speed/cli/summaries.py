@@ -166,6 +166,11 @@ def format_train_summary(m: dict, out: Path) -> str:
     also = f"; {other} {tt[other.replace(' ', '_')]['ap']:.4f}" if other and other.replace(' ', '_') in tt else ""
     lines.append(f"{head}: test AP {tt['ap']:.4f}, AUC {tt['auc']:.4f} ({how}{also}); "
                  f"{m.get('protocol', 'tgn')} protocol, {m['config']['eval_negatives']} negatives")
+    bound = m["config"].get("eval_max_steps")
+    if bound:
+        counts = [f"{(m.get(p) or {}).get('transductive', {}).get('count', 0):,} {p}" for p in ("val", "test")]
+        lines.append(f"evaluation bounded to {bound} batches a pass (--eval-max-steps): the figures cover the first "
+                     f"{' and '.join(counts)} events, not the periods; a measuring run, not a result")
     chosen = (m.get("val") or {}).get("selection")
     if chosen:
         lines.append(f"best epoch chosen on validation AP with {chosen['negatives']} negatives (the epochs' val AP "

@@ -347,6 +347,15 @@ class Shards:
         name: ``src``, ``dst``, ``t``, ``eid``, and ``msg``, ``label`` where stored."""
         return self._arrays
 
+    def release_pages(self) -> None:
+        """Let the pages of the mapped event columns go from this process (they stay in the
+        page cache): once a PAC rank has read its sub-graph and trained, it does not read them
+        again before the next epoch."""
+        from .ordered import release_arrays
+
+        release_arrays([seg.part for seg in self.segments]
+                       + [a for seg in self.segments for a in seg.arrays.values()])
+
     def require_trainable(self) -> None:
         """Refuse shards whose split leaves a period empty (see :meth:`Split.require_trainable`)."""
         from ..data.split import require_periods

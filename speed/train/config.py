@@ -138,6 +138,14 @@ class TrainConfig:
                                           "steady-state speed on a large log without a whole epoch; such an epoch "
                                           "is reported as cut, and is neither validated nor saved as the best",
                                     metavar="N", interval=POSITIVE_INT)
+    eval_max_steps: Optional[int] = _opt(None, "a measuring aid: score only the first N batches of each "
+                                               "evaluation pass (val, test, their new-node passes), the state "
+                                               "back-ups, neighbour graph and write of best.json staying those of a "
+                                               "full evaluation; with --max-steps a cut epoch is then validated, "
+                                               "tested and saved, so a short run of a large log goes through every "
+                                               "phase of a whole one (to read its memory peaks against `speed "
+                                               "plan`). Its figures cover those batches only, and the run says so",
+                                         metavar="N", interval=POSITIVE_INT)
     patience: int = _opt(5, "epochs without validation AP gain before stopping", interval=POSITIVE_INT)
     mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
                                  "(TGB's ranking: filtered, ties count half)", metavar="K", interval=COUNT)

@@ -150,7 +150,7 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
     bank = EdgeBank(events, mode, window)
     ev = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives,
                    node_classification=False, progress=config.progress, strategy=config.eval_negatives,
-                   protocol=config.protocol_name)
+                   protocol=config.protocol_name, max_steps=config.eval_max_steps)
     ev.stream(bank, ev.train_index, desc="edgebank train")
     val, _ = ev.evaluate(bank, "val")
     test, _ = ev.evaluate(bank, "test")

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
-from ..._util import progress_bar
+from ..._util import TRIM_EVERY, progress_bar, trim_heap
 from ...data.events import Events
 from ...data.split import Split
 from ...partition.ordered import release_pages
@@ -44,9 +44,12 @@ class StreamResult:
     z_src: Optional[np.ndarray] = None
 
 
-# events a pass streams between two releases of a mapped log's pages (speed.partition.ordered):
-# 1M events of 32 bytes, so a rank streaming a mapped log holds about 32 MB of it
-RELEASE_EVERY = 1 << 20
+# events a pass streams between two releases of a mapped log's pages (speed.partition.ordered)
+# and of the heap's free pages (trim_heap): 65,536 events of 32 bytes, so a rank streaming a
+# mapped log holds about 2 MB of it
+RELEASE_EVERY = TRIM_EVERY
+# training-period events inserted into the neighbour rings at a time before an evaluation
+PREPARE_WINDOW = 1 << 20
 
 
 @torch.no_grad()
@@ -65,7 +68,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     pass only rebuilds memory).  ``graph`` (positions, a superset of ``index``) are the events the
     neighbour sampler sees, when they are more than the scored ones (TGN's and DyGLib's new-node
     pass: the model takes in the new-node events only, its neighbour finder holds all).
-    ``release``, called every :data:`RELEASE_EVERY` events, lets the pages of a mapped log go.
+    ``release``, called every :data:`RELEASE_EVERY` events and at the end, lets the pages of a
+    mapped log go; the heap's free pages go back to the system as often.
     """
     model.eval()
     pos, neg, mrr, zs = [], [], [], []
@@ -105,9 +109,14 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
             model.absorb(step.plan, states, lasts, z)
             bar.update(n)
             done += n
-            if release is not None and done - released >= RELEASE_EVERY:
-                release()  # the mapped log's pages read so far go: a pass holds a window of them
+            if done - released >= RELEASE_EVERY:
+                if release is not None:
+                    release()  # the mapped log's pages read so far go: a pass holds a window of them
+                trim_heap()  # and what the steps freed, kept by the heap below its high-water mark
                 released = done
+    if release is not None:
+        release()
+    trim_heap()
     cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
     return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
 
@@ -139,6 +148,10 @@ class Evaluator:
         checkpoint that :func:`speed.load_run` reads.
     protocol : {"tgn", "dyglib", "tgb"}
         See :mod:`speed.train.protocols`.
+    max_steps : int, optional
+        Score only the first ``max_steps`` batches of each pass (a measuring aid, see
+        ``TrainConfig.eval_max_steps``): the back-ups, negatives and neighbour graph stay the
+        whole period's.
 
     Attributes
     ----------
@@ -151,7 +164,8 @@ class Evaluator:
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
-                 strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn"):
+                 strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
+                 max_steps: Optional[int] = None):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -159,6 +173,7 @@ class Evaluator:
             raise ValueError(f"the {protocol} protocol has no {strategy!r} negatives (it has "
                              f"{', '.join(self.protocol.strategies)})")
         self.keep_test_start = bool(keep_test_start)
+        self.max_steps = int(max_steps) if max_steps else None
         self.test_start: Optional[dict] = None
         self.strategy = strategy
         self._negatives: Dict[str, tuple] = {}
@@ -319,7 +334,10 @@ class Evaluator:
     def stream(self, model, index: np.ndarray, negatives: Optional[NegativeSampler] = None,
                mrr_candidates: Optional[np.ndarray] = None, collect_z: bool = False, desc: str = "eval",
                graph: Optional[np.ndarray] = None) -> StreamResult:
-        """Stream events of the log through ``model`` (see :func:`stream_scores`)."""
+        """Stream events of the log through ``model`` (see :func:`stream_scores`); with
+        ``max_steps``, its first batches only."""
+        if self.max_steps is not None:
+            index = index[:self.max_steps * self.batch_size]
         return stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
                              desc, self.progress, graph=graph, release=lambda: release_pages(self.events))
 
@@ -329,7 +347,14 @@ class Evaluator:
         neighbour finder over the whole log; the memory stays what training made it)."""
         e, n = self.events, self.split.num_train
         model.state.reset_neighbors()
-        model.state.insert_neighbors(e.src[:n], e.dst[:n], e.t_float()[:n], e.eid[:n])
+        # a window at a time (the same rings: events enter them in log order either way), so the
+        # sampler's working copies are a window's, not the training period's
+        for lo in range(0, n, PREPARE_WINDOW):
+            hi = min(lo + PREPARE_WINDOW, n)
+            t = e.t[lo:hi]
+            model.state.insert_neighbors(e.src[lo:hi], e.dst[lo:hi], t.astype(np.float64, copy=False), e.eid[lo:hi])
+        release_pages(e)  # the mapped log's training period: not read again in this evaluation
+        trim_heap()
 
     def evaluate(self, model, period: str, collect_z: bool = False, selection: bool = False):
         """Continue ``model`` through ``period`` ("val" or "test") with its seeded negatives;
@@ -371,12 +396,14 @@ class Evaluator:
                              graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
             inductive = self._scores(nn.pos, nn.neg)
             model.state.restore(start)
+            trim_heap()  # the rows the restore replaced
         chosen_on = None
         if apart:
             how = self.protocol.select_negatives
             sel = self.stream(model, idx, self.negatives(period, strategy=how), desc=f"{period} ({how} negatives)")
             chosen_on = {"negatives": how, "transductive": self._scores(sel.pos, sel.neg)}
             model.state.restore(start)
+            trim_heap()
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
         scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
@@ -424,7 +451,11 @@ class Evaluator:
         return {p: self.count_true_negatives(p) for p in PERIODS}
 
     def node_classification(self, z_train, z_val, z_test) -> Optional[Dict]:
-        """AUROC of a classifier on frozen source embeddings of train/val/test events."""
+        """AUROC of a classifier on frozen source embeddings of train/val/test events (None
+        when a pass was cut short, by ``--max-steps`` or a bounded evaluation: its embeddings
+        are not every event's)."""
+        if (len(z_train), len(z_val), len(z_test)) != (self.train_index.size, self.split.num_val, self.split.num_test):
+            return None
         idx = np.concatenate([self.train_index, self.period("val"), self.period("test")])
         z = np.concatenate([z_train, z_val, z_test])
         n_tr, n_val = self.train_index.size, self.split.num_val

@@ -180,8 +180,9 @@ class EpochLoop:
             log = self.train_epoch(epoch)
             if self.is_main:
                 self.history.append(log)
-            # (a cut epoch is known to every process: PAC ranks agree on the steps)
-            if not log.cut and (epoch % cfg.val_every == 0 or epoch == cfg.epochs):
+            # (a cut epoch is known to every process: PAC ranks agree on the steps; a bounded
+            # evaluation measures a cut epoch's evaluation too)
+            if (not log.cut or cfg.eval_max_steps) and (epoch % cfg.val_every == 0 or epoch == cfg.epochs):
                 val = self.validate_epoch(log)
                 improved = False
                 if self.is_main:
@@ -192,7 +193,7 @@ class EpochLoop:
             stop = self.agree(self.stopping.should_stop)
             self.save_last(epoch)
             if self.is_main:
-                self.announce(epoch_line(log, cfg.epochs, self.stopping.best_epoch == epoch and not log.cut))
+                self.announce(epoch_line(log, cfg.epochs, self.stopping.best_epoch == epoch and log.val is not None))
             if stop:
                 break
         train_seconds = time.perf_counter() - started
@@ -356,7 +357,8 @@ class Trainer(EpochLoop):
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,
                                    node_classification=config.node_classification, progress=config.progress,
                                    stream=self.stream, strategy=config.eval_negatives,
-                                   keep_test_start=self.out is not None, protocol=config.protocol_name)
+                                   keep_test_start=self.out is not None, protocol=config.protocol_name,
+                                   max_steps=config.eval_max_steps)
         self._init_loop()
 
     def train_epoch(self, epoch: int) -> EpochLog:

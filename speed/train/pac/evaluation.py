@@ -20,6 +20,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch.distributed as dist
 
+from ..._util import trim_heap
 from ...partition.ordered import release_pages
 from ..eval.evaluator import Evaluator
 from ..loop.trainer import EpochLoop
@@ -59,7 +60,7 @@ class RankEvaluation(EpochLoop):
                                         self.device, node_classification=False,
                                         progress=cfg.progress if self.is_main else False,
                                         strategy=cfg.eval_negatives, keep_test_start=self.out is not None,
-                                        protocol=cfg.protocol_name)
+                                        protocol=cfg.protocol_name, max_steps=cfg.eval_max_steps)
         return self._evaluator
 
     def eval_model(self) -> StatefulModel:
@@ -96,6 +97,9 @@ class RankEvaluation(EpochLoop):
         # the training rings are not handed over (evaluation rebuilds the rings from the log):
         # let them go before the evaluation state is made
         self.model.state.drop_neighbors()
+        self.shards.release_pages()  # the sub-graph was read from them: their pages need not stay
+        release_pages(self.events)
+        trim_heap()
         owner = self._shard_memories(log.epoch)
         model = self.eval_model()
         model.load_params(self.model.params_state_dict())
@@ -104,6 +108,7 @@ class RankEvaluation(EpochLoop):
                     self.rank, self.world, self.host_group)
         # the rank's own state is not read again before the next epoch sizes it afresh
         self.model.state.resize(0)
+        trim_heap()  # what the hand-over freed
         self.evaluator.prepare(model)
 
     # ----------------------------------------------------------- per-epoch validation
@@ -208,6 +213,7 @@ class RankEvaluation(EpochLoop):
         with PeakWatch() as watch:
             self._write_best(epoch, writer)
         release_pages(self.events)
+        trim_heap()
         figures = [None] * self.world
         dist.all_gather_object(figures, {**watch.as_dict(), "rows_bytes": writer.bytes_written},
                                group=self.wait_group)

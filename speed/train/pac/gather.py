@@ -56,8 +56,10 @@ def all_gather_rows(x: torch.Tensor, world: int, group=None) -> List[torch.Tenso
 
 
 def local_payload(model: StatefulModel, nodes: np.ndarray) -> StateRows:
-    """This rank's whole node state, pending events in global ids (host memory)."""
-    st = model.state.all_rows().to("cpu")
+    """This rank's whole node state, pending events in global ids (host memory).  The
+    memories are the model's own tensors where they are host memory (no copy): read them
+    before the model's state next changes."""
+    st = model.state.all_rows(views=True).to("cpu")
     g = torch.from_numpy(nodes)
     node, other, t, eid = st.pending
     # a component's export is (eid, node, ...) with the node in local ids (TIGE's values)

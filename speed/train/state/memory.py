@@ -78,6 +78,12 @@ class NodeMemory:
         i = n_id.to(self.memory.device)
         return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
 
+    def held(self):
+        """``(memory, last_update)``: every row as held, no copy.  For a reader done before the
+        next write (PAC's hand-over to the evaluation state, which would otherwise copy every
+        row at the moment it holds both states)."""
+        return self.memory, self.last_update
+
     def read_host(self, rows: torch.Tensor):
         """:meth:`read` from another thread: host rows are gathered with numpy, so that thread
         starts no torch thread pool of its own beside the step's."""

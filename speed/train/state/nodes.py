@@ -334,9 +334,14 @@ class NodeStates:
         for c in self.components:
             c.import_(rows.extras.get(c.name))
 
-    def all_rows(self) -> StateRows:
-        """:meth:`rows` of every node."""
-        return self.rows(torch.arange(self.num_nodes, device=self.device))
+    def all_rows(self, views: bool = False) -> StateRows:
+        """:meth:`rows` of every node.  ``views``: the memories as held (no copy; see
+        :meth:`NodeMemory.held`), for a reader done before the state next changes."""
+        if not views:
+            return self.rows(torch.arange(self.num_nodes, device=self.device))
+        pending = self._pending_of(np.arange(self.num_nodes, dtype=np.int64))
+        extras = {c.name: out for c in self.components if (out := c.export(pending[3])) is not None}
+        return StateRows({k: m.held() for k, m in self.memories().items()}, pending, extras)
 
     def pending_events(self) -> Tuple[torch.Tensor, ...]:
         """``(node, other, t, eid)`` of every pending event, in host memory (no memory copied)."""

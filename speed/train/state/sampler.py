@@ -117,6 +117,9 @@ class RecentNeighborSampler:
         self.hold_lo = int(_kernels.ring_flush(h["src"], h["dst"], h["t"], h["e"], self.hold_lo, h["t"].shape[0],
                                                float(before), self.nbr, self.nbr_t, self.nbr_e, self.head, self.count,
                                                self.undirected))
+        if self.hold_lo and self.hold_lo == h["t"].shape[0]:  # all in the rings: let the arrays go
+            self.hold = {name: np.empty(0, dtype=dt) for name, dt in _HOLD_FIELDS}
+            self.hold_lo = 0
 
     def sample_arrays(self, nodes: np.ndarray, times: np.ndarray):
         """The neighbours of ``nodes[b]`` strictly before ``times[b]``, as numpy arrays

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..._util import progress_bar
+from ..._util import TRIM_EVERY, progress_bar, trim_heap
 from .loader import EventStream, PlanLoader, Step
 from .negatives import NegativeSampler
 
@@ -106,7 +106,7 @@ def epoch_line(log: "EpochLog", epochs: int, best: bool) -> str:
     v = log.val.get("selection", log.val).get("transductive") if log.val else None  # the figure that selects
     val = f"val AP {v['ap']:.4f}  AUC {v['auc']:.4f}" if v else "not validated"
     if log.cut:
-        val = f"cut after {log.train_events:,} events (--max-steps), not validated"
+        val = f"cut after {log.train_events:,} events (--max-steps), " + (f"{val} (bounded)" if v else "not validated")
     return (f"epoch {log.epoch}/{epochs}  loss {log.loss:.4f}  {val}  {log.train_events_per_s:,.0f} ev/s  "
             f"{log.train_seconds:.1f} s" + ("  (best so far)" if best else ""))
 
@@ -294,6 +294,7 @@ class Engine:
         losses, backup, ended = [], None, True
         start = time.perf_counter()
         total = len(batches)
+        trim_steps = max(1, TRIM_EVERY // max(batches.batch_size, 1))
 
         def barrier(index: int, pass_ended: bool) -> bool:
             return (pass_ended and index + 1 < total) or sync_due(index + 1, sync_every)
@@ -314,6 +315,8 @@ class Engine:
                     model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+                if (s + 1) % trim_steps == 0:
+                    trim_heap()  # what the steps freed goes back to the system, not kept as heap
         if not ended and backup is not None:  # stopped inside a pass: keep the last complete one
             model.state.restore(backup)
         return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
