@@ -7,6 +7,7 @@ import errno
 import fnmatch
 import glob
 import math
+import mmap
 import os
 import shutil
 import socket
@@ -99,6 +100,17 @@ def trim_heap() -> bool:
         return False
     _LIBC.malloc_trim(0)
     return True
+
+
+def release_arrays(arrays) -> None:
+    """:func:`release_pages` for any arrays: those mapped from a file (``np.load(...,
+    mmap_mode="r")``, or views of one) let their pages go; the others are left alone."""
+    for a in arrays:
+        while a is not None and getattr(a, "_mmap", None) is None and isinstance(getattr(a, "base", None), np.ndarray):
+            a = a.base  # a view: its mapping is its base's
+        m = getattr(a, "_mmap", None)
+        if m is not None and not m.closed and hasattr(mmap, "MADV_DONTNEED"):
+            m.madvise(mmap.MADV_DONTNEED)
 
 
 def first_copies(keys: np.ndarray, held: np.ndarray) -> np.ndarray:

@@ -196,7 +196,7 @@ def test_heap_trim_and_page_release_run_on_any_input(tmp_path):
     import sys
 
     from speed._util import trim_heap
-    from speed.partition.ordered import release_arrays
+    from speed._util import release_arrays
 
     assert trim_heap() == sys.platform.startswith("linux")
     np.save(tmp_path / "a.npy", np.arange(100_000))

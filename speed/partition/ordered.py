@@ -20,6 +20,7 @@ import numpy as np
 
 from ..data.events import Events
 from ..data.meta import EventsMeta
+from .._util import release_arrays
 from ..errors import InputError
 from .shards import Shards
 
@@ -125,14 +126,3 @@ def release_pages(events: Events) -> None:
     over the log, so that a rank's resident memory holds the log only while it streams it.
     Columns held in memory are left alone."""
     release_arrays(getattr(events, name, None) for name in _COLUMNS)
-
-
-def release_arrays(arrays) -> None:
-    """:func:`release_pages` for any arrays: those mapped from a file (``np.load(...,
-    mmap_mode="r")``, or views of one) let their pages go; the others are left alone."""
-    for a in arrays:
-        while a is not None and getattr(a, "_mmap", None) is None and isinstance(getattr(a, "base", None), np.ndarray):
-            a = a.base  # a view: its mapping is its base's
-        m = getattr(a, "_mmap", None)
-        if m is not None and not m.closed and hasattr(mmap, "MADV_DONTNEED"):
-            m.madvise(mmap.MADV_DONTNEED)

@@ -35,7 +35,7 @@ from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
-from .._util import atomic_dir, jsonable, progress_bar
+from .._util import atomic_dir, jsonable, progress_bar, release_arrays
 from ..data.events import Events
 from ..data.meta import EventsMeta
 from ..errors import InputError
@@ -351,8 +351,6 @@ class Shards:
         """Let the pages of the mapped event columns go from this process (they stay in the
         page cache): once a PAC rank has read its sub-graph and trained, it does not read them
         again before the next epoch."""
-        from .ordered import release_arrays
-
         release_arrays([seg.part for seg in self.segments]
                        + [a for seg in self.segments for a in seg.arrays.values()])
 
