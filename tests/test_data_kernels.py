@@ -1,6 +1,7 @@
 """Data-layer numba kernels against plain numpy / Python references on random inputs."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,3 +38,31 @@ def test_duplicate_count_matches_python(n, nodes, times, seed):
 def test_first_unsorted():
     assert _kernels.first_unsorted(np.array([1.0, 2.0, 2.0])) == -1
     assert _kernels.first_unsorted(np.array([1, 3, 2, 0])) == 2
+
+
+def test_time_scale_equals_the_mean_gap_of_each_nodes_sorted_events(monkeypatch):
+    """JODIE's time unit, kept per node as first time, last time and count over windows of the
+    log, equals the mean consecutive gap of every node's events sorted by time (the slow
+    reference), self-loops, equal times and integer times included."""
+    import speed
+    from speed.train.model import build
+
+    def reference(ev):
+        nodes = np.concatenate([ev.src, ev.dst])
+        t = np.concatenate([ev.t_float(), ev.t_float()])
+        order = np.lexsort((t, nodes))
+        same = nodes[order][1:] == nodes[order][:-1]
+        gaps = np.diff(t[order])[same]
+        scale = float(gaps.mean()) if gaps.size else 1.0
+        return scale if scale > 0 else 1.0
+
+    rng = np.random.default_rng(11)
+    for trial in range(6):
+        n, m = int(rng.integers(2, 60)), int(rng.integers(1, 3000))
+        t = np.sort(rng.integers(0, 500, m)) if trial % 2 else np.sort(rng.random(m) * 1e6)
+        ev = speed.Events.from_arrays(rng.integers(0, n, m), rng.integers(0, n, m), t)
+        for window in (1 << 22, 7):
+            monkeypatch.setattr(build, "SPAN_WINDOW", window)
+            assert build.time_scale(ev) == pytest.approx(reference(ev), rel=1e-12)
+    one = speed.Events.from_arrays([0], [1], [5.0])  # no node has two events
+    assert build.time_scale(one) == 1.0

@@ -101,3 +101,26 @@ def test_edgebank_runs_like_a_model_from_the_cli(tmp_path, capsys):
         per_batch = np.mean([link_metrics(pos[a:a + 200], neg[a:a + 200])["ap"] for a in range(0, pos.size, 200)])
         assert got["ap"] == got["per_batch"]["ap"] == pytest.approx(per_batch, abs=1e-12), model
     capsys.readouterr()
+
+
+def test_true_negative_counts_equal_a_lookup_in_every_pair_of_the_log(monkeypatch):
+    """The count of negatives that are real edges streams the log a window at a time; it equals
+    the lookup in all of the log's pairs at once, windows that split the log included."""
+    from speed.train.eval import evaluator as ev_mod
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    ev = speed.Events.from_arrays(rng.integers(0, 30, n), rng.integers(30, 45, n), np.sort(rng.integers(0, 900, n)))
+    split = speed.chronological_split(ev)
+    keys = np.unique(ev.src * np.int64(ev.num_nodes) + ev.dst)
+    for strategy, protocol in (("random", "tgn"), ("historical", "dyglib")):
+        evaluator = ev_mod.Evaluator(ev, split, 100, seed=0, strategy=strategy, protocol=protocol)
+        expected = {}
+        for p in ("val", "test"):
+            src, neg = evaluator.negative_edges(p)
+            src = ev.src[evaluator.period(p)] if src is None else src
+            expected[p] = int(np.isin(src * np.int64(ev.num_nodes) + neg, keys).sum())
+        assert 0 < expected["val"] and 0 < expected["test"]  # some negatives are real pairs here
+        for window in (1 << 20, 333):
+            monkeypatch.setattr(ev_mod, "PREPARE_WINDOW", window)
+            assert evaluator.true_negative_counts() == expected

@@ -59,6 +59,21 @@ def count_duplicate_events(src, dst, t, num_nodes):
 
 
 @numba.njit(cache=True)
+def node_time_spans(src, dst, t, first, last, count):
+    """Each node's earliest and latest time and its number of endpoints, updated in place with
+    the events ``src, dst, t`` (any order; ``first``/``last`` float64 start at +inf/-inf)."""
+    for i in range(src.shape[0]):
+        ti = np.float64(t[i])
+        for side in range(2):
+            v = np.int64(src[i]) if side == 0 else np.int64(dst[i])
+            if ti < first[v]:
+                first[v] = ti
+            if ti > last[v]:
+                last[v] = ti
+            count[v] += 1
+
+
+@numba.njit(cache=True)
 def first_unsorted(t):
     """Index of the first element smaller than its predecessor, or -1."""
     for k in range(1, t.shape[0]):

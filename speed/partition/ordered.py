@@ -93,6 +93,7 @@ def write_ordered_log(shards: Shards, folder, window: int = WINDOW) -> Path:
                 outs[name][lo:hi] = block
             if not np.array_equal(outs["eid"][lo:hi], np.arange(lo, hi)):
                 raise InputError(f"the stored event ids do not cover {lo}..{hi - 1} once", seg.folder / "eid.npy")
+            release_arrays(list(arrays.values()) + [eid])  # the shards' pages read for the window
             for out in outs.values():  # let the window's pages go: written, not held
                 out.flush()
                 out._mmap.madvise(mmap.MADV_DONTNEED)

@@ -8,6 +8,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..._util import release_arrays
+from ...data._kernels import node_time_spans
 from ...data.events import Events
 from ..config import TrainConfig
 from .network import StatefulModel, build_model
@@ -49,15 +51,28 @@ def place_state(model: StatefulModel, setting: str, device: torch.device, num_no
 
 
 def time_scale(events: Events) -> float:
-    """Mean gap between a node's consecutive events (JODIE's Δt normaliser), vectorised."""
-    nodes = np.concatenate([events.src, events.dst])
-    t = np.concatenate([events.t_float(), events.t_float()])
-    order = np.lexsort((t, nodes))
-    n, tt = nodes[order], t[order]
-    same = n[1:] == n[:-1]
-    gaps = (tt[1:] - tt[:-1])[same]
-    scale = float(gaps.mean()) if gaps.size else 1.0
+    """Mean gap between a node's consecutive events (JODIE's Δt normaliser).
+
+    A node's gaps add up to its last time less its first, so one pass keeping each node's
+    first and last time and its count of endpoints gives the mean: O(nodes) memory, a window
+    of the log at a time.  (Sorting every endpoint by node and time held the log several times
+    over: 11.7 GB on a 10^8-event log, the largest thing a PAC run ever held.)"""
+    n = int(events.num_nodes)
+    first, last = np.full(n, np.inf), np.full(n, -np.inf)
+    count = np.zeros(n, dtype=np.int64)
+    for lo in range(0, len(events), SPAN_WINDOW):
+        hi = min(lo + SPAN_WINDOW, len(events))
+        cols = (events.src[lo:hi], events.dst[lo:hi], events.t[lo:hi])
+        node_time_spans(*cols, first, last, count)
+        release_arrays(cols)  # a mapped log's pages read so far (a held one is left alone)
+    seen = count > 0
+    gaps = int((count[seen] - 1).sum())
+    scale = float((last[seen] - first[seen]).sum()) / gaps if gaps else 1.0
     return scale if scale > 0 else 1.0
+
+
+# events time_scale reads at a time
+SPAN_WINDOW = 1 << 22
 
 
 def model_for(config: TrainConfig, num_nodes: int, events: Events, train: Events) -> StatefulModel:

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..._threads import apply_threads
-from ..._util import tune_allocator
+from ..._util import trim_heap, tune_allocator
 from ...partition.shards import Shards
 from ..run import checkpoint as ckpt
 from ..config import TrainConfig
@@ -145,7 +145,10 @@ class PacRank(RankEvaluation):
     def train_epoch(self, epoch: int) -> EpochLog:
         cfg = self.config
         group = self.groups(epoch)[self.rank]
+        self.graph = None  # the last epoch's sub-graph goes before this one is read
         rg = self.graph = rank_graph(self.shards, group, self.new_nodes, cfg.subgraph)
+        self.shards.release_pages()  # read into the sub-graph: the mapped pages need not stay
+        trim_heap()
         ev = rg.events
         if len(ev) == 0:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
