@@ -468,7 +468,8 @@ class Evaluator:
         if pairs.size:
             for lo in range(0, len(ev), PREPARE_WINDOW):
                 hi = min(lo + PREPARE_WINDOW, len(ev))
-                keys = np.asarray(ev.src[lo:hi], dtype=np.int64) * n + ev.dst[lo:hi]
+                # sorted, the window's look-ups walk the pairs in order (cache-friendly)
+                keys = np.sort(np.asarray(ev.src[lo:hi], dtype=np.int64) * n + ev.dst[lo:hi])
                 pos = np.searchsorted(pairs, keys).clip(max=pairs.size - 1)
                 found[pos[pairs[pos] == keys]] = True
             release_pages(ev)

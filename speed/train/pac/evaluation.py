@@ -106,8 +106,9 @@ class RankEvaluation(EpochLoop):
         rule = "last" if self.config.sync == "none" else self.config.sync
         shard_state(self.model, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule,
                     self.rank, self.world, self.host_group)
-        # the rank's own state is not read again before the next epoch sizes it afresh
+        # the rank's own state and sub-graph are not read again before the next epoch builds them
         self.model.state.resize(0)
+        rg.events = None
         trim_heap()  # what the hand-over freed
         self.evaluator.prepare(model)
 
