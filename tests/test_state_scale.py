@@ -204,3 +204,24 @@ def test_heap_trim_and_page_release_run_on_any_input(tmp_path):
     assert int(mapped[::1000].sum()) == sum(range(0, 100_000, 1000))
     release_arrays([mapped, mapped[10:20], np.arange(5), None])
     assert int(mapped[::1000].sum()) == sum(range(0, 100_000, 1000))
+
+
+def test_the_new_node_pass_pushes_its_neighbour_graph_a_window_at_a_time(monkeypatch):
+    """The new-node pass gives the sampler the period's events a window at a time; its scores
+    are those of one push of the whole period (windows that split a timestamp's events too)."""
+    from speed.train.eval import evaluator as ev_mod
+
+    ev = speed.generate_events(num_nodes=150, num_events=3000, seed=4)
+    ev = speed.Events.from_arrays(ev.src, ev.dst, np.floor(ev.t / 5.0))
+    split = speed.chronological_split(ev, new_node_fraction=0.2, seed=1)
+    model = build_model("tgn", ev.num_nodes, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3).eval()
+    evaluator = ev_mod.Evaluator(ev, split, 50, 0)
+    evaluator.prepare(model)
+    start = model.state.backup()
+    scores = []
+    for window in (1 << 20, 29):
+        monkeypatch.setattr(ev_mod, "PREPARE_WINDOW", window)
+        model.state.restore(start)
+        out, _ = evaluator.evaluate(model, "val")
+        scores.append(out["inductive"])
+    assert scores[0]["count"] > 0 and scores[0] == scores[1]

@@ -263,3 +263,22 @@ class Events:
         extra += ", labels" if self.label is not None else ""
         kind = ", bipartite" if self.bipartite else ""
         return f"Events(num_events={len(self)}, num_nodes={self.num_nodes}{kind}{extra}, {span})"
+
+
+# events a windowed pass over a column reads at a time
+WINDOW = 1 << 20
+
+
+def distinct_ids(events: "Events", column: str) -> np.ndarray:
+    """The distinct ids of ``events``' column ``"src"`` or ``"dst"``, ascending (as
+    ``np.unique``), int64: marked in a node mask a window at a time, the pages of a mapped
+    log let go as it goes: O(nodes) memory, where ``np.unique`` sorts a copy of the column
+    (2.5 GB more per PAC rank on a 10^8-event log)."""
+    from .._util import release_arrays
+
+    col = getattr(events, column)
+    seen = np.zeros(int(events.num_nodes), dtype=bool)
+    for lo in range(0, len(col), WINDOW):
+        seen[col[lo:lo + WINDOW]] = True
+        release_arrays([col])
+    return np.flatnonzero(seen)
