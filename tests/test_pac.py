@@ -534,9 +534,11 @@ def test_planned_peak_is_the_largest_phase_over_the_runtime(shards4):
     """A rank's planned peak: the runtime, then the largest of the start (a window of the
     time-ordered log, on rank 0 that writes it), the end of a training epoch and the evaluation
     (its owned rows and every node's pending events, twice; once more of the pending events on
-    the writer; the val and test events it streams), never their sum."""
+    the writer; what a pass holds per event of the period; the val and test events it streams),
+    never their sum."""
     from speed.partition.ordered import WINDOW
-    from speed.train.pac.budget import EVAL_COPIES, RANK_STATE_COPIES, _event_bytes, rank_peak_bytes
+    from speed.train.pac.budget import EVAL_COPIES, PERIOD_EVENT_BYTES, RANK_STATE_COPIES, _event_bytes, \
+        rank_peak_bytes
 
     shards = load_shards(shards4)
     writer = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=True)
@@ -551,9 +553,11 @@ def test_planned_peak_is_the_largest_phase_over_the_runtime(shards4):
     assert writer["log_streamed"] == 32 * window == other["log_streamed"]
     assert writer["evaluation"] == EVAL_COPIES * 80 + 30 and other["evaluation"] == EVAL_COPIES * 80
     assert local["rank_state"] == (RANK_STATE_COPIES + 1) * 7
+    period = max(sp["num_val_events"], sp["num_test_events"])
+    assert writer["eval_period"] == other["eval_period"] == PERIOD_EVENT_BYTES * period
     for p in (writer, other):
         assert p["total"] == 1000 + max(p["log_window"], 2 * 32 * 10 + RANK_STATE_COPIES * 7,
-                                        p["evaluation"] + p["log_streamed"])
+                                        p["evaluation"] + p["eval_period"] + p["log_streamed"])
 
 
 def test_resume_with_another_number_of_ranks_is_refused_with_the_reason(shards4, tmp_path):

@@ -217,7 +217,8 @@ def format_plan(p: dict) -> str:
                      f"(at one process's speed per rank)")
     lines.append("peak MiB: a rank's expected peak resident memory (runtime, then the largest of its training "
                  "sub-graph and node state, and its share of the evaluation: the memories and neighbour rings of the "
-                 "nodes it owns, every node's pending events, the val and test events it streams from the mapped log)")
+                 "nodes it owns and every node's pending events, twice over with the back-up of a period's start; what a "
+                 "pass holds per event of the period; the val and test events it streams from the mapped log)")
     if p.get("advice"):
         lines.append(f"advice: the shards (version {p['version']}, with appends) drifted: {p['advice']}")
     return "\n".join(lines)

@@ -45,9 +45,11 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
       (``eval_owned``) and the pending events of every node (``eval_whole``),
       :data:`EVAL_COPIES` times over, on the rank that writes ``best.json`` (``writer``) one
       more copy of the pending events (the predictor's snapshot of the end of the log; each
-      rank writes its own rows, a window at a time), and the window of the log's events it
-      streams (``log_streamed``: a pass lets their pages go as it goes) with the edge features.
-      The rank's own training state is freed before it.
+      rank writes its own rows, a window at a time), what a pass holds per event of the
+      period (``eval_period``, :data:`PERIOD_EVENT_BYTES` for each event of the longer of val
+      and test), and the window of the log's events it streams (``log_streamed``: a pass lets
+      their pages go as it goes) with the edge features.  The rank's own training state and
+      sub-graph are freed before it.
     """
     from ...partition.ordered import WINDOW
     from ..eval.evaluator import RELEASE_EVERY
@@ -56,27 +58,35 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
     num_log = shards.segments[0].num_events
     # a pass lets the mapped log's pages go every RELEASE_EVERY events (and at its end): it holds
     # at most that many, and the plan's loader reads a batch or two ahead
-    streamed = min(max(int(split.get("num_val_events", 0)), int(split.get("num_test_events", 0))),
-                   2 * RELEASE_EVERY)
+    period = max(int(split.get("num_val_events", 0)), int(split.get("num_test_events", 0)))
+    streamed = min(period, 2 * RELEASE_EVERY)
     bare = _event_bytes(shards, features=False)
     features = (_event_bytes(shards) - bare) * num_log
     copies = RANK_STATE_COPIES + (1 if local_validation else 0)
     out = {"runtime": int(runtime), "log_window": _event_bytes(shards) * min(WINDOW, num_log) if writer else 0,
            "log_streamed": bare * streamed, "features": features, "rank_events": 2 * 32 * rank_events,
            "rank_state": copies * int(rank_state),
-           "evaluation": EVAL_COPIES * (int(eval_owned) + int(eval_whole)) + (int(eval_whole) if writer else 0)}
+           "evaluation": EVAL_COPIES * (int(eval_owned) + int(eval_whole)) + (int(eval_whole) if writer else 0),
+           "eval_period": PERIOD_EVENT_BYTES * period}
     phases = [out["log_window"], out["rank_events"] + out["rank_state"] + features,
-              out["evaluation"] + out["log_streamed"] + features]
+              out["evaluation"] + out["eval_period"] + out["log_streamed"] + features]
     out["total"] = out["runtime"] + max(phases)
     return out
 
 
-# Copies of a rank's evaluation state held at once, measured: the evaluation model's and the state
-# at the start of the period (kept for the new-node pass, and of the test period for
-# load_run(at="test")) make two, and two under-predicted the peaks of the 1M- and 10M-event runs
-# of benchmarks/scale.py by 21% and 28% (0.81 planned against 1.03 GiB measured; 2.33 against
-# 3.25); three comes within 13% and 5% of them.  What the third copy is has not been pinned down.
-EVAL_COPIES = 3
+# Copies of a rank's evaluation state held at once: the evaluation model's, and the back-up of
+# the period's start (the rows the period's events touch, most of a rank's on a large log; kept
+# for the new-node pass and, of the test period, for load_run(at="test")).  Until the phases of a
+# rank were measured one by one (a census of what each holds, benchmarks/ docs), a third copy
+# stood for what was then unexplained: the hand-over copying every trained row twice, the
+# training period's ring insert and the new-node pass's push held whole, mapped pages and heap
+# left resident.  Those are gone; the 10M-event run's phases now peak at two copies.
+EVAL_COPIES = 2
+# What a pass holds per event of its period, measured on the bounded 10^8-event run (15M val and
+# test events): the new-node pass's neighbour graph pushed to the sampler (each event as given,
+# and the halves this rank owns waiting for the rings), the period's positions, negatives and
+# new-node mask, and the endpoints the start back-up is taken of.
+PERIOD_EVENT_BYTES = 100
 # A rank's state at the end of an epoch: its own, and its rows in global ids as they are brought to
 # their owners (speed.train.pac.sharded.shard_state); local validation backs it up once more.
 RANK_STATE_COPIES = 2
