@@ -537,8 +537,8 @@ def test_planned_peak_is_the_largest_phase_over_the_runtime(shards4):
     the writer; what a pass holds per event of the period; the val and test events it streams),
     never their sum."""
     from speed.partition.ordered import WINDOW
-    from speed.train.pac.budget import EVAL_COPIES, PERIOD_EVENT_BYTES, RANK_STATE_COPIES, _event_bytes, \
-        rank_peak_bytes
+    from speed.train.pac.budget import EVAL_COPIES, PERIOD_EVENT_BYTES, PERIOD_OWNED_BYTES, RANK_STATE_COPIES, \
+        _event_bytes, rank_peak_bytes
 
     shards = load_shards(shards4)
     writer = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=True)
@@ -554,7 +554,9 @@ def test_planned_peak_is_the_largest_phase_over_the_runtime(shards4):
     assert writer["evaluation"] == EVAL_COPIES * 80 + 30 and other["evaluation"] == EVAL_COPIES * 80
     assert local["rank_state"] == (RANK_STATE_COPIES + 1) * 7
     period = max(sp["num_val_events"], sp["num_test_events"])
-    assert writer["eval_period"] == other["eval_period"] == PERIOD_EVENT_BYTES * period
+    assert writer["eval_period"] == other["eval_period"] == (PERIOD_EVENT_BYTES + PERIOD_OWNED_BYTES) * period
+    four = rank_peak_bytes(1000, shards, 10, 7, 50, 30, writer=False, world=4)
+    assert four["eval_period"] == (PERIOD_EVENT_BYTES + PERIOD_OWNED_BYTES // 4) * period  # the halves divide
     for p in (writer, other):
         assert p["total"] == 1000 + max(p["log_window"], 2 * 32 * 10 + RANK_STATE_COPIES * 7,
                                         p["evaluation"] + p["eval_period"] + p["log_streamed"])

@@ -188,12 +188,20 @@ class Evaluator:
         self.mrr_negatives = int(mrr_negatives) or self.protocol.default_candidates
         self.device, self.progress = device, progress
         self.with_node_classification = bool(node_classification) and events.label is not None
-        self.train_index = np.flatnonzero(split.train_mask)
+        self._train_index: Optional[np.ndarray] = None
         self.event_stream = stream if stream is not None else EventStream(events)
         # TGN's and DyGLib's samplers draw from the distinct sources and destinations of the whole log
         self.src_pool, self.dst_pool = distinct_ids(events, "src"), distinct_ids(events, "dst")
 
     # ------------------------------------------------------------------ periods
+    @property
+    def train_index(self) -> np.ndarray:
+        """Positions of the masked training events (made when first asked: a PAC rank's
+        evaluation never asks, and on a 10^8-event log they are 0.5 GB)."""
+        if self._train_index is None:
+            self._train_index = np.flatnonzero(self.split.train_mask)
+        return self._train_index
+
     def period(self, name: str) -> np.ndarray:
         """Event positions of ``"train"`` (masked training events), ``"val"`` or ``"test"``."""
         sp = self.split
@@ -207,7 +215,9 @@ class Evaluator:
 
     def inductive(self, period: str) -> np.ndarray:
         """bool, one per event of ``period``: touches a node unseen in the (masked) training events."""
-        return self.split.val_inductive if period == "val" else self.split.test_inductive
+        out = self.split.val_inductive if period == "val" else self.split.test_inductive
+        release_pages(self.events)  # what making the mask read of a mapped log (1.3 GB of a 10^8-event one)
+        return out
 
     @property
     def new_node_pass(self) -> bool:
@@ -221,7 +231,9 @@ class Evaluator:
         validation (``val_data.node_interact_times[-1]``, unmasked)."""
         sp, t = self.split, self.events.t_float()
         if period == "val":
-            return float(t[self.train_index[-1]]) if self.train_index.size else -np.inf
+            mask = self.split.train_mask
+            last = mask.size - 1 - int(np.argmax(mask[::-1])) if mask.any() else -1  # the last trained event
+            return float(t[last]) if last >= 0 else -np.inf
         end = sp.num_train + sp.num_val
         return float(t[end - 1]) if end else -np.inf
 

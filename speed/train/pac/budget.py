@@ -27,7 +27,7 @@ def _event_bytes(shards: Shards, features: bool = True) -> int:
 
 
 def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: int, eval_owned: int,
-                    eval_whole: int, writer: bool, local_validation: bool = False) -> Dict[str, int]:
+                    eval_whole: int, writer: bool, local_validation: bool = False, world: int = 1) -> Dict[str, int]:
     """What a rank holds at its peak, by part (bytes).
 
     Always: the interpreter with torch and speed loaded and a rank started (``runtime``).  The
@@ -46,8 +46,9 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
       :data:`EVAL_COPIES` times over, on the rank that writes ``best.json`` (``writer``) one
       more copy of the pending events (the predictor's snapshot of the end of the log; each
       rank writes its own rows, a window at a time), what a pass holds per event of the
-      period (``eval_period``, :data:`PERIOD_EVENT_BYTES` for each event of the longer of val
-      and test), and the window of the log's events it streams (``log_streamed``: a pass lets
+      period (``eval_period``: :data:`PERIOD_EVENT_BYTES` on every rank and
+      :data:`PERIOD_OWNED_BYTES` divided among the ``world`` ranks, for each event of the
+      longer of val and test), and the window of the log's events it streams (``log_streamed``: a pass lets
       their pages go as it goes) with the edge features.  The rank's own training state and
       sub-graph are freed before it.
     """
@@ -67,7 +68,7 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
            "log_streamed": bare * streamed, "features": features, "rank_events": 2 * 32 * rank_events,
            "rank_state": copies * int(rank_state),
            "evaluation": EVAL_COPIES * (int(eval_owned) + int(eval_whole)) + (int(eval_whole) if writer else 0),
-           "eval_period": PERIOD_EVENT_BYTES * period}
+           "eval_period": (PERIOD_EVENT_BYTES + PERIOD_OWNED_BYTES // max(int(world), 1)) * period}
     phases = [out["log_window"], out["rank_events"] + out["rank_state"] + features,
               out["evaluation"] + out["eval_period"] + out["log_streamed"] + features]
     out["total"] = out["runtime"] + max(phases)
@@ -82,11 +83,14 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
 # training period's ring insert and the new-node pass's push held whole, mapped pages and heap
 # left resident.  Those are gone; the 10M-event run's phases now peak at two copies.
 EVAL_COPIES = 2
-# What a pass holds per event of its period, measured on the bounded 10^8-event run (15M val and
-# test events): the new-node pass's neighbour graph pushed to the sampler (each event as given,
-# and the halves this rank owns waiting for the rings), the period's positions, negatives and
-# new-node mask, and the endpoints the start back-up is taken of.
-PERIOD_EVENT_BYTES = 100
+# What a pass holds per event of its period, counted from what the census of a rank showed: on
+# every rank the new-node pass's neighbour graph as given to the sampler (4 int64/float64 columns,
+# 32 B), the period's positions and negatives (16 B) and the new-node mask and positions; and,
+# divided among the ranks, the event halves whose nodes a rank owns, waiting for its rings (2
+# halves of 32 B).  Checked against the bounded 10^8-event run (15M val and test events).
+PERIOD_EVENT_BYTES = 56
+PERIOD_OWNED_BYTES = 64
+
 # A rank's state at the end of an epoch: its own, and its rows in global ids as they are brought to
 # their owners (speed.train.pac.sharded.shard_state); local validation backs it up once more.
 RANK_STATE_COPIES = 2
@@ -154,7 +158,7 @@ def plan(shards: Shards, config: TrainConfig, nproc: int) -> Dict:
             owned = int(np.count_nonzero(owner[epoch] == r))
             peak = rank_peak_bytes(runtime, shards, len(rg.events), int(rg.nodes.size) * state_per_node,
                                    owned * owned_per_node, shards.num_nodes * whole_per_node, writer=r == 0,
-                                   local_validation=config.validation == "local")
+                                   local_validation=config.validation == "local", world=nproc)
             ranks.append({"rank": r, "parts": group.tolist(), "events": len(rg.events), "nodes": int(rg.nodes.size),
                           "memory_bytes": int(rg.nodes.size) * per_node, "evaluation_nodes": owned,
                           "peak_bytes": peak["total"], "peak_parts": peak})
