@@ -7,6 +7,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._util import release_arrays
 from ..errors import InputError
 from . import _kernels
 from .meta import EventsMeta
@@ -46,6 +47,10 @@ def compact_ids(src: np.ndarray, dst: np.ndarray, bipartite: bool = False):
     ids, inv = np.unique(both, return_inverse=True)
     n = src.shape[0]
     return inv[:n].astype(np.int64), inv[n:].astype(np.int64), ids
+
+
+# events Events.node_mask marks at a time
+MASK_WINDOW = 1 << 20
 
 
 @dataclass
@@ -226,11 +231,18 @@ class Events:
         """Timestamps as float64 (a view when they already are)."""
         return self.t if self.t.dtype == np.float64 else self.t.astype(np.float64)
 
-    def node_mask(self) -> np.ndarray:
-        """bool ndarray, shape (num_nodes,): nodes that occur in these events."""
+    def node_mask(self, columns=("src", "dst")) -> np.ndarray:
+        """bool ndarray, shape (num_nodes,): nodes that occur in these events (as ``columns``).
+
+        Marked a window of events at a time, a mapped log's pages let go as it goes: O(nodes)
+        memory, where reading a mapped 10^8-event column whole kept its 0.8 GB resident (and
+        ``np.unique`` of it, as the evaluation's pools were made, sorted a copy: 2.5 GB)."""
         mask = np.zeros(self.num_nodes, dtype=bool)
-        mask[self.src] = True
-        mask[self.dst] = True
+        for name in columns:
+            col = getattr(self, name)
+            for lo in range(0, len(col), MASK_WINDOW):
+                mask[col[lo:lo + MASK_WINDOW]] = True
+                release_arrays([col])
         return mask
 
     def select(self, index) -> "Events":
@@ -264,21 +276,3 @@ class Events:
         kind = ", bipartite" if self.bipartite else ""
         return f"Events(num_events={len(self)}, num_nodes={self.num_nodes}{kind}{extra}, {span})"
 
-
-# events a windowed pass over a column reads at a time
-WINDOW = 1 << 20
-
-
-def distinct_ids(events: "Events", column: str) -> np.ndarray:
-    """The distinct ids of ``events``' column ``"src"`` or ``"dst"``, ascending (as
-    ``np.unique``), int64: marked in a node mask a window at a time, the pages of a mapped
-    log let go as it goes: O(nodes) memory, where ``np.unique`` sorts a copy of the column
-    (2.5 GB more per PAC rank on a 10^8-event log)."""
-    from .._util import release_arrays
-
-    col = getattr(events, column)
-    seen = np.zeros(int(events.num_nodes), dtype=bool)
-    for lo in range(0, len(col), WINDOW):
-        seen[col[lo:lo + WINDOW]] = True
-        release_arrays([col])
-    return np.flatnonzero(seen)

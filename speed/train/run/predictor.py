@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..._util import first_copies, full_time, release_arrays, tune_allocator
-from ...data.events import Events, distinct_ids
+from ...data.events import Events
 from ...errors import InputError
 from . import checkpoint as ckpt
 from ..model.network import StatefulModel, TemporalGNN, build_model
@@ -66,11 +66,8 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
     """
     per_side = events.node_ids is not None and np.unique(events.node_ids).size < events.node_ids.size
     # the destinations (bipartite) or endpoints of the log: where an update draws its negatives
-    # (marked a window at a time: a PAC rank's log is mapped, and read whole it stays resident)
     pool = np.zeros(model.num_nodes, dtype=bool)
-    pool[distinct_ids(events, "dst")] = True
-    if not events.bipartite:
-        pool[distinct_ids(events, "src")] = True
+    pool[np.flatnonzero(events.node_mask(("dst",) if events.bipartite else ("src", "dst")))] = True
     out = _payload(model, events.node_ids, events.msg if events.msg is not None and events.msg.shape[1] > 0 else None,
                    float(events.t_float()[-1]) if len(events) else -np.inf, int(len(events)), batch_size, test_start,
                    # JODIE-style logs number users and items apart, so one id can name two nodes
