@@ -17,6 +17,10 @@ same script, so before and after are measured side by side in one run::
     python benchmarks/profile_step.py --log ../shared/data/wikipedia.csv --log dense.csv \\
         --tree /tmp/old --out benchmarks/results/profile_step.json
 
+``--device cuda`` profiles on a GPU (each stage then waits for its kernels, so the stages add up
+to the epoch, at the price of the overlap a step would otherwise have); ``--state-device host``
+keeps the memories in host RAM, with a pinned staging buffer unless ``--no-pin``.
+
 Each (tree, log) runs in its own process, one after the other.  Prints a table and writes JSON.
 """
 
@@ -34,15 +38,18 @@ HERE = Path(__file__).resolve().parent
 
 def _wrap(owner, name, stage, clock):
     fn = getattr(owner, name)
+    sync = clock.get("sync") or (lambda: None)
 
     def timed(*args, **kwargs):
         if clock["active"]:  # inside another stage: that one gets the time
             return fn(*args, **kwargs)
         clock["active"] = stage
+        sync()  # on a GPU: what was queued before belongs to the stage before
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
+            sync()
             clock["stages"][stage] = clock["stages"].get(stage, 0.0) + time.perf_counter() - t0
             clock["active"] = None
 
@@ -56,6 +63,11 @@ def worker(a) -> dict:
     torch.set_num_threads(a.threads)
     import speed
     from speed.train import TrainConfig, Trainer
+
+    if a.no_pin:
+        from speed.train.state import staging
+
+        staging.PIN_STAGING = False
     try:  # this layout: the training package in rooms
         from speed.train.model import modules, network as models
         from speed.train.step import loader
@@ -63,7 +75,9 @@ def worker(a) -> dict:
         from speed.train import models, modules
         loader = None
 
-    clock = {"active": None, "stages": {}}
+    # on a GPU each stage waits for its kernels (else it gets only their launches)
+    clock = {"active": None, "stages": {},
+             "sync": torch.cuda.synchronize if a.device.startswith("cuda") else None}
     if hasattr(models, "StatefulModel"):  # plans on the host, memory from keys
         if loader is None:
             from speed.train import loader
@@ -88,7 +102,8 @@ def worker(a) -> dict:
 
     events = speed.read_events(a.log, progress=False)
     split = speed.chronological_split(events, new_node_fraction=0.0)
-    cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0)
+    cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0,
+               device=a.device, state_device=a.state_device)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = Trainer(events, split, TrainConfig(**cfg))
     tr.train_epoch(1)  # numba compilation and warm caches
@@ -98,7 +113,9 @@ def worker(a) -> dict:
     total = time.perf_counter() - t0
     stages = dict(clock["stages"])
     stages["Python and the rest"] = total - sum(stages.values())
-    return {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "events": log.train_events,
+    return {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "device": a.device,
+            "state_device": getattr(tr, "state_on", a.state_device), "pinned_staging": not a.no_pin,
+            "events": log.train_events,
             "seconds": total, "events_per_s": log.train_events / total, "stages": stages}
 
 
@@ -108,6 +125,9 @@ def main() -> int:
     ap.add_argument("--tree", action="append", default=None, help="checkout to profile (repeatable; default this one)")
     ap.add_argument("--model", default="tgn")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (stages then wait for their kernels)")
+    ap.add_argument("--state-device", default="auto", help="auto, device or host (memories in host RAM)")
+    ap.add_argument("--no-pin", action="store_true", help="host memories: no pinned staging buffer")
     ap.add_argument("--out", default=str(HERE / "results" / "profile_step.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -120,16 +140,20 @@ def main() -> int:
     for log in a.log:
         for tree in trees:
             proc = subprocess.run([sys.executable, __file__, "--worker", "--log", log, "--tree", tree, "--model", a.model,
-                                   "--threads", str(a.threads)], capture_output=True, text=True)
+                                   "--threads", str(a.threads), "--device", a.device, "--state-device",
+                                   a.state_device] + (["--no-pin"] if a.no_pin else []),
+                                  capture_output=True, text=True)
             if proc.returncode:
                 raise RuntimeError(proc.stderr)
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             r = rows[-1]
             share = ", ".join(f"{k} {100 * v / r['seconds']:.0f}%" for k, v in r["stages"].items())
-            print(f"{r['log']:<24} {Path(r['tree']).name:<8} {r['events_per_s']:>8,.0f} events/s  {share}")
+            print(f"{r['log']:<24} {Path(r['tree']).name:<8} {r['device']} (state {r['state_device']}) "
+                  f"{r['events_per_s']:>8,.0f} events/s  {share}")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": a.model, "threads": a.threads, "runs": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"model": a.model, "threads": a.threads, "device": a.device, "runs": rows},
+                              indent=2) + "\n")
     print(f"saved {out}")
     return 0
 

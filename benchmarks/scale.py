@@ -51,10 +51,10 @@ def generate(path: Path, events: int, nodes: int, seed: int, items: int = 0) -> 
     return path
 
 
-def events_per_s(log: Path, framework: str, threads: int) -> dict:
-    """One training epoch of TGN by ``framework`` ("speed" or "pyg") in a subprocess."""
+def events_per_s(log: Path, framework: str, threads: int, device: str = "cpu") -> dict:
+    """One training epoch of TGN by ``framework`` ("speed" or "pyg") on ``device``, in a subprocess."""
     proc = _run([sys.executable, HERE / "train_vs_pyg.py", "--worker", framework, "--epochs", "1", "--threads",
-                 threads, "--seed", "0", "--log", log, "--train-only"])
+                 threads, "--seed", "0", "--log", log, "--train-only", "--device", device])
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     return {"events_per_s": r["epochs"][0]["events_per_s"], "seconds": r["epochs"][0]["seconds"],
             "num_nodes": r["num_nodes"]}
@@ -67,7 +67,7 @@ def node_sweep(a, work: Path) -> list:
         row = {"nodes_requested": n}
         for fw in (("speed",) if a.skip_pyg else ("speed", "pyg")):
             print(f"nodes {n:,}: {fw} ...", file=sys.stderr, flush=True)
-            r = events_per_s(log, fw, a.threads)
+            r = events_per_s(log, fw, a.threads, a.device)
             row["distinct_nodes"] = r["num_nodes"]
             row[f"{fw}_events_per_s"] = r["events_per_s"]
         if "pyg_events_per_s" in row:
@@ -151,7 +151,9 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("distinct nodes (same number of events)")
     ax.set_ylabel("training events / s")
-    ax.set_title(f"TGN, one process, {result['args']['threads']} threads, {result['args']['events']:,} events")
+    where = result["args"].get("device", "cpu")
+    where = f"{result['args']['threads']} threads" if where == "cpu" else where
+    ax.set_title(f"TGN, one process, {where}, {result['args']['events']:,} events")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -173,6 +175,7 @@ def main() -> int:
     ap.add_argument("--topk", type=float, default=5)
     ap.add_argument("--max-steps", type=int, default=None, help="cut each PAC epoch after N steps")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="where the node sweep trains (cpu, cuda, cuda:N)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--skip-pyg", action="store_true")
     ap.add_argument("--work", default="/tmp/speed-scale", help="where the generated logs and runs go")

@@ -9,6 +9,7 @@ installed from the registry.  Both sides:
   0-dimensional messages); the same chronological 70/15/15 split with no hold-out
   (transductive, as PyG's example and TGB train: ``new_node_fraction=0`` on both sides), so both
   train on every training event;
+* ``--device`` (default cpu) for both: data, weights, memories and neighbour tables on it;
 * batch 200, memory/time/embedding dim 100, 10 neighbours, Adam lr 1e-4, 2 torch threads;
 * training negatives from ``numpy.random.default_rng([seed, epoch, 0])`` over the training
   pool (speed's trainer's stream); evaluation: after the last epoch, val then test are
@@ -40,6 +41,13 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "wikipedia.csv"
 
 
+def _device_name(device: str) -> str:
+    """``device`` in words: the GPU's name for a CUDA device."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+
+
 def _setup(threads: int, log):
     import torch
 
@@ -56,7 +64,7 @@ def run_speed(a) -> dict:
 
     events, split = _setup(a.threads, a.log[0])
     cfg = TrainConfig(model="tgn", batch_size=200, lr=1e-4, memory_dim=100, time_dim=100, embedding_dim=100,
-                      neighbors=10, device="cpu", seed=a.seed, progress=False, num_threads=a.threads,
+                      neighbors=10, device=a.device, seed=a.seed, progress=False, num_threads=a.threads,
                       new_node_fraction=0.0).validate()
     tr = Trainer(events, split, cfg)
     epochs = []
@@ -80,13 +88,14 @@ def run_pyg(a) -> dict:
 
     events, split = _setup(a.threads, a.log[0])
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
     num_nodes = events.num_nodes
-    src = torch.tensor(events.src)
-    dst = torch.tensor(events.dst)
-    t = torch.tensor(events.t_float()).long()  # PyG's TGN keeps integer timestamps
+    src = torch.tensor(events.src, device=dev)
+    dst = torch.tensor(events.dst, device=dev)
+    t = torch.tensor(events.t_float(), device=dev).long()  # PyG's TGN keeps integer timestamps
     # PyG's TGNMemory fails with 0-dimensional messages (its empty message store has the
     # wrong width), so it gets one constant zero feature: no information, one extra input.
-    msg = torch.zeros(len(events), 1)
+    msg = torch.zeros(len(events), 1, device=dev)
 
     class GraphAttentionEmbedding(torch.nn.Module):  # as in PyG's examples/tgn.py
         def __init__(self, in_channels, out_channels, msg_dim, time_enc):
@@ -112,14 +121,14 @@ def run_pyg(a) -> dict:
             return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu())
 
     memory = TGNMemory(num_nodes, 1, 100, 100, message_module=IdentityMessage(1, 100, 100),
-                       aggregator_module=LastAggregator())
-    gnn = GraphAttentionEmbedding(100, 100, 1, memory.time_enc)
-    link_pred = LinkPredictor(100)
+                       aggregator_module=LastAggregator()).to(dev)
+    gnn = GraphAttentionEmbedding(100, 100, 1, memory.time_enc).to(dev)
+    link_pred = LinkPredictor(100).to(dev)
     params = set(memory.parameters()) | set(gnn.parameters()) | set(link_pred.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-4)
     criterion = torch.nn.BCEWithLogitsLoss()
-    neighbor_loader = LastNeighborLoader(num_nodes, size=10)
-    assoc = torch.empty(num_nodes, dtype=torch.long)
+    neighbor_loader = LastNeighborLoader(num_nodes, size=10, device=dev)
+    assoc = torch.empty(num_nodes, dtype=torch.long, device=dev)
 
     train_index = np.flatnonzero(split.train_mask)
     tr_src, tr_dst = events.src[train_index], events.dst[train_index]  # the trainer's pool
@@ -128,13 +137,13 @@ def run_pyg(a) -> dict:
 
     def batches(index):
         for s in range(0, index.size, 200):
-            yield torch.from_numpy(index[s:s + 200])
+            yield torch.from_numpy(index[s:s + 200]).to(dev)
 
     def step(idx, neg):
         b_src, b_dst, b_t, b_msg = src[idx], dst[idx], t[idx], msg[idx]
         n_id = torch.cat([b_src, b_dst, neg]).unique()
         n_id, edge_index, e_id = neighbor_loader(n_id)
-        assoc[n_id] = torch.arange(n_id.size(0))
+        assoc[n_id] = torch.arange(n_id.size(0), device=dev)
         z, last_update = memory(n_id)
         z = gnn(z, last_update, edge_index, t[e_id], msg[e_id])
         pos = link_pred(z[assoc[b_src]], z[assoc[b_dst]]).squeeze(-1)
@@ -151,7 +160,7 @@ def run_pyg(a) -> dict:
         losses = []
         start = time.perf_counter()
         for idx in batches(train_index):
-            neg = torch.from_numpy(pool[rng.integers(0, pool.size, size=(idx.numel(), 1))][:, 0])
+            neg = torch.from_numpy(pool[rng.integers(0, pool.size, size=(idx.numel(), 1))][:, 0]).to(dev)
             optimizer.zero_grad()
             pos, neg_out = step(idx, neg)
             loss = criterion(pos, torch.ones_like(pos)) + criterion(neg_out, torch.zeros_like(neg_out))
@@ -171,10 +180,10 @@ def run_pyg(a) -> dict:
         rng = np.random.default_rng(seed)
         ps, ns = [], []
         for idx in batches(index):
-            neg = torch.from_numpy(eval_pool[rng.integers(0, eval_pool.size, size=(idx.numel(), 1))][:, 0])
+            neg = torch.from_numpy(eval_pool[rng.integers(0, eval_pool.size, size=(idx.numel(), 1))][:, 0]).to(dev)
             pos, neg_out = step(idx, neg)
-            ps.append(pos.numpy())
-            ns.append(neg_out.numpy())
+            ps.append(pos.cpu().numpy())
+            ns.append(neg_out.cpu().numpy())
         return ps, ns
 
     stream(np.arange(split.num_train, split.num_train + split.num_val), a.seed + 1)
@@ -189,6 +198,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both frameworks; default cpu)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--log", action="append", default=None)
@@ -211,14 +221,16 @@ def main() -> int:
             for name in ("pyg", "speed"):
                 print(f"{Path(log).name}: training {name}, seed {seed} ({a.epochs} epochs) ...", file=sys.stderr)
                 proc = subprocess.run([sys.executable, __file__, "--worker", name, "--epochs", str(a.epochs),
-                                       "--threads", str(a.threads), "--seed", str(seed), "--log", log],
+                                       "--threads", str(a.threads), "--seed", str(seed), "--log", log,
+                                       "--device", a.device],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{proc.stderr}")
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
                 runs.append({"log": Path(log).name, "seed": seed, "framework": name, **r})
                 per_log[name].append(r)
-        row = {"log": Path(log).name, "epochs": a.epochs, "threads": a.threads, "seeds": a.seeds}
+        row = {"log": Path(log).name, "epochs": a.epochs, "threads": a.threads, "seeds": a.seeds,
+               "device": _device_name(a.device)}
         for name in ("pyg", "speed"):
             row[f"{name}_events_per_s"] = float(np.mean([eps(r) for r in per_log[name]]))
             row[f"{name}_test_ap"] = float(np.mean([r["test"]["ap"] for r in per_log[name]]))

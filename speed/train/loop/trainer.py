@@ -33,7 +33,7 @@ from ..eval.evaluator import Evaluator
 from ..model.network import StatefulModel
 from ..step.negatives import RandomNegatives, negative_pool, train_seed
 from ..step.optim import make_optimizer
-from ..step.runtime import peak_rss_bytes, resolve_device, seed_everything
+from ..step.runtime import peak_device_bytes, peak_rss_bytes, resolve_device, seed_everything
 from ..model.build import model_for, place_state
 from ..run.predictor import predictor_payload
 from ..run.report import write_run
@@ -97,6 +97,11 @@ class EpochLoop:
     def peak_rss(self) -> List[int]:
         """Every process's peak resident memory so far, in rank order (collective under PAC)."""
         return [peak_rss_bytes()]
+
+    def peak_device(self) -> List[Optional[int]]:
+        """Every process's peak GPU memory so far, in rank order (None on a CPU; collective
+        under PAC)."""
+        return [peak_device_bytes(self.device)]
 
     # ------------------------------------------------------------ evaluation
     def selection_score(self, val: Dict) -> float:
@@ -202,6 +207,7 @@ class EpochLoop:
         # under PAC every rank takes part in the final evaluation
         final = self.final_results() if self.agree(self.stopping.best_epoch is not None) else {}
         peaks = self.peak_rss()
+        device_peaks = self.peak_device()  # collective under PAC: before the other ranks leave
         if not self.is_main:
             return None
         metrics = {
@@ -230,6 +236,8 @@ class EpochLoop:
             "peak_rss_bytes": peak_rss_bytes(),  # of this process (PAC: rank 0)
             "rank_peak_rss_bytes": peaks,  # of every process over the whole run, evaluation included
         }
+        if any(p is not None for p in device_peaks):  # torch.cuda.max_memory_allocated, per process
+            metrics["rank_peak_device_bytes"] = device_peaks
         if self.out is not None:
             write_run(self.out, metrics)
             self.evaluator.save_negatives(Path(self.out) / "negatives.npz")

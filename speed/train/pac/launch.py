@@ -11,7 +11,8 @@
           -m speed train SHARDS --model tgn --epochs 10 --out RUN
 
 Backend: NCCL when CUDA is available (``torch.cuda.set_device(local_rank)`` first, and a gloo
-group beside it for host-memory state exchange), gloo otherwise.  CPU ranks get
+group beside it for host-memory state exchange), gloo otherwise, and gloo over CUDA tensors when
+a host runs more ranks than it has GPUs (:func:`rank_backend`).  CPU ranks get
 ``torch.set_num_threads(max(1, cores // ranks_on_this_machine))``.
 """
 
@@ -49,6 +50,20 @@ class RankFailedError(RuntimeError):
     """A rank of a parallel run raised or died; the message names it."""
 
 
+def rank_backend(cuda: bool, local_rank: int, local_world: int, gpus: int):
+    """``(backend, gpu)`` of a rank: NCCL on its own GPU when every rank of the host has one;
+    when more ranks than GPUs share a host (two ranks on one GPU, to test PAC there) gloo,
+    which moves CUDA tensors through the host, with the GPUs taken in turn (NCCL refuses two
+    ranks on one device); gloo on a CPU (gpu None)."""
+    if not cuda:
+        return "gloo", None
+    if gpus <= 0:
+        raise RuntimeError("a CUDA rank found no GPU")
+    if local_world > gpus:
+        return "gloo", local_rank % gpus
+    return "nccl", local_rank
+
+
 def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None,
            out: Optional[str] = None):
     """Start the process group; returns the rank's config (its device), a host group (NCCL
@@ -63,12 +78,13 @@ def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_met
     """
     cuda = torch.cuda.is_available() and config.device != "cpu"
     timeout = timedelta(seconds=config.timeout)
+    backend, gpu = rank_backend(cuda, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                                torch.cuda.device_count() if cuda else 0)
     if cuda:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank, world_size=world,
-                            timeout=timeout)
+        torch.cuda.set_device(gpu)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     if cuda:
-        config = replace(config, device=f"cuda:{local_rank}")
+        config = replace(config, device=f"cuda:{gpu}")
     else:
         hosts = [None] * world
         dist.all_gather_object(hosts, socket.gethostname())

@@ -35,7 +35,7 @@ from ..model.network import StatefulModel
 from ..state.features import MappedFeatures
 from ..step.negatives import RandomNegatives, negative_pool, train_seed
 from ..step.optim import make_optimizer
-from ..step.runtime import peak_rss_bytes, resolve_device, seed_everything
+from ..step.runtime import peak_device_bytes, peak_rss_bytes, resolve_device, seed_everything
 from ..model.build import configured_model, place_state, time_scale
 from ..model.static import merge_static, prepare_static
 from .evaluation import RankEvaluation
@@ -190,7 +190,7 @@ class PacRank(RankEvaluation):
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.state.nbytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
                 "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads(),
-                "peak_rss_bytes": peak_rss_bytes(),
+                "peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(self.device),
                 **({"static_merge_seconds": static_s} if learned else {}),
                 **({"average_seconds": averager.seconds, "average_rounds": averager.rounds} if averager else {})}
         ranks = [None] * self.world
@@ -252,6 +252,11 @@ class PacRank(RankEvaluation):
         peaks = [None] * self.world
         dist.all_gather_object(peaks, peak_rss_bytes(), group=self.wait_group)
         return [int(p) for p in peaks]
+
+    def peak_device(self):
+        peaks = [None] * self.world
+        dist.all_gather_object(peaks, peak_device_bytes(self.device), group=self.wait_group)
+        return peaks
 
     def rng_states(self) -> List[Dict]:
         rngs = [None] * self.world

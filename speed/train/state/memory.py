@@ -8,6 +8,8 @@ from typing import Dict
 import numpy as np
 import torch
 
+from .staging import staging_for
+
 
 class NodeMemory:
     """Per-node memory ``s_i`` and the time of its last update.
@@ -39,6 +41,7 @@ class NodeMemory:
         # a planning thread may read rows ahead (read_host) while the step writes in place:
         # the lock keeps each read from seeing half of a write
         self._lock = threading.Lock()
+        self._staging = {}  # compute device -> HostStaging (host rows read from a GPU)
 
     @property
     def device(self) -> torch.device:
@@ -47,7 +50,15 @@ class NodeMemory:
     def to(self, device) -> "NodeMemory":
         self.memory = self.memory.to(device)
         self.last_update = self.last_update.to(device)
+        self._staging = {}
         return self
+
+    def _stage(self, compute: torch.device):
+        """The pinned staging buffers for rows moving between these host rows and ``compute``
+        (None: plain indexing, see :func:`~speed.train.state.staging.staging_for`)."""
+        if compute not in self._staging:
+            self._staging[compute] = staging_for(self.memory, self.last_update, compute)
+        return self._staging[compute]
 
     def reset_state(self) -> None:
         """Zero every state and timestamp (the start of a pass over the data), in place."""
@@ -75,7 +86,11 @@ class NodeMemory:
         The rows may live on another device than the computation (host memory for a
         full-graph evaluation state): only the requested rows move.
         """
+        stage = self._stage(n_id.device) if n_id.device != self.memory.device else None
         i = n_id.to(self.memory.device)
+        if stage is not None:
+            with self._lock:  # the buffers are shared with write
+                return stage.gather(self.memory, self.last_update, i, n_id.device)
         return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
 
     def held(self):
@@ -102,8 +117,12 @@ class NodeMemory:
         no plan read ahead (``--staleness``) holds a view that a later write could change."""
         dev = self.memory.device
         i = n_id.to(dev)
-        values, t = values.detach().to(dev, self.memory.dtype), t.to(dev, self.last_update.dtype)
+        stage = self._stage(values.device) if values.device != dev else None
         with self._lock:
+            if stage is not None and values.dtype == self.memory.dtype and t.dtype == self.last_update.dtype:
+                values, t = stage.to_host(values, t)
+            else:
+                values, t = values.detach().to(dev, self.memory.dtype), t.to(dev, self.last_update.dtype)
             self.memory.index_copy_(0, i, values)
             self.last_update.index_copy_(0, i, t)
 

@@ -37,6 +37,15 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def peak_device_bytes(device) -> Optional[int]:
+    """The most GPU memory this process's tensors have held on ``device`` so far
+    (``torch.cuda.max_memory_allocated``); None on a CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.max_memory_allocated(device))
+
+
 def rss_bytes() -> Optional[int]:
     """This process's resident memory now, in bytes (None where ``/proc`` is not there)."""
     try:

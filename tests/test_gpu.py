@@ -1,0 +1,129 @@
+"""The GPU path (``pytest -m gpu``): training, node state placement, PAC and a trained run's use
+on a CUDA device, each against the same on the CPU.
+
+Without a CUDA device every test here is skipped with its reason; ``benchmarks/gpu_check.py``
+runs the same checks at a larger size and measures speed and memory.  Tolerances are those of
+that check (its docstring says why): the CPU's and the GPU's float32 kernels sum in different
+orders, so a deterministic run on one repeats itself exactly but not the other's.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.train import TrainConfig, Trainer
+from speed.train.model.build import state_placement
+from speed.train.state.memory import NodeMemory
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_GPU = "no CUDA device: torch.cuda.is_available() is False (run on a machine with a GPU)"
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)]
+
+LOSS_RTOL = 1e-3
+AP_ATOL = 0.01
+VALUE_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory):
+    """The first 4,000 events of the shipped sample."""
+    lines = (ROOT / "data" / "sample.csv").read_text().splitlines()[:4001]
+    path = tmp_path_factory.mktemp("gpu") / "small.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _fit(log, model, device, **kw):
+    events = speed.read_events(log, progress=False)
+    split = speed.chronological_split(events, seed=0)
+    cfg = TrainConfig(model=model, epochs=1, device=device, deterministic=True, seed=0, progress=False,
+                      num_threads=2, **kw).validate()
+    tr = Trainer(events, split, cfg)
+    m = tr.fit()
+    return m, tr
+
+
+def _speed(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "speed", *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                          **kw)
+
+
+@pytest.mark.parametrize("model", ["jodie", "dyrep", "tgn", "tige"])
+def test_training_on_gpu_matches_cpu(small_log, model):
+    cpu, _ = _fit(small_log, model, "cpu")
+    gpu, tr = _fit(small_log, model, "cuda")
+    assert tr.model.device.type == "cuda"
+    loss_c, loss_g = cpu["epochs"][0]["loss"], gpu["epochs"][0]["loss"]
+    assert abs(loss_c - loss_g) <= LOSS_RTOL * abs(loss_c)
+    ap_c, ap_g = cpu["test"]["transductive"]["ap"], gpu["test"]["transductive"]["ap"]
+    assert abs(ap_c - ap_g) <= AP_ATOL
+    assert gpu["rank_peak_device_bytes"][0] > 0 and "rank_peak_device_bytes" not in cpu
+
+
+def test_state_in_host_memory_gives_the_same_run(small_log):
+    on_device, a = _fit(small_log, "tgn", "cuda", state_device="device")
+    on_host, b = _fit(small_log, "tgn", "cuda", state_device="host")
+    assert (a.state_on, b.state_on) == ("device", "host")
+    assert b.model.state.memory.device.type == "cpu"
+    assert on_device["epochs"][0]["loss"] == pytest.approx(on_host["epochs"][0]["loss"], rel=LOSS_RTOL)
+    assert on_device["test"]["transductive"]["ap"] == pytest.approx(on_host["test"]["transductive"]["ap"],
+                                                                    abs=AP_ATOL)
+
+
+def test_auto_placement_follows_the_free_memory():
+    gpu = torch.device("cuda")
+    free = torch.cuda.mem_get_info(gpu)[0]
+    assert state_placement("auto", gpu, free // 2) == "device"
+    assert state_placement("auto", gpu, free // 2 + 1) == "host"
+    assert state_placement("auto", gpu, 600 << 20, free_bytes=1 << 30) == "host"
+    assert state_placement("auto", gpu, 400 << 20, free_bytes=1 << 30) == "device"
+
+
+def test_host_rows_move_through_pinned_buffers():
+    mem = NodeMemory(10_000, 16, device="cpu")
+    mem.memory.normal_()
+    for k in (5, 2000, 100):
+        ids = torch.randint(0, 10_000, (k,), device="cuda").unique()
+        rows, last = mem.read(ids)
+        assert rows.device.type == "cuda"
+        assert torch.equal(rows.cpu(), mem.memory[ids.cpu()])
+        assert torch.equal(last.cpu(), mem.last_update[ids.cpu()])
+        new = torch.randn(ids.numel(), 16, device="cuda")
+        mem.write(ids, new, torch.ones(ids.numel(), dtype=torch.float64, device="cuda"))
+        assert torch.equal(mem.memory[ids.cpu()], new.cpu())
+    assert mem._staging[ids.device].rows.is_pinned()
+
+
+def test_pac_on_nccl_and_two_ranks_on_one_gpu(small_log, tmp_path):
+    shards = tmp_path / "shards"
+    assert _speed("partition", small_log, "-o", shards, "--parts", 2, "--no-progress").returncode == 0
+    aps = {}
+    for name, n in (("nccl", 1), ("shared", 2)):
+        env = dict(__import__("os").environ, CUDA_VISIBLE_DEVICES="0")
+        p = _speed("train", shards, "--nproc", n, "--model", "tgn", "--epochs", 1, "--device", "cuda", "--out",
+                   tmp_path / name, "--no-progress", "--threads", 2, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        m = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert len(m["rank_peak_device_bytes"]) == n and min(m["rank_peak_device_bytes"]) > 0
+        aps[name] = m["test"]["transductive"]["ap"]
+    assert all(0.5 < ap <= 1 for ap in aps.values())
+
+
+def test_gpu_trained_run_serves_on_cpu_and_gpu(small_log, tmp_path):
+    events = speed.read_events(small_log, progress=False)
+    split = speed.chronological_split(events, seed=0)
+    cfg = TrainConfig(model="tgn", epochs=1, device="cuda", seed=0, progress=False, num_threads=2).validate()
+    Trainer(events, split, cfg, out=tmp_path / "run").fit()
+    on_cpu = speed.load_run(tmp_path / "run", device="cpu")
+    on_gpu = speed.load_run(tmp_path / "run", device="cuda")
+    nodes = np.arange(min(50, events.num_nodes))
+    np.testing.assert_allclose(on_cpu.embed(nodes), on_gpu.embed(nodes), atol=VALUE_ATOL)
+    src, dst = events.src[-100:], events.dst[-100:]
+    np.testing.assert_allclose(on_cpu.score(src, dst), on_gpu.score(src, dst), atol=VALUE_ATOL)
