@@ -14,7 +14,7 @@ correctness (``ok`` true or false each, with the figures compared)
                    on the CPU and on the GPU: training loss and test AP compared (tolerances
                    below);
     ``state``      TGN on the GPU with ``--state-device device`` and ``host`` (the same numbers
-                   up to float rounding), with and without the pinned staging buffer, and
+                   up to float rounding), the pinned staging buffer against plain indexing, and
                    ``auto`` choosing each side of the stated free memory;
     ``pac``        ``speed train --nproc 1`` on NCCL, ``--nproc N`` over every GPU present, and
                    two ranks on one GPU (gloo, as the launcher does when ranks outnumber GPUs),
@@ -29,12 +29,17 @@ speed and memory
                    memories on the device, in host memory with pinned staging, and without it;
     ``sweep``      ``benchmarks/scale.py``'s node sweep (10^4 to 10^6 nodes) on the GPU.
 
-Tolerances: a deterministic run repeats itself exactly on one device, but the CPU's and the
-GPU's float32 kernels sum in different orders (about 1e-7 relative per operation), and a
-training epoch compounds that through every Adam step.  A relative difference of the epoch's
-mean loss up to ``LOSS_RTOL`` (1e-3) and of the test AP up to ``AP_ATOL`` (0.01, a tenth of the
-seed-to-seed spread on this log) count as the same run; anything larger is a bug, not rounding.
-Embeddings and scores from one set of weights compare at ``VALUE_ATOL`` (1e-4).
+Tolerances.  The same weights on the two devices compute the same function up to float32
+rounding, with one amplifier: the time encoding ``cos(w dt + b)`` takes arguments as large as
+the log's time gaps (up to 4e4 on the sample), and there one unit in the last place of the
+argument (the CPU rounds ``w dt`` and then adds ``b``; cuBLAS fuses the two) moves the feature
+by up to ``eps32 * |w dt|``, 2e-3 (measured on an H200: every module's output agrees to 1.5e-4
+except the time encoding's, 1.95e-3).  So embeddings compare at ``VALUE_ATOL`` (1e-2, that bound
+for gaps up to 2e5) and link probabilities at ``SCORE_ATOL`` (1e-3).  A training epoch cannot
+repeat the CPU's exactly: besides that rounding, dropout draws its masks from each device's own
+generator, so the GPU run is another draw of the same training.  Its mean loss must stay within
+``LOSS_RTOL`` (1e-2) of the CPU's and its test AP within ``AP_ATOL`` (0.01; the seed-to-seed
+spread on this log is several times that); a wrong kernel or a lost update moves both by more.
 
 Usage::
 
@@ -56,9 +61,10 @@ ROOT = HERE.parent
 SAMPLE = ROOT / "data" / "sample.csv"
 MODELS = ("jodie", "dyrep", "tgn", "tige")
 SECTIONS = ("env", "single", "state", "pac", "predictor", "pyg", "profile", "sweep")
-LOSS_RTOL = 1e-3
+LOSS_RTOL = 1e-2
 AP_ATOL = 0.01
-VALUE_ATOL = 1e-4
+VALUE_ATOL = 1e-2
+SCORE_ATOL = 1e-3
 # seconds each section may take at most (the whole check also stops at --budget-s)
 SECTION_CAP_S = {"env": 60, "single": 240, "state": 180, "pac": 300, "predictor": 180, "pyg": 300,
                  "profile": 300, "sweep": 400}
@@ -231,8 +237,10 @@ def _staging_check(gpu) -> dict:
     as plain indexing, and the buffers really page-locked."""
     import torch
 
+    from speed.train.state import staging
     from speed.train.state.memory import NodeMemory
 
+    staging.PIN_STAGING = True  # off by default (measured slower): checked here all the same
     torch.manual_seed(0)
     mem = NodeMemory(50_000, 100, device="cpu")
     mem.memory.normal_()
@@ -334,7 +342,7 @@ def section_predictor(a, work: Path) -> dict:
         out["update"] = {"cpu": _update_summary(u_cpu), "gpu": _update_summary(u_gpu)}
         ap_diff = abs(out["update"]["cpu"]["ap"] - out["update"]["gpu"]["ap"])
         out["update_ap_diff"] = ap_diff
-        out["ok"] = bool(out["embed_max_abs_diff"] <= VALUE_ATOL and out["score_max_abs_diff"] <= VALUE_ATOL
+        out["ok"] = bool(out["embed_max_abs_diff"] <= VALUE_ATOL and out["score_max_abs_diff"] <= SCORE_ATOL
                          and ap_diff <= AP_ATOL)
     else:
         out["ok"] = False
@@ -360,7 +368,7 @@ def section_pyg(a, work: Path) -> dict:
 def section_profile(a, work: Path) -> dict:
     rows = {}
     for name, extra in {"state-on-device": ["--state-device", "device"],
-                        "state-on-host-pinned": ["--state-device", "host"],
+                        "state-on-host-pinned": ["--state-device", "host", "--pin"],
                         "state-on-host-pageable": ["--state-device", "host", "--no-pin"]}.items():
         dst = work / f"{name}.json"
         proc = _call([sys.executable, HERE / "profile_step.py", "--device", a.device, "--log", a.wikipedia,
@@ -422,6 +430,8 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="scratch folder (default OUT/work)")
     ap.add_argument("--sweep-nodes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--sweep-events", type=int, default=200_000)
+    ap.add_argument("--keep", default=None, metavar="JSON",
+                    help="an earlier gpu_check.json whose other sections this one keeps (rerun a few sections only)")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": rehearse the driver
     ap.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
@@ -444,8 +454,13 @@ def main() -> int:
     out = out_dir / "gpu_check.json"
     result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "device": a.device,
               "device_name": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else "cpu",
-              "tolerances": {"loss_rtol": LOSS_RTOL, "ap_atol": AP_ATOL, "value_atol": VALUE_ATOL},
+              "tolerances": {"loss_rtol": LOSS_RTOL, "ap_atol": AP_ATOL, "value_atol": VALUE_ATOL,
+                             "score_atol": SCORE_ATOL},
               "sections": {}}
+    if a.keep:  # sections of an earlier check that this one does not rerun
+        kept = json.loads(Path(a.keep).read_text())
+        result["sections"] = {k: dict(v, kept_from=kept.get("started")) for k, v in kept["sections"].items()
+                              if k not in a.sections}
     t_start = time.monotonic()
     for name in a.sections:
         left = a.budget_s - (time.monotonic() - t_start)
@@ -473,6 +488,7 @@ def main() -> int:
         _save(result, out)
         verdict = {True: "ok", False: "FAIL", None: "-"}[r.get("ok")]
         print(f"{name:<10} {verdict:<5} {r['seconds']:6.1f} s  {_line(name, r)}", flush=True)
+    result["sections"] = {k: result["sections"][k] for k in SECTIONS if k in result["sections"]}
     result["ok"] = all(r.get("ok") is not False for r in result["sections"].values())
     _save(result, out)
     print(f"saved {out}: {'every section ran ok' if result['ok'] else 'FAILURES (see the JSON)'}")

@@ -19,7 +19,8 @@ same script, so before and after are measured side by side in one run::
 
 ``--device cuda`` profiles on a GPU (each stage then waits for its kernels, so the stages add up
 to the epoch, at the price of the overlap a step would otherwise have); ``--state-device host``
-keeps the memories in host RAM, with a pinned staging buffer unless ``--no-pin``.
+keeps the memories in host RAM, moved through a pinned staging buffer with ``--pin`` and by plain
+pageable copies with ``--no-pin`` (default: the library's, ``speed.train.state.staging.PIN_STAGING``).
 
 Each (tree, log) runs in its own process, one after the other.  Prints a table and writes JSON.
 """
@@ -56,6 +57,12 @@ def _wrap(owner, name, stage, clock):
     setattr(owner, name, timed)
 
 
+def _pinned(a) -> bool:
+    from speed.train.state import staging
+
+    return staging.PIN_STAGING
+
+
 def worker(a) -> dict:
     sys.path.insert(0, a.tree)
     import torch
@@ -64,10 +71,10 @@ def worker(a) -> dict:
     import speed
     from speed.train import TrainConfig, Trainer
 
-    if a.no_pin:
+    if a.pin or a.no_pin:
         from speed.train.state import staging
 
-        staging.PIN_STAGING = False
+        staging.PIN_STAGING = bool(a.pin)
     try:  # this layout: the training package in rooms
         from speed.train.model import modules, network as models
         from speed.train.step import loader
@@ -114,7 +121,7 @@ def worker(a) -> dict:
     stages = dict(clock["stages"])
     stages["Python and the rest"] = total - sum(stages.values())
     return {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "device": a.device,
-            "state_device": getattr(tr, "state_on", a.state_device), "pinned_staging": not a.no_pin,
+            "state_device": getattr(tr, "state_on", a.state_device), "pinned_staging": _pinned(a),
             "events": log.train_events,
             "seconds": total, "events_per_s": log.train_events / total, "stages": stages}
 
@@ -127,7 +134,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (stages then wait for their kernels)")
     ap.add_argument("--state-device", default="auto", help="auto, device or host (memories in host RAM)")
-    ap.add_argument("--no-pin", action="store_true", help="host memories: no pinned staging buffer")
+    pin = ap.add_mutually_exclusive_group()
+    pin.add_argument("--pin", action="store_true", help="host memories: through a pinned staging buffer")
+    pin.add_argument("--no-pin", action="store_true", help="host memories: plain pageable copies")
     ap.add_argument("--out", default=str(HERE / "results" / "profile_step.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -141,7 +150,7 @@ def main() -> int:
         for tree in trees:
             proc = subprocess.run([sys.executable, __file__, "--worker", "--log", log, "--tree", tree, "--model", a.model,
                                    "--threads", str(a.threads), "--device", a.device, "--state-device",
-                                   a.state_device] + (["--no-pin"] if a.no_pin else []),
+                                   a.state_device] + (["--pin"] if a.pin else ["--no-pin"] if a.no_pin else []),
                                   capture_output=True, text=True)
             if proc.returncode:
                 raise RuntimeError(proc.stderr)

@@ -3,8 +3,8 @@ on a CUDA device, each against the same on the CPU.
 
 Without a CUDA device every test here is skipped with its reason; ``benchmarks/gpu_check.py``
 runs the same checks at a larger size and measures speed and memory.  Tolerances are those of
-that check (its docstring says why): the CPU's and the GPU's float32 kernels sum in different
-orders, so a deterministic run on one repeats itself exactly but not the other's.
+that check (its docstring says why: float32 rounding amplified by the time encoding's cosine at
+large gaps, and dropout masks drawn from each device's own generator).
 """
 
 import json
@@ -26,9 +26,12 @@ NO_GPU = "no CUDA device: torch.cuda.is_available() is False (run on a machine w
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)]
 
-LOSS_RTOL = 1e-3
-AP_ATOL = 0.01
-VALUE_ATOL = 1e-4
+LOSS_RTOL = 1e-2
+# the small log's test set is 600 events (3 batches): its AP moves more with the same spread of
+# the trajectory than the check's 3,000
+AP_ATOL = 0.03
+VALUE_ATOL = 1e-2
+SCORE_ATOL = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,10 @@ def test_auto_placement_follows_the_free_memory():
     assert state_placement("auto", gpu, 400 << 20, free_bytes=1 << 30) == "device"
 
 
-def test_host_rows_move_through_pinned_buffers():
+def test_host_rows_move_through_pinned_buffers(monkeypatch):
+    from speed.train.state import staging
+
+    monkeypatch.setattr(staging, "PIN_STAGING", True)  # off by default (measured slower)
     mem = NodeMemory(10_000, 16, device="cpu")
     mem.memory.normal_()
     for k in (5, 2000, 100):
@@ -126,4 +132,4 @@ def test_gpu_trained_run_serves_on_cpu_and_gpu(small_log, tmp_path):
     nodes = np.arange(min(50, events.num_nodes))
     np.testing.assert_allclose(on_cpu.embed(nodes), on_gpu.embed(nodes), atol=VALUE_ATOL)
     src, dst = events.src[-100:], events.dst[-100:]
-    np.testing.assert_allclose(on_cpu.score(src, dst), on_gpu.score(src, dst), atol=VALUE_ATOL)
+    np.testing.assert_allclose(on_cpu.score(src, dst), on_gpu.score(src, dst), atol=SCORE_ATOL)

@@ -4,7 +4,8 @@ With ``--state-device host`` the memories stay in host RAM and each step moves o
 From pageable memory a copy to a GPU is staged by the driver through a pinned bounce buffer of
 its own and cannot overlap anything; gathering the rows straight into a page-locked buffer
 of ours lets the copy run by DMA and return at once (``non_blocking``).  The buffer is reused
-every step, so each gather first waits for the previous copy out of it to finish.
+every step, so each gather first waits for the previous copy out of it to finish.  Off by
+default (:data:`PIN_STAGING`): at the batch sizes of these models it was measured slower.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from typing import Optional, Tuple
 
 import torch
 
-# Pinned staging for host memories read from a GPU (benchmarks/gpu_check.py measures with
-# and without).  Where no GPU is present nothing is pinned.
-PIN_STAGING = True
+# Pinned staging for host memories read from a GPU: off.  Measured on an H200 (TGN, Wikipedia,
+# batch 200, benchmarks/gpu_check.py's profile section) it made an epoch 12% slower than plain
+# pageable copies (20,179 against 22,877 events/s): a step moves ~250 KB each way, where a
+# copy's latency, not its bandwidth, counts, and the waits on the reused buffers cost more than
+# the DMA saves.  Kept, tested and measured so that larger rows or batches can turn it on.
+PIN_STAGING = False
 
 
 class HostStaging:
