@@ -25,6 +25,7 @@ from ...data.events import Events
 from ...data.split import Split
 from ...partition.ordered import release_pages
 from ..step.engine import Batches
+from ..state.spill import Spill
 from ..step.loader import EventStream, PlanLoader
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
@@ -400,7 +401,9 @@ class Evaluator:
         # copies only the rows the period's events can change (their endpoints')
         idx = self.period(period)
         touched = np.unique(np.concatenate([self.events.src[idx], self.events.dst[idx]]))
-        start = model.state.backup(nodes=touched) if self.new_node_pass or keep or apart else None
+        # spilled to disk: on a large log it is most of a rank's rows, held beside them all pass
+        start = (model.state.backup(nodes=touched, keep=Spill()) if self.new_node_pass or keep or apart
+                 else None)
         if keep:
             first = self.split.num_train + self.split.num_val
             t = float(self.events.t_float()[first - 1]) if first else -np.inf

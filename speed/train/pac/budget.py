@@ -75,14 +75,14 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
     return out
 
 
-# Copies of a rank's evaluation state held at once: the evaluation model's, and the back-up of
-# the period's start (the rows the period's events touch, most of a rank's on a large log; kept
-# for the new-node pass and, of the test period, for load_run(at="test")).  Until the phases of a
-# rank were measured one by one (a census of what each holds, benchmarks/ docs), a third copy
-# stood for what was then unexplained: the hand-over copying every trained row twice, the
-# training period's ring insert and the new-node pass's push held whole, mapped pages and heap
-# left resident.  Those are gone; the 10M-event run's phases now peak at two copies.
-EVAL_COPIES = 2
+# Copies of a rank's evaluation state held at once: the evaluation model's.  The back-up of the
+# period's start (the rows the period's events touch, most of a rank's on a large log; kept for
+# the new-node pass and, of the test period, for load_run(at="test")) was a second until it was
+# spilled to disk (speed.train.state.spill); before the phases of a rank were measured one by one
+# (a census of what each holds, benchmarks/ docs) a third stood for what was then unexplained
+# (the hand-over copying every trained row twice, whole ring inserts, pages and heap left
+# resident).  A cycling rank's back-up of its last pass is spilled too, so no copy of it counts.
+EVAL_COPIES = 1
 # What a pass holds per event of its period, counted from what the census of a rank showed: on
 # every rank the new-node pass's neighbour graph as given to the sampler (4 int64/float64 columns,
 # 32 B), the period's positions and negatives (16 B) and the new-node mask and positions; and,

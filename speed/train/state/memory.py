@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 
+from .spill import Keep, windows
 from .staging import staging_for
 
 
@@ -130,20 +131,26 @@ class NodeMemory:
         """Bytes of ``num_nodes`` rows (states and timestamps)."""
         return int(num_nodes) * (self.memory_dim * self.memory.element_size() + self.last_update.element_size())
 
-    def backup(self) -> Dict[str, torch.Tensor]:
-        """A detached copy of the state, for :meth:`restore`."""
-        return {"memory": self.memory.clone(), "last_update": self.last_update.clone()}
+    def backup(self, keep: Optional[Keep] = None) -> Dict[str, torch.Tensor]:
+        """A detached copy of the state, for :meth:`restore` (``keep``: where the copy lives,
+        in memory by default or spilled to disk, :mod:`~speed.train.state.spill`)."""
+        keep = keep or Keep()
+        return {"memory": keep.copy(self.memory), "last_update": keep.copy(self.last_update)}
 
-    def backup_rows(self, n_id: np.ndarray) -> Dict[str, torch.Tensor]:
+    def backup_rows(self, n_id: np.ndarray, keep: Optional[Keep] = None) -> Dict[str, torch.Tensor]:
         """A copy of the rows ``n_id`` (int64, distinct), for :meth:`restore_rows`: a back-up of
         what a pass may write, when it writes few of the rows."""
-        i = torch.from_numpy(np.asarray(n_id, dtype=np.int64)).to(self.memory.device)
+        keep = keep or Keep()
+        ids = np.asarray(n_id, dtype=np.int64)
         with self._lock:
-            return {"ids": i.cpu(), "memory": self.memory[i].clone(), "last_update": self.last_update[i].clone()}
+            return {"ids": torch.from_numpy(ids), "memory": keep.take(self.memory, ids),
+                    "last_update": keep.take(self.last_update, ids)}
 
     def restore_rows(self, rows: Dict[str, torch.Tensor]) -> None:
-        """Put back the rows of a :meth:`backup_rows`."""
-        self.write(rows["ids"], rows["memory"], rows["last_update"])
+        """Put back the rows of a :meth:`backup_rows` (a spilled one a window at a time)."""
+        ids, memory, last = rows["ids"], rows["memory"], rows["last_update"]
+        for lo, hi in windows(memory):
+            self.write(ids[lo:hi], memory[lo:hi], last[lo:hi])
 
     def restore(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
         """Take the rows of a :meth:`backup` (copied in place when the shape is the same).

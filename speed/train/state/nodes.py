@@ -22,6 +22,7 @@ from .batch_plan import BatchPlan, PlanNeeds, build_plan
 from .components import COMPONENTS
 from .features import MappedFeatures
 from .memory import NodeMemory
+from .spill import Keep
 from .sampler import RecentNeighborSampler
 from .store import MessageStore
 
@@ -386,10 +387,10 @@ class NodeStates:
                 s["values"] = {**s["values"], "eid": torch.from_numpy(renumber(s["values"]["eid"]))}
         return keep
 
-    def structures(self) -> dict:
+    def structures(self, keep: Optional[Keep] = None) -> dict:
         """The pending events, neighbour rings and components' state (no memories): what a
-        checkpoint needs besides the memories to go on from here."""
-        out = {"store": self.store.state_dict(), "sampler": self.sampler.state_dict()}
+        checkpoint needs besides the memories to go on from here (``keep``: see :meth:`backup`)."""
+        out = {"store": self.store.state_dict(keep), "sampler": self.sampler.state_dict(keep)}
         self._components_into(out, out["store"]["eid"])
         return out
 
@@ -432,24 +433,27 @@ class NodeStates:
             self.grow(self.memory.num_nodes)
 
     # ------------------------------------------------------------------ snapshots
-    def backup(self, nodes: Optional[np.ndarray] = None) -> dict:
+    def backup(self, nodes: Optional[np.ndarray] = None, keep: Optional[Keep] = None) -> dict:
         """Memories, pending messages, neighbours and components, detached (see :meth:`restore`).
 
         ``nodes``: the nodes a coming pass may write (the endpoints of its events): only their
         memories and rings are copied, with those the held events will enter -- a back-up of
         the size of the pass, not of the graph.  The pending events and components are copied
-        whole."""
+        whole.  ``keep``: where the copies live (in memory by default; :class:`Spill`: in
+        unlinked files on disk, written from the live arrays a window at a time)."""
         if nodes is None:
-            out = {"memories": {k: m.backup() for k, m in self.memories().items()}}
-            out.update(self.structures())
+            out = {"memories": {k: m.backup(keep) for k, m in self.memories().items()}}
+            out.update(self.structures(keep))
             return out
         rows = np.union1d(np.asarray(nodes, dtype=np.int64), self.sampler.held_nodes())
-        out = {"partial": True, "memories": {k: m.backup_rows(rows) for k, m in self.memories().items()},
-               "sampler": self.sampler.backup_rows(rows), "store": self.store.state_dict()}
+        out = {"partial": True, "memories": {k: m.backup_rows(rows, keep) for k, m in self.memories().items()},
+               "sampler": self.sampler.backup_rows(rows, keep), "store": self.store.state_dict(keep)}
         self._components_into(out, out["store"]["eid"])
         return out
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: dict, adopt: bool = False) -> None:
+        """Put back a :meth:`backup`.  ``adopt``: a whole back-up nobody else holds becomes the
+        state itself, no copy (a spilled one then stays mapped, its pages read as touched)."""
         if state.get("partial"):
             for k, mem in self.memories().items():
                 mem.restore_rows(state["memories"][k])
@@ -458,9 +462,9 @@ class NodeStates:
             self._components_from(state)
             return
         for k, mem in self.memories().items():
-            mem.restore(state["memories"][k])
+            mem.restore(state["memories"][k], adopt=adopt)
         self.num_nodes = self.memory.num_nodes
-        self.load_structures(state)
+        self.load_structures(state, adopt=adopt)
 
     def whole_backup(self, partial: dict) -> dict:
         """The whole back-up a partial one (:meth:`backup` with ``nodes``) stands for: the state

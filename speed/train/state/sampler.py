@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Optional
+
 import numpy as np
 import torch
 
 from . import _kernels
+from .spill import Keep, put_rows
 
 
 @dataclass
@@ -169,26 +172,30 @@ class RecentNeighborSampler:
         rows = [self.hold["src"][lo:]] + ([self.hold["dst"][lo:]] if self.undirected else [])
         return np.unique(np.concatenate(rows)).astype(np.int64)
 
-    def backup_rows(self, rows: np.ndarray) -> dict:
+    def backup_rows(self, rows: np.ndarray, keep: Optional[Keep] = None) -> dict:
         """The rings of ``rows`` (int64, distinct) and the held events, copied: a back-up of what a
-        pass may change when it touches few rings (:meth:`restore_rows`)."""
+        pass may change when it touches few rings (:meth:`restore_rows`; ``keep``: in memory or
+        spilled to disk, :mod:`~speed.train.state.spill`)."""
+        keep = keep or Keep()
         rows = np.asarray(rows, dtype=np.int64)
         lo = self.hold_lo
-        return {"rows": rows, **{name: getattr(self, name)[rows] for name in ("nbr", "nbr_t", "nbr_e", "head", "count")},
+        return {"rows": rows, **{name: keep.take(getattr(self, name), rows)
+                                 for name in ("nbr", "nbr_t", "nbr_e", "head", "count")},
                 "hold": {name: a[lo:].copy() for name, a in self.hold.items()}}
 
     def restore_rows(self, saved: dict) -> None:
         """Put back a :meth:`backup_rows`: those rings, and the held events as they were."""
         rows = saved["rows"]
         for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
-            getattr(self, name)[rows] = saved[name]
+            put_rows(getattr(self, name), rows, saved[name])
         self.hold = {name: np.asarray(saved["hold"][name], dtype=dt).copy() for name, dt in _HOLD_FIELDS}
         self.hold_lo = 0
 
-    def state_dict(self) -> dict:
+    def state_dict(self, keep: Optional[Keep] = None) -> dict:
+        """The rings and held events, copied (``keep``: in memory or spilled to disk)."""
+        keep = keep or Keep()
         lo = self.hold_lo
-        return {"nbr": self.nbr.copy(), "nbr_t": self.nbr_t.copy(), "nbr_e": self.nbr_e.copy(),
-                "head": self.head.copy(), "count": self.count.copy(),
+        return {**{name: keep.copy(getattr(self, name)) for name in ("nbr", "nbr_t", "nbr_e", "head", "count")},
                 "hold": {name: a[lo:].copy() for name, a in self.hold.items()}}
 
     def load_state_dict(self, state: dict, adopt: bool = False) -> None:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .memory import NodeMemory
+from .spill import Keep, windows
 from .sampler import RecentNeighborSampler
 
 
@@ -156,15 +157,20 @@ class ShardedMemory(NodeMemory):
         if ids.size:
             super().write(torch.from_numpy(self._local(ids)), values, t)
 
-    def backup_rows(self, n_id: np.ndarray) -> Dict[str, torch.Tensor]:
-        """A copy of the rows of ``n_id`` (global ids) this rank holds."""
+    def backup_rows(self, n_id: np.ndarray, keep: Optional[Keep] = None) -> Dict[str, torch.Tensor]:
+        """A copy of the rows of ``n_id`` (global ids) this rank holds (``keep``: in memory or
+        spilled, :mod:`~speed.train.state.spill`)."""
+        keep = keep or Keep()
         ids = np.asarray(n_id, dtype=np.int64)
         ids = ids[self.owner[ids] == self.rank]
-        i = torch.from_numpy(self._local(ids))
-        return {"ids": torch.from_numpy(ids), "memory": self.memory[i].clone(), "last_update": self.last_update[i].clone()}
+        local = self._local(ids)
+        return {"ids": torch.from_numpy(ids), "memory": keep.take(self.memory, local),
+                "last_update": keep.take(self.last_update, local)}
 
     def restore_rows(self, rows: Dict[str, torch.Tensor]) -> None:
-        self.write_owned(np.asarray(rows["ids"]), rows["memory"], rows["last_update"])
+        ids, memory, last = np.asarray(rows["ids"]), rows["memory"], rows["last_update"]
+        for lo, hi in windows(memory):
+            self.write_owned(ids[lo:hi], memory[lo:hi], last[lo:hi])
 
     def write_rows(self, path, offset: int, field: str, source: Optional[Dict[str, torch.Tensor]] = None,
                    chunk: int = 1 << 16) -> int:
@@ -310,13 +316,13 @@ class ShardedSampler(RecentNeighborSampler):
         self.settle()
         return np.unique(self.mine[self.hold["src"][self.hold_lo:]]).astype(np.int64)
 
-    def backup_rows(self, rows: np.ndarray) -> dict:
+    def backup_rows(self, rows: np.ndarray, keep=None) -> dict:
         """The rings of the nodes of ``rows`` (global ids) this rank owns, the held events and
         the point a whole sampler has reached."""
         self.settle()
         ids = np.asarray(rows, dtype=np.int64)
         ids = ids[self.owner[ids] == self.rank]
-        out = super().backup_rows(self._local(ids))
+        out = super().backup_rows(self._local(ids), keep)
         out.update(ids=ids, flushed_to=float(self.flushed_to), given=self.held_events())
         return out
 
@@ -325,9 +331,9 @@ class ShardedSampler(RecentNeighborSampler):
         self.flushed_to = float(saved["flushed_to"])
         self.given = {name: np.asarray(saved["given"][name], dtype=dt).copy() for name, dt in _HOLD}
 
-    def state_dict(self) -> dict:
+    def state_dict(self, keep=None) -> dict:
         self.settle()
-        out = super().state_dict()
+        out = super().state_dict(keep)
         out.update(flushed_to=float(self.flushed_to), given=self.held_events())
         return out
 

@@ -8,9 +8,12 @@ that time, and simultaneous events must not see each other, whatever the batchin
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from . import _kernels
+from .spill import Keep
 
 _FIELDS = (("other", np.int64), ("t", np.float64), ("eid", np.int64))
 
@@ -177,11 +180,14 @@ class MessageStore:
         self._set_arrays(other, t, eid, spare=max(1024, t.shape[0]))
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
+    def state_dict(self, keep: Optional[Keep] = None) -> dict:
+        """The pending events, copied (``keep``: in memory or spilled to disk,
+        :mod:`~speed.train.state.spill`)."""
+        keep = keep or Keep()
         self._compact()
         e = self.end
-        return {"other": self.other[:e].copy(), "t": self.t[:e].copy(), "eid": self.eid[:e].copy(),
-                "start": self.start.copy(), "count": self.count.copy()}
+        return {"other": keep.copy(self.other[:e]), "t": keep.copy(self.t[:e]), "eid": keep.copy(self.eid[:e]),
+                "start": keep.copy(self.start), "count": keep.copy(self.count)}
 
     def load_state_dict(self, state: dict, adopt: bool = False) -> None:
         """Take :meth:`state_dict`'s arrays (copies; ``adopt``: the arrays themselves where their

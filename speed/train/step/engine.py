@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..._util import TRIM_EVERY, progress_bar, trim_heap
+from ..state.spill import Spill
 from .loader import EventStream, PlanLoader, Step
 from .negatives import NegativeSampler
 
@@ -311,13 +312,17 @@ class Engine:
                 if on_step is not None:
                     on_step(s + 1)
                 if ended and s + 1 < total:  # a complete pass with more steps to go
-                    backup = model.state.backup()
+                    # kept on disk, written from the live state (no second copy in memory): it
+                    # is read back only if the epoch stops inside the next pass
+                    backup = None
+                    backup = model.state.backup(keep=Spill())
                     model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
                 if (s + 1) % trim_steps == 0:
                     trim_heap()  # what the steps freed goes back to the system, not kept as heap
         if not ended and backup is not None:  # stopped inside a pass: keep the last complete one
-            model.state.restore(backup)
+            model.state.restore(backup, adopt=True)  # the back-up becomes the state, no copy
+            backup = None
         return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
                           passes=getattr(batches, "passes", 1.0))
