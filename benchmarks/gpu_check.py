@@ -44,6 +44,11 @@ spread on this log is several times that); a wrong kernel or a lost update moves
 Usage::
 
     python benchmarks/gpu_check.py --out DIR [--sections single pac ...] [--budget-s 480]
+                                   [--wikipedia PATH] [--keep EARLIER/gpu_check.json]
+
+``--wikipedia`` names the log where ``../shared/data`` is not beside the checkout (a lent GPU
+machine gets the repository alone); ``--budget-s`` stops starting sections once spent, and
+``--keep`` reruns some sections of an earlier check and keeps the others.
 """
 
 from __future__ import annotations

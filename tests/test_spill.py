@@ -95,3 +95,8 @@ def test_a_cycling_rank_that_spills_its_pass_gives_the_same_run(tmp_path, monkey
     assert any(1 < r["passes"] != int(r["passes"]) for r in ranks)  # a rank restored its last pass
     assert [e["loss"] for e in spilled["epochs"]] == [e["loss"] for e in kept["epochs"]]
     assert spilled["test"] == kept["test"]
+    # best.json's rows, written by their owners from the spilled test-period start and end
+    for at in ("test", "end"):
+        a, b = (speed.load_run(tmp_path / name, at=at) for name in ("kept", "spilled"))
+        nodes = a.node_ids[:200]
+        np.testing.assert_array_equal(a.embed(nodes), b.embed(nodes))

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .memory import NodeMemory
-from .spill import Keep, windows
+from .spill import Keep, release, windows
 from .sampler import RecentNeighborSampler
 
 
@@ -387,9 +387,9 @@ def _write_rows(held: torch.Tensor, num_nodes: int, mine: np.ndarray, path, offs
     row_shape = tuple(held.shape[1:])
     dtype = np.dtype(torch.empty(0, dtype=held.dtype).numpy().dtype)
     row_bytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-    if overlay is not None:
+    if overlay is not None:  # (a back-up's rows, often spilled: read a window's at a time, never gathered whole)
         order = np.argsort(np.asarray(overlay[0]), kind="stable")
-        over_ids, over_rows = np.asarray(overlay[0])[order], overlay[1][torch.from_numpy(order)]
+        over_ids, over_src = np.asarray(overlay[0])[order], overlay[1]
     written = 0
     for lo in range(0, int(num_nodes), chunk):
         a, b = (int(x) for x in np.searchsorted(mine, [lo, min(lo + chunk, num_nodes)]))
@@ -401,13 +401,15 @@ def _write_rows(held: torch.Tensor, num_nodes: int, mine: np.ndarray, path, offs
             i, j = np.searchsorted(over_ids, [lo, lo + chunk])
             if j > i:
                 rows = rows.clone()
-                rows[torch.from_numpy(np.searchsorted(ids, over_ids[i:j]))] = over_rows[i:j]
+                rows[torch.from_numpy(np.searchsorted(ids, over_ids[i:j]))] = over_src[torch.from_numpy(order[i:j])]
+                release(over_src)
         first = int(ids[0])
         window = np.memmap(path, dtype=dtype, mode="r+", offset=int(offset) + first * row_bytes,
                            shape=(int(ids[-1]) + 1 - first,) + row_shape)
         window[ids - first] = rows.numpy()
         window.flush()  # msync: on disk (or the shared file system) before the window goes
         del window
+        release(held)  # a spilled source's pages read so far
         written += b - a
     return written
 

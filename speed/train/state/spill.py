@@ -121,6 +121,14 @@ def _address(a) -> int:
     return a.data_ptr() if isinstance(a, torch.Tensor) else a.__array_interface__["data"][0]
 
 
+def release(a: Array) -> None:
+    """Let the pages of a spilled array read so far go (they are read again from its file if
+    touched again); an array in memory is left alone."""
+    m = _MAPPED.get(_address(a)) if a is not None and a.shape[0] else None
+    if m is not None and hasattr(mmap, "MADV_DONTNEED"):
+        m._mmap.madvise(mmap.MADV_DONTNEED)
+
+
 def windows(src: Array):
     """``(lo, hi)`` row ranges to read ``src`` by: one range for an array in memory; for a
     spilled one windows of :data:`SPILL_WINDOW_BYTES`, each window's mapped pages let go once
