@@ -434,11 +434,13 @@ def test_appends_refuse_swapped_columns_and_ids_beyond_64_bits_and_store_nothing
     huge = tmp_path / "huge.csv"
     huge.write_text(f"src,dst,t\n3,25,300\n{2 ** 63},{2 ** 63 + 5},301\n")
     capsys.readouterr()
-    for path, said in ((swapped, "column 'dst' is read as the source here but was the destination in the shards"),
-                       (huge, f"node id {2 ** 63} is larger than a 64-bit integer holds")):
+    # (both ids of the huge line are too large; pyarrow converts the columns on threads, so which
+    # one the streaming reader's error names is the first column to fail, not always src's)
+    for path, said in ((swapped, ["column 'dst' is read as the source here but was the destination in the shards"]),
+                       (huge, [f"node id {n} is larger than a 64-bit integer holds" for n in (2 ** 63, 2 ** 63 + 5)])):
         assert main(["partition", str(path), "-o", str(s), "--append", "--no-progress", *extra]) == 2
         err = capsys.readouterr().err.strip()
-        assert said in err and path.name in err and len(err.splitlines()) == 1
+        assert any(x in err for x in said) and path.name in err and len(err.splitlines()) == 1
         assert digests(s) == before
     renamed = tmp_path / "renamed.csv"
     renamed.write_text("from,to,when\n3,25,300\n4,26,301\n")

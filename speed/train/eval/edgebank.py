@@ -104,11 +104,13 @@ class SeenPairs:
     def reset(self) -> None:
         self.last_seen = np.full(self.num_pairs, -np.inf)
 
-    def backup(self, nodes=None) -> np.ndarray:
-        return self.last_seen.copy()  # every pair's time, whatever the pass touches: one float per pair
+    def backup(self, nodes=None, keep=None) -> np.ndarray:
+        # every pair's time, whatever the pass touches: one float per pair (``keep``: in memory
+        # or spilled, as a model's state, speed.train.state.spill)
+        return (keep.copy(self.last_seen) if keep is not None else self.last_seen.copy())
 
-    def restore(self, state: np.ndarray) -> None:
-        self.last_seen = state.copy()
+    def restore(self, state: np.ndarray, adopt: bool = False) -> None:
+        self.last_seen = state if adopt else np.array(state, copy=True)
 
     def push_events(self, *events) -> None:
         pass
