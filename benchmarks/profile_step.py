@@ -57,12 +57,6 @@ def _wrap(owner, name, stage, clock):
     setattr(owner, name, timed)
 
 
-def _pinned(a) -> bool:
-    from speed.train.state import staging
-
-    return staging.PIN_STAGING
-
-
 def worker(a) -> dict:
     sys.path.insert(0, a.tree)
     import torch
@@ -71,9 +65,9 @@ def worker(a) -> dict:
     import speed
     from speed.train import TrainConfig, Trainer
 
-    if a.pin or a.no_pin:
-        from speed.train.state import staging
+    from speed.train.state import staging
 
+    if a.pin or a.no_pin:
         staging.PIN_STAGING = bool(a.pin)
     try:  # this layout: the training package in rooms
         from speed.train.model import modules, network as models
@@ -121,7 +115,7 @@ def worker(a) -> dict:
     stages = dict(clock["stages"])
     stages["Python and the rest"] = total - sum(stages.values())
     return {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "device": a.device,
-            "state_device": getattr(tr, "state_on", a.state_device), "pinned_staging": _pinned(a),
+            "state_device": getattr(tr, "state_on", a.state_device), "pinned_staging": staging.PIN_STAGING,
             "events": log.train_events,
             "seconds": total, "events_per_s": log.train_events / total, "stages": stages}
 
