@@ -23,6 +23,13 @@ correctness (``ok`` true or false each, with the figures compared)
     ``predictor``  a run trained on the GPU, then ``speed embed``, ``score`` and ``update`` on
                    the CPU and on the GPU: the same embeddings, scores and update metrics;
 speed and memory
+    ``throughput`` events/s per GPU where it is launch-bound: a generated log of 2M events over
+                   1M node ids, TGN, the first 300,000 training events (after a few untimed
+                   warm-up steps), at batches of 200, 1000 and 4000, by speed (with and without
+                   ``--pipeline``) and by PyG's TGN on the same GPU, one process each; each run
+                   records events/s, peak GPU memory and test AP with evaluation bounded (the
+                   first 50 batches of val, then of test); then ``benchmarks/step_cost.py`` on
+                   the same log: kernel launches, host-device syncs and operators per step;
     ``pyg``        ``benchmarks/train_vs_pyg.py --device cuda`` on Wikipedia (speed's TGN
                    against PyG's on the same GPU, one after the other);
     ``profile``    ``benchmarks/profile_step.py --device cuda``: where a step's time goes, with the
@@ -65,13 +72,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SAMPLE = ROOT / "data" / "sample.csv"
 MODELS = ("jodie", "dyrep", "tgn", "tige")
-SECTIONS = ("env", "single", "state", "pac", "predictor", "pyg", "profile", "sweep")
+SECTIONS = ("env", "throughput", "single", "state", "pac", "predictor", "pyg", "profile", "sweep")
 LOSS_RTOL = 1e-2
 AP_ATOL = 0.01
 VALUE_ATOL = 1e-2
 SCORE_ATOL = 1e-3
 # seconds each section may take at most (the whole check also stops at --budget-s)
-SECTION_CAP_S = {"env": 60, "single": 240, "state": 180, "pac": 300, "predictor": 180, "pyg": 300,
+SECTION_CAP_S = {"env": 60, "throughput": 560, "single": 240, "state": 180, "pac": 300, "predictor": 180, "pyg": 300,
                  "profile": 300, "sweep": 400}
 
 
@@ -360,6 +367,61 @@ def _update_summary(m: dict) -> dict:
     return {"ap": last["ap"], "loss": last.get("loss")}
 
 
+def section_throughput(a, work: Path) -> dict:
+    log = work / f"gen-{a.tp_log_events}-{a.tp_log_nodes}.csv"
+    if not log.exists():
+        gen = _call(_speed("generate", log, "--events", a.tp_log_events, "--nodes", a.tp_log_nodes, "--seed", 0,
+                           "--no-progress"), a.timeout)
+        if gen.returncode:
+            return {"ok": False, "generate": gen.stderr[-1500:]}
+    end = time.monotonic() + a.timeout
+    out = {"log": {"events": a.tp_log_events, "node_ids": a.tp_log_nodes, "generator_seed": 0},
+           "train_events": a.tp_events, "eval_max_steps": a.tp_eval_steps, "warmup_steps": 10, "runs": []}
+    partial = work / "partial.json"
+    for batch in a.tp_batches:
+        for fw in a.tp_frameworks:
+            left = end - time.monotonic()
+            if left < 15:
+                out["runs"].append({"framework": fw, "batch": batch, "ok": None, "skipped": "out of time"})
+                continue
+            worker = "pyg" if fw == "pyg" else "speed"
+            cmd = [sys.executable, HERE / "train_vs_pyg.py", "--worker", worker, "--log", log, "--epochs", 1,
+                   "--batch-size", batch, "--max-events", a.tp_events, "--eval-max-steps", a.tp_eval_steps,
+                   "--warmup-steps", 10, "--device", a.device, "--threads", a.threads]
+            if fw == "speed-pipeline":
+                cmd.append("--pipeline")
+            t0 = time.monotonic()
+            try:
+                proc = _call(cmd, left - 5)
+                ok = proc.returncode == 0
+            except subprocess.TimeoutExpired:
+                proc, ok = None, False
+            row = {"framework": fw, "batch": batch, "ok": ok, "wall_s": time.monotonic() - t0}
+            if ok:
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                ep = r["epochs"][0]
+                row.update(events=ep["events"], seconds=ep["seconds"], events_per_s=ep["events_per_s"],
+                           loss=ep["loss"], test_ap=r["test"]["ap"], peak_device_bytes=r.get("peak_device_bytes"),
+                           num_nodes=r.get("num_nodes"))
+            else:
+                row["output_tail"] = "timeout" if proc is None else proc.stderr[-1500:]
+            out["runs"].append(row)
+            partial.write_text(json.dumps(out))
+    left = end - time.monotonic()
+    if left > 30 and a.tp_step_batches:
+        dst = work / "step_cost.json"
+        try:
+            proc = _call([sys.executable, HERE / "step_cost.py", "--log", log, "--device", a.device, "--batch",
+                          *a.tp_step_batches, "--skip", 20, "--steps", 40, "--threads", a.threads, "--out", dst],
+                         left - 5)
+            out["step_cost"] = (json.loads(dst.read_text())["runs"] if proc.returncode == 0
+                                else {"ok": False, "output_tail": proc.stderr[-1500:]})
+        except subprocess.TimeoutExpired:
+            out["step_cost"] = {"ok": False, "output_tail": "timeout"}
+    out["ok"] = all(r["ok"] is not False for r in out["runs"]) and bool(out["runs"])
+    return out
+
+
 def section_pyg(a, work: Path) -> dict:
     dst = work / "train_vs_pyg_gpu.json"
     proc = _call([sys.executable, HERE / "train_vs_pyg.py", "--device", a.device, "--epochs", 2,
@@ -420,6 +482,9 @@ def _line(name: str, r: dict) -> str:
         return ", ".join(f"{k} {'ok' if v.get('ok') else 'FAIL'}" for k, v in r["runs"].items())
     if name == "profile" and r.get("ok"):
         return ", ".join(f"{k} {v['events_per_s']:,.0f} ev/s" for k, v in r["runs"].items())
+    if name == "throughput" and "runs" in r:
+        return "; ".join(f"{x['framework']} b{x['batch']} " + (f"{x['events_per_s']:,.0f} ev/s" if x.get("ok")
+                                                             else "FAIL") for x in r["runs"])
     if name == "sweep" and r.get("ok"):
         return ", ".join(f"{x['distinct_nodes']:,} nodes {x['speed_events_per_s']:,.0f} ev/s" for x in r["rows"])
     return ""
@@ -435,6 +500,15 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="scratch folder (default OUT/work)")
     ap.add_argument("--sweep-nodes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--sweep-events", type=int, default=200_000)
+    ap.add_argument("--tp-batches", type=int, nargs="+", default=[200, 1000, 4000], help="throughput: batch sizes")
+    ap.add_argument("--tp-frameworks", nargs="+", default=["speed", "speed-pipeline", "pyg"],
+                    choices=["speed", "speed-pipeline", "pyg"], help="throughput: what runs at each batch size")
+    ap.add_argument("--tp-events", type=int, default=300_000, help="throughput: training events a run")
+    ap.add_argument("--tp-eval-steps", type=int, default=50, help="throughput: evaluation batches of val and test")
+    ap.add_argument("--tp-log-events", type=int, default=2_000_000, help="throughput: events of the generated log")
+    ap.add_argument("--tp-log-nodes", type=int, default=1_000_000, help="throughput: node ids of the generated log")
+    ap.add_argument("--tp-step-batches", type=int, nargs="*", default=[200, 1000],
+                    help="throughput: batch sizes of the per-step cost count (none: skip it)")
     ap.add_argument("--keep", default=None, metavar="JSON",
                     help="an earlier gpu_check.json whose other sections this one keeps (rerun a few sections only)")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": rehearse the driver
@@ -477,7 +551,10 @@ def main() -> int:
         t0 = time.monotonic()
         cmd = [sys.executable, __file__, "--section", name, "--out", out_dir, "--work", work, "--device", a.device,
                "--threads", a.threads, "--wikipedia", a.wikipedia, "--timeout", timeout - 5,
-               "--sweep-events", a.sweep_events, "--sweep-nodes", *a.sweep_nodes]
+               "--sweep-events", a.sweep_events, "--sweep-nodes", *a.sweep_nodes,
+               "--tp-batches", *a.tp_batches, "--tp-frameworks", *a.tp_frameworks, "--tp-events", a.tp_events,
+               "--tp-eval-steps", a.tp_eval_steps, "--tp-log-events", a.tp_log_events,
+               "--tp-log-nodes", a.tp_log_nodes, "--tp-step-batches", *a.tp_step_batches]
         try:
             proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=_env(),
                                   timeout=timeout)
@@ -487,6 +564,9 @@ def main() -> int:
                 r = {"ok": False, "rc": proc.returncode, "output_tail": proc.stderr[-2500:]}
         except subprocess.TimeoutExpired:
             r = {"ok": False, "rc": "timeout", "output_tail": f"section stopped after {timeout:.0f} s"}
+            partial = work / name / "partial.json"  # what a section saved before it was stopped
+            if partial.exists():
+                r["partial"] = json.loads(partial.read_text())
         r["seconds"] = time.monotonic() - t0
         result["sections"][name] = r
         result["seconds"] = time.monotonic() - t_start

@@ -59,23 +59,40 @@ def _setup(threads: int, log):
     return events, split
 
 
+def _peak_device(device: str) -> dict:
+    """The process's peak GPU memory (``torch.cuda.max_memory_allocated``), on a GPU."""
+    import torch
+
+    return {"peak_device_bytes": int(torch.cuda.max_memory_allocated(device))} if device.startswith("cuda") else {}
+
+
 def run_speed(a) -> dict:
+    from dataclasses import replace
+
     from speed.train import TrainConfig, Trainer
 
     events, split = _setup(a.threads, a.log[0])
-    cfg = TrainConfig(model="tgn", batch_size=200, lr=1e-4, memory_dim=100, time_dim=100, embedding_dim=100,
-                      neighbors=10, device=a.device, seed=a.seed, progress=False, num_threads=a.threads,
-                      new_node_fraction=0.0).validate()
+    bounded = (a.max_events // a.batch_size) if a.max_events else None
+    cfg = TrainConfig(model="tgn", batch_size=a.batch_size, lr=1e-4, memory_dim=100, time_dim=100,
+                      embedding_dim=100, neighbors=10, device=a.device, seed=a.seed, progress=False,
+                      num_threads=a.threads, new_node_fraction=0.0, pipeline=a.pipeline, max_steps=bounded,
+                      eval_max_steps=a.eval_max_steps).validate()
     tr = Trainer(events, split, cfg)
+    if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
+        tr.config = replace(cfg, max_steps=a.warmup_steps)
+        tr.train_epoch(0)
+        tr.config = cfg
     epochs = []
     for e in range(1, a.epochs + 1):
         log = tr.train_epoch(e)
-        epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss})
+        epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss,
+                       "events": log.train_events})
     if a.train_only:
-        return {"epochs": epochs, "num_nodes": int(events.num_nodes)}
+        return {"epochs": epochs, "num_nodes": int(events.num_nodes), **_peak_device(a.device)}
     tr.evaluator.evaluate(tr.model, "val")
     test, _ = tr.evaluator.evaluate(tr.model, "test")
-    return {"epochs": epochs, "test": test["transductive"]}
+    return {"epochs": epochs, "test": test["transductive"], "num_nodes": int(events.num_nodes),
+            **_peak_device(a.device)}
 
 
 def run_pyg(a) -> dict:
@@ -135,9 +152,11 @@ def run_pyg(a) -> dict:
     pool = np.unique(tr_dst if events.bipartite else np.concatenate([tr_src, tr_dst]))
     eval_pool = np.unique(events.dst)  # TGN's protocol: random destinations of the whole log
 
+    bs = a.batch_size
+
     def batches(index):
-        for s in range(0, index.size, 200):
-            yield torch.from_numpy(index[s:s + 200]).to(dev)
+        for s in range(0, index.size, bs):
+            yield torch.from_numpy(index[s:s + bs]).to(dev)
 
     def step(idx, neg):
         b_src, b_dst, b_t, b_msg = src[idx], dst[idx], t[idx], msg[idx]
@@ -152,14 +171,20 @@ def run_pyg(a) -> dict:
         neighbor_loader.insert(b_src, b_dst)
         return pos, neg_out
 
+    if a.max_events:
+        train_index = train_index[:a.max_events // bs * bs]
     epochs = []
-    for e in range(1, a.epochs + 1):
+    for e in range(0 if a.warmup_steps else 1, a.epochs + 1):
         memory.train(); gnn.train(); link_pred.train()
         memory.reset_state(); neighbor_loader.reset_state()
         rng = np.random.default_rng([a.seed, e, 0])  # the stream speed's trainer uses
         losses = []
+        # epoch 0: a few untimed warm-up steps (CUDA context, cuBLAS handles, allocator pools)
+        index = train_index[:a.warmup_steps * bs] if e == 0 else train_index
+        if a.device.startswith("cuda"):
+            torch.cuda.synchronize(dev)
         start = time.perf_counter()
-        for idx in batches(train_index):
+        for idx in batches(index):
             neg = torch.from_numpy(pool[rng.integers(0, pool.size, size=(idx.numel(), 1))][:, 0]).to(dev)
             optimizer.zero_grad()
             pos, neg_out = step(idx, neg)
@@ -169,16 +194,20 @@ def run_pyg(a) -> dict:
             memory.detach()
             losses.append(float(loss))
         sec = time.perf_counter() - start
-        epochs.append({"seconds": sec, "events_per_s": train_index.size / sec, "loss": float(np.mean(losses))})
+        if e:
+            epochs.append({"seconds": sec, "events_per_s": index.size / sec, "loss": float(np.mean(losses)),
+                           "events": int(index.size)})
 
     if a.train_only:
-        return {"epochs": epochs, "num_nodes": int(num_nodes)}
+        return {"epochs": epochs, "num_nodes": int(num_nodes), **_peak_device(a.device)}
 
     @torch.no_grad()
     def stream(index, seed):
         memory.eval(); gnn.eval(); link_pred.eval()
         rng = np.random.default_rng(seed)
         ps, ns = [], []
+        if a.eval_max_steps:  # bounded as speed's --eval-max-steps: the period's first batches
+            index = index[:a.eval_max_steps * bs]
         for idx in batches(index):
             neg = torch.from_numpy(eval_pool[rng.integers(0, eval_pool.size, size=(idx.numel(), 1))][:, 0]).to(dev)
             pos, neg_out = step(idx, neg)
@@ -191,7 +220,7 @@ def run_pyg(a) -> dict:
     per_batch = [link_metrics(p, n) for p, n in zip(ps, ns)]
     test = {"ap": float(np.mean([m["ap"] for m in per_batch])), "auc": float(np.mean([m["auc"] for m in per_batch])),
             "pooled": link_metrics(np.concatenate(ps), np.concatenate(ns))}
-    return {"epochs": epochs, "test": test}
+    return {"epochs": epochs, "test": test, "num_nodes": int(num_nodes), **_peak_device(a.device)}
 
 
 def main() -> int:
@@ -205,6 +234,14 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "train_vs_pyg.json"))
     ap.add_argument("--worker", choices=["speed", "pyg"], help=argparse.SUPPRESS)
     ap.add_argument("--train-only", action="store_true", help="time training alone (no val/test; benchmarks/scale.py)")
+    ap.add_argument("--batch-size", type=int, default=200)
+    ap.add_argument("--max-events", type=int, default=None,
+                    help="train on the first N training events of each epoch only (whole batches)")
+    ap.add_argument("--eval-max-steps", type=int, default=None,
+                    help="score only the first N batches of val and of test (both frameworks)")
+    ap.add_argument("--warmup-steps", type=int, default=0,
+                    help="untimed training steps before the first epoch (a fresh model and state follow)")
+    ap.add_argument("--pipeline", action="store_true", help="speed: plan the next batch in a background thread")
     a = ap.parse_args()
     a.log = a.log or [str(DATA)]
     if a.worker:
@@ -222,7 +259,11 @@ def main() -> int:
                 print(f"{Path(log).name}: training {name}, seed {seed} ({a.epochs} epochs) ...", file=sys.stderr)
                 proc = subprocess.run([sys.executable, __file__, "--worker", name, "--epochs", str(a.epochs),
                                        "--threads", str(a.threads), "--seed", str(seed), "--log", log,
-                                       "--device", a.device],
+                                       "--device", a.device, "--batch-size", str(a.batch_size)]
+                                      + (["--max-events", str(a.max_events)] if a.max_events else [])
+                                      + (["--eval-max-steps", str(a.eval_max_steps)] if a.eval_max_steps else [])
+                                      + (["--warmup-steps", str(a.warmup_steps)] if a.warmup_steps else [])
+                                      + (["--pipeline"] if a.pipeline and name == "speed" else []),
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{proc.stderr}")

@@ -1,0 +1,196 @@
+"""What a training step costs besides its arithmetic: operators, host-device syncs, host planning.
+
+On a GPU a step at the batch sizes the field uses (200-4000 events) is launch-bound: each
+operator is a kernel launch or host work between launches, and each host-device
+synchronisation (``.item()``, ``nonzero``, ``unique``, a copy to the host) drains the queue.
+This script counts them, per training step, over a window of steps in the middle of an epoch:
+
+* ``leaf_ops``: ``aten::`` operators with no ``aten::`` operator inside them (``torch.profiler``
+  on the CPU activity), forward, backward and optimiser together;
+* ``sync_calls``: the calls among them that force a synchronisation on a GPU
+  (:data:`SYNC_OPS`; on the CPU they are counted all the same, since the same code runs there);
+* ``plan_us``: host microseconds building the step's plan (negatives, distinct queries,
+  neighbour sampling, pending events: :meth:`StatefulModel.plan`, its copies to the device
+  included);
+* on a GPU: ``kernel_launches`` (device kernels the profiler saw), ``memcpy`` (host-device
+  copies), ``runtime_syncs`` (``cudaStreamSynchronize``/``cudaDeviceSynchronize`` and blocking
+  copies) and ``step_ms`` (wall time per step over the window, unprofiled, the device
+  synchronised at both ends).
+
+Each (device, batch) runs in its own process.  Prints a table, writes JSON::
+
+    python benchmarks/step_cost.py --log data/sample.csv --batch 200 --device cpu \\
+        --out benchmarks/results/step_cost.json
+
+``--tree DIR`` measures another checkout (a ``git worktree`` of an earlier commit) with the
+same script, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+#: operators that make the host wait for the device when their input is on a GPU; ``item()``,
+#: ``float(t)``, ``int(t)`` and ``bool(t)`` all end in ``_local_scalar_dense``, which is counted
+#: instead of them (the profiler's nesting of zero-length events is not reliable)
+SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique", "aten::_unique2",
+            "aten::unique_consecutive", "aten::unique_dim", "aten::masked_select")
+#: CUDA runtime calls that block the host
+RUNTIME_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def _leaves(events):
+    """The ``aten::`` events with no ``aten::`` event below them."""
+    def has_aten_below(e):
+        stack = list(e.cpu_children)
+        while stack:
+            c = stack.pop()
+            if c.name.startswith("aten::"):
+                return True
+            stack.extend(c.cpu_children)
+        return False
+    return [e for e in events if e.name.startswith("aten::") and not has_aten_below(e)]
+
+
+def worker(a) -> dict:
+    sys.path.insert(0, a.tree)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(a.threads)
+    import speed
+    from speed.train import TrainConfig, Trainer
+    from speed.train.model import network
+
+    cuda = a.device.startswith("cuda")
+    events = speed.read_events(a.log, progress=False)
+    split = speed.chronological_split(events, new_node_fraction=0.0)
+    cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0,
+               device=a.device, batch_size=a.batch, deterministic=a.deterministic,
+               max_steps=a.skip + 2 * a.steps + 2)
+    cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
+    tr = Trainer(events, split, TrainConfig(**cfg))
+
+    plan_s = [0.0]
+    inner = network.StatefulModel.plan
+
+    def timed_plan(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            plan_s[0] += time.perf_counter() - t0
+
+    network.StatefulModel.plan = timed_plan
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    marks = {}
+    window = (a.skip, a.skip + a.steps)  # profiled: steps skip+1 .. skip+steps
+    timed = (a.skip + a.steps, a.skip + 2 * a.steps)  # then timed without the profiler
+    prof = profile(activities=acts)
+
+    def on_step(done: int) -> None:
+        if done == window[0]:
+            sync()
+            prof.__enter__()
+        elif done == window[1]:
+            sync()
+            prof.__exit__(None, None, None)
+        if done == timed[0]:
+            sync()
+            marks["t0"], marks["plan0"] = time.perf_counter(), plan_s[0]
+        elif done == timed[1]:
+            sync()
+            marks["t1"], marks["plan1"] = time.perf_counter(), plan_s[0]
+
+    # the trainer's own epoch, with a hook after each step
+    engine = tr.engine
+    from speed.train.step.engine import Batches
+    from speed.train.step.negatives import RandomNegatives, train_seed
+
+    index = tr.train_index[:(a.skip + 2 * a.steps + 1) * a.batch]
+    if index.size < (a.skip + 2 * a.steps + 1) * a.batch:
+        raise SystemExit(f"{a.log}: {tr.train_index.size} training events, fewer than the "
+                         f"{(a.skip + 2 * a.steps + 1) * a.batch} the window needs")
+    engine.run_epoch(tr.stream, Batches(index, a.batch), RandomNegatives(tr.neg_pool, train_seed(0, 1)),
+                     on_step=on_step)
+    evs = prof.events()
+    leaves = _leaves(evs)
+    names = Counter(e.name for e in leaves)
+    syncs = Counter(e.name for e in evs if e.name in SYNC_OPS)
+    n = a.steps
+    out = {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "batch": a.batch, "device": a.device,
+           "torch": torch.__version__, "threads": a.threads, "steps": n,
+           "leaf_ops": len(leaves) / n,
+           "sync_calls": sum(syncs.values()) / n,
+           "sync_by_op": {k: v / n for k, v in syncs.items()},
+           "top_ops": {k: v / n for k, v in names.most_common(25)},
+           "plan_us": 1e6 * (marks["plan1"] - marks["plan0"]) / n,
+           "step_ms": 1e3 * (marks["t1"] - marks["t0"]) / n,
+           "events_per_s": n * a.batch / (marks["t1"] - marks["t0"])}
+    if cuda:
+        from torch.autograd import DeviceType
+
+        kernels = [e for e in evs if e.device_type == DeviceType.CUDA]
+        runtime = Counter(e.name for e in evs if e.device_type == DeviceType.CPU and e.name.startswith("cu"))
+        out["kernel_launches"] = sum(1 for e in kernels if "memcpy" not in e.name.lower()
+                                     and "memset" not in e.name.lower()) / n
+        out["memcpy"] = sum(1 for e in kernels if "memcpy" in e.name.lower()) / n
+        out["runtime_syncs"] = sum(v for k, v in runtime.items() if k.startswith(RUNTIME_SYNCS)) / n
+        out["runtime_calls"] = {k: v / n for k, v in runtime.most_common(12)}
+        out["device_name"] = torch.cuda.get_device_name(a.device)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log", required=True, help="event log")
+    ap.add_argument("--tree", action="append", default=None, help="checkout to measure (repeatable; default this one)")
+    ap.add_argument("--model", default="tgn")
+    ap.add_argument("--batch", type=int, nargs="+", default=[200])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--skip", type=int, default=10, help="steps before the window (warm-up)")
+    ap.add_argument("--steps", type=int, default=25, help="steps profiled, then as many timed")
+    ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results" / "step_cost.json"))
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        a.tree, a.batch = a.tree[0], a.batch[0]
+        print(json.dumps(worker(a)))
+        return 0
+    rows = []
+    for tree in a.tree or [str(HERE.parent)]:
+        for batch in a.batch:
+            proc = subprocess.run([sys.executable, __file__, "--worker", "--log", a.log, "--tree", tree, "--model",
+                                   a.model, "--batch", str(batch), "--threads", str(a.threads), "--device", a.device,
+                                   "--skip", str(a.skip), "--steps", str(a.steps)]
+                                  + (["--deterministic"] if a.deterministic else []),
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(proc.stderr[-3000:])
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append(r)
+            gpu = (f"  {r['kernel_launches']:6.0f} kernels {r['memcpy']:4.0f} copies {r['runtime_syncs']:4.0f} syncs"
+                   if "kernel_launches" in r else "")
+            print(f"{Path(tree).name:<10} {r['model']} batch {batch:>5} {r['device']:<6} {r['leaf_ops']:7.0f} ops "
+                  f"{r['sync_calls']:5.1f} sync calls  plan {r['plan_us']:8.0f} us  step {r['step_ms']:7.2f} ms"
+                  f"{gpu}", flush=True)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
