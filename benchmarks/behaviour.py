@@ -38,8 +38,9 @@ PAC = {}  # what the parallel runs are given besides COMMON (--validation)
 
 def _figures(metrics: dict) -> dict:
     """The figures a behaviour change would move (no timings)."""
-    out = {"losses": [e["loss"] for e in metrics["epochs"]],
-           "val": [e.get("val") for e in metrics["epochs"]],
+    epochs = metrics.get("epochs", [])  # (an update's metrics have none)
+    out = {"losses": [e["loss"] for e in epochs],
+           "val": [e.get("val") for e in epochs],
            "best_epoch": metrics.get("best_epoch"),
            "test": metrics.get("test"), "val_final": metrics.get("val")}
     ups = metrics.get("updates")

@@ -149,8 +149,11 @@ class TemporalGNN(nn.Module):
                 else s_rows.index_select(0, plan.pe_other_row)
         dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
         raw = self.message(s_self, s_other, self.time_enc(dt), plan.pe_feat)
-        agg, t_agg = self.aggregator(raw.index_select(0, plan.agg_entry), plan.agg_local,
-                                     plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
+        if plan.agg_identity:  # one pending event per key, in key order (the last aggregator)
+            agg, t_agg = raw, plan.pe_t
+        else:
+            agg, t_agg = self.aggregator(raw.index_select(0, plan.agg_entry), plan.agg_local,
+                                         plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
         new = self.updater(agg, s_key.index_select(0, plan.agg_sel))
         return s_key.index_copy(0, plan.agg_sel, new), last_key.index_copy(0, plan.agg_sel, t_agg)
 
@@ -214,7 +217,9 @@ class TemporalGNN(nn.Module):
 
     def forward(self, plan: BatchPlan, rows, message_inputs, num_events: int):
         """Score a batch planned with queries ``[src, dst, neg]``: ``(pos_logits, neg_logits, z,
-        states, last_update)``.  Steps 1-2 above; what DDP wraps."""
+        states, last_update)``.  Steps 1-2 above; what DDP wraps.  (The positives and the
+        negatives go through the decoder apart: one pass over both would be fewer operators, but
+        matrix products of another height round differently, and every figure would move.)"""
         n = int(num_events)
         z, states, lasts = self.compute(plan, rows, message_inputs)
         return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:3 * n]), z, states, lasts

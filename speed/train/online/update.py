@@ -334,7 +334,7 @@ class OnlineUpdater:
 
         out = self.engine.step(batch, score=score, ranked=ranked if k else None,
                                extra_loss=replayed if r else None)
-        return out.pos, out.neg, out.ranked, out.loss
+        return out.pos, out.neg, out.ranked, None if out.loss is None else float(out.loss)
 
     def _idle(self, steps: int) -> None:
         """Optimiser steps without events of this rank's own (zero gradients into the average)."""

@@ -158,6 +158,9 @@ class BatchPlan:
     ev_dst: torch.Tensor
     dyrep: Optional[DyRepPlan] = None
     stale: Optional[Tuple] = None  # memory rows read ahead (staleness > 0), see speed.train.step.loader
+    #: each key applies exactly one pending event and the pending events are in key order
+    #: (``agg_entry`` is ``arange``): the last aggregator, which then needs no gather
+    agg_identity: bool = False
 
     @property
     def num_keys(self) -> int:
@@ -169,8 +172,12 @@ class BatchPlan:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.to(device, non_blocking=non_blocking) if v is not None and f.name != "stale" else v
+            out[f.name] = v.to(device, non_blocking=non_blocking) if v is not None and f.name not in _HOST_FIELDS \
+                else v
         return BatchPlan(**out)
+
+
+_HOST_FIELDS = ("stale", "agg_identity")  # not device tensors
 
 
 def _distinct(node: np.ndarray, t: np.ndarray, dedup: bool):
@@ -294,10 +301,11 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         agg_local = np.repeat(np.arange(has.size, dtype=np.int64), lens)
         within = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
         entry = np.repeat(seg_start[key_nodes_inv], lens) + within
-    else:  # the latest pending event before the key's time
+        used, agg_entry = np.unique(entry, return_inverse=True)
+    else:  # the latest pending event before the key's time: one per key, each its own, in key order
         agg_local = np.arange(has.size, dtype=np.int64)
-        entry = seg_start[key_nodes_inv] + key_c[has] - 1
-    used, agg_entry = np.unique(entry, return_inverse=True)
+        used = seg_start[key_nodes_inv] + key_c[has] - 1
+        agg_entry = agg_local
     pe_node = key_nodes_u[p_row[used]]
     pe_other, pe_t, pe_eid = p_other[used], p_t[used], p_eid[used]
 
@@ -327,7 +335,7 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         pe_other=torch.from_numpy(pe_other), pe_t=torch.from_numpy(pe_t), pe_eid=torch.from_numpy(pe_eid),
         pe_feat=_features(feats, pe_eid, msg_dim),
         agg_entry=torch.from_numpy(agg_entry.astype(np.int64)), agg_local=torch.from_numpy(agg_local),
-        agg_sel=torch.from_numpy(has.astype(np.int64)),
+        agg_sel=torch.from_numpy(has.astype(np.int64)), agg_identity=not mean,
         ob_node=torch.from_numpy(ob_node), ob_key=torch.from_numpy(ob_key), ob_latest=torch.from_numpy(ob_latest),
         ev_eid=torch.from_numpy(np.ascontiguousarray(eid, dtype=np.int64) if events is not None else empty),
         ev_src=torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64) if events is not None else empty),

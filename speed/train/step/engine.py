@@ -24,11 +24,11 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..._util import TRIM_EVERY, progress_bar, trim_heap
 from ..state.spill import Spill
 from .loader import EventStream, PlanLoader, Step
+from .losses import link_loss
 from .negatives import NegativeSampler
 
 
@@ -146,8 +146,9 @@ class StepResult:
 
     Attributes
     ----------
-    loss : float or None
-        The step's loss (None without an optimiser: the state took the batch in, nothing learnt).
+    loss : 0-dim float32 tensor, or None
+        The step's loss, detached, where it was computed (reading it as a number waits for the
+        device; None without an optimiser: the state took the batch in, nothing learnt).
     pos, neg : float32 ndarray of shape (B,), or None
         With ``score=True``: the logits of the batch's events and of their negatives, from the
         weights and state before the step.
@@ -177,10 +178,8 @@ def sync_due(steps_done: int, every: int) -> bool:
     return bool(every) and steps_done % every == 0
 
 
-def link_loss(pos_logit: torch.Tensor, neg_logit: torch.Tensor) -> torch.Tensor:
-    """Binary cross-entropy of positives against their negatives."""
-    return F.binary_cross_entropy_with_logits(pos_logit, torch.ones_like(pos_logit)) + \
-        F.binary_cross_entropy_with_logits(neg_logit, torch.zeros_like(neg_logit))
+#: a progress bar shows the loss every this many steps (reading it waits for a GPU's queue)
+LOSS_SHOWN_EVERY = 50
 
 
 class Engine:
@@ -263,7 +262,7 @@ class Engine:
             collect.append(z[:n].detach().cpu())
         loss.backward()
         self.optimizer.step()
-        out.loss = float(loss.detach())
+        out.loss = loss.detach()
         return out
 
     def idle_step(self, step: Step) -> None:
@@ -308,7 +307,7 @@ class Engine:
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:
                 s, ended = step.index, step.ended
-                losses.append(self.step(step, collect).loss)
+                losses.append(self.step(step, collect).loss)  # on the device: no wait here
                 if on_step is not None:
                     on_step(s + 1)
                 if ended and s + 1 < total:  # a complete pass with more steps to go
@@ -318,11 +317,14 @@ class Engine:
                     backup = model.state.backup(keep=Spill())
                     model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+                if not bar.disable and (s % LOSS_SHOWN_EVERY == 0 or s + 1 == total):
+                    bar.set_postfix(loss=f"{float(losses[-1]):.3f}", refresh=False)
                 if (s + 1) % trim_steps == 0:
                     trim_heap()  # what the steps freed goes back to the system, not kept as heap
         if not ended and backup is not None:  # stopped inside a pass: keep the last complete one
             model.state.restore(backup, adopt=True)  # the back-up becomes the state, no copy
             backup = None
-        return EpochStats(loss=float(np.mean(losses)), seconds=time.perf_counter() - start, steps=total,
+        # one read of every step's loss: the device's queue is waited for once an epoch
+        loss = float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64))) if losses else float("nan")
+        return EpochStats(loss=loss, seconds=time.perf_counter() - start, steps=total,
                           passes=getattr(batches, "passes", 1.0))
