@@ -133,3 +133,33 @@ def test_gpu_trained_run_serves_on_cpu_and_gpu(small_log, tmp_path):
     np.testing.assert_allclose(on_cpu.embed(nodes), on_gpu.embed(nodes), atol=VALUE_ATOL)
     src, dst = events.src[-100:], events.dst[-100:]
     np.testing.assert_allclose(on_cpu.score(src, dst), on_gpu.score(src, dst), atol=SCORE_ATOL)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_training_step_never_waits_for_the_gpu(small_log, pipeline):
+    """With the node state on the device, a training step (planning and its one copy to the
+    device included) calls nothing that synchronises the host with the GPU: CUDA's sync debug
+    mode, set to raise, passes over steps 3 to 8."""
+    from speed.train.step.engine import Batches
+    from speed.train.step.negatives import RandomNegatives, train_seed
+
+    events = speed.read_events(small_log, progress=False)
+    split = speed.chronological_split(events, seed=0, new_node_fraction=0.0)
+    cfg = TrainConfig(model="tgn", epochs=1, device="cuda", state_device="device", seed=0, progress=False,
+                      num_threads=2, pipeline=pipeline, new_node_fraction=0.0).validate()
+    tr = Trainer(events, split, cfg)
+    assert tr.state_on == "device"
+
+    def on_step(done):
+        if done == 2:
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        elif done == 8:
+            torch.cuda.set_sync_debug_mode("default")
+
+    try:
+        stats = tr.engine.run_epoch(tr.stream, Batches(tr.train_index[:10 * 200], 200),
+                                    RandomNegatives(tr.neg_pool, train_seed(0, 1)), on_step=on_step)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert stats.steps == 10 and np.isfinite(stats.loss)

@@ -116,6 +116,10 @@ def _add_config_options(t: argparse.ArgumentParser, unset: bool = False, only=No
             continue
         typ = next(a for a in typing.get_args(hints[f.name]) if a is not type(None)) \
             if typing.get_origin(hints[f.name]) is typing.Union else hints[f.name]
+        if typ is bool:  # on, off, or (unset) the field's own default: --X / --no-X
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=UNSET if unset else default, help=meta["help"])
+            continue
         shown = "" if default is None or f.name in required else f" (default {default})"
         g.add_argument(flag, dest=f.name, type=typ, default=UNSET if unset else default, choices=meta["choices"],
                        metavar=meta["metavar"], help=meta["help"] + shown, required=f.name in required)

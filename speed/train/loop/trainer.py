@@ -359,7 +359,7 @@ class Trainer(EpochLoop):
         prepare_static(self.model.net, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,
                        config.seed, progress=config.progress)
         self.optimizer = make_optimizer(self.model.net, config.lr, config.static_lr)
-        self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline,
+        self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline_on(self.device),
                              staleness=config.staleness)
         self.stream = EventStream(events)
         self.evaluator = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, self.device,

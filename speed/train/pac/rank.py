@@ -118,7 +118,7 @@ class PacRank(RankEvaluation):
             self.ddp.register_comm_hook(None, local_step_hook)
             self._averaged = averaged_parameters(self.ddp)
         self.engine = Engine(self.model, self.optimizer, forward=self.ddp,
-                             progress=config.progress if self.is_main else False, pipeline=config.pipeline,
+                             progress=config.progress if self.is_main else False, pipeline=config.pipeline_on(self.device),
                              staleness=config.staleness)
         self.graph: Optional[RankGraph] = None
         self._init_evaluation()
