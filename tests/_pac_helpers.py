@@ -75,8 +75,13 @@ def free_port():
 
 
 def _init(rank, world, store_file):
+    """Join a gloo group of ``world`` workers; returns this worker's World (strict: every
+    collective checked as NCCL would)."""
+    from speed.train.pac.world import World
+
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=WORKER_TIMEOUT))
+    return World(rank, world, "cpu", "gloo", strict=True)
 
 
 def _leave(queue):
@@ -89,7 +94,7 @@ def _leave(queue):
 
 
 def sync_worker(rank, world, store_file, mode, clock, queue):
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     from speed.train.model.network import build_model
     from speed.train.state.nodes import StateRows
     from speed.train.pac import sync_shared
@@ -101,7 +106,7 @@ def sync_worker(rank, world, store_file, mode, clock, queue):
     model.state.load_rows(torch.arange(4), StateRows(
         {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
         (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
-    sync_shared(model, 3, mode, world, before=clock)
+    sync_shared(model, 3, mode, w, before=clock)
     state, last = model.state.rows(torch.arange(4)).memories["memory"]
     queue.put((rank, (state[:, 0].tolist(), last.tolist())))
     _leave(queue)
@@ -109,7 +114,7 @@ def sync_worker(rank, world, store_file, mode, clock, queue):
 
 def static_merge_worker(rank, world, store_file, queue):
     """Two ranks change overlapping rows of a static table; merge_static combines them."""
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     from speed.train.model.static import StaticMemory, merge_static
 
     static = StaticMemory(4, 2, 3)
@@ -123,7 +128,7 @@ def static_merge_worker(rank, world, store_file, queue):
     new = start.clone()
     new[rows] = float(rank + 1) * torch.tensor([[1.0, 2.0]])
     static.load_table(new)
-    merge_static(static, start, world, optimizer=opt)
+    merge_static(static, start, w, optimizer=opt)
     m = opt.state[static.table]["exp_avg"][:, 0].tolist()
     queue.put((rank, (static.table.detach().tolist(), m)))
     _leave(queue)
@@ -132,14 +137,14 @@ def static_merge_worker(rank, world, store_file, queue):
 def local_sgd_worker(rank, world, store_file, every, queue):
     """Local SGD on a linear model: each rank steps on its own gradient (the DDP hook keeps it
     local), and WeightAverager averages the weights on the steps it is due."""
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     from speed.train.pac.averaging import WeightAverager, averaged_parameters, local_step_hook
 
     torch.manual_seed(0)  # the same start on both ranks
     model = torch.nn.Linear(3, 1)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = w.wrap(model)
     ddp.register_comm_hook(None, local_step_hook)
-    averager = WeightAverager(averaged_parameters(ddp), every, world)
+    averager = WeightAverager(averaged_parameters(ddp), every, w)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     x = torch.tensor([[1.0, 2.0, 3.0]]) * (rank + 1)  # each rank its own data
     trace = []
@@ -165,13 +170,13 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
     seeded), evaluated through val and test by this process alone, then again with its memories
     sharded over ``world`` ranks (owners drawn at random); returns the largest difference of
     any score, the figures of both, and the rows this rank held and read from others."""
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     import numpy as np
 
     import speed
     from speed.train.eval.evaluator import Evaluator
     from speed.train.model.network import build_model
-    from speed.train.pac.sharded import QueryShare
+    from speed.train.eval.divided import DividedStep
     from speed.train.state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
 
     torch.set_num_threads(1)
@@ -192,6 +197,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                                   strategy=strategy, protocol=protocol, keep_test_start=True)
             evaluator.stream(model, evaluator.period("train"))  # the state at the end of training
             exchange = Exchange()
+            divider = model.divide(DividedStep()).divider  # (the work of one process doing all of it)
             if sharded:
                 full = model.state
                 owner = np.random.default_rng(11).integers(0, world, ev.num_nodes).astype(np.int16)
@@ -199,10 +205,9 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 model = build_model(name, 0, **kw)
                 model.state.set_edge_features(ev.msg)
                 model.eval()
-                model.state.use_memories(lambda n, mem: ShardedMemory(owner, mem.memory_dim, rank, world, None,
-                                                                      exchange),
-                                         lambda k: ShardedSampler(owner, k, rank, world, None, exchange))
-                model.share_queries(QueryShare(rank, world))
+                model.state.use_memories(lambda n, mem: ShardedMemory(owner, mem.memory_dim, w, exchange),
+                                         lambda k: ShardedSampler(owner, k, w, exchange))
+                divider = model.divide(DividedStep(w, owner)).divider
                 for key, mem in model.state.memories().items():
                     mine = torch.from_numpy(mem.owned())
                     mem.write_owned(mem.owned(), *full.memories()[key].read(mine))
@@ -218,7 +223,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
 
                 from speed.train.run.serial import load_tree, save_tree
 
-                writer = ShardWriter(rank)
+                writer = ShardWriter(w)
                 snaps = [model.state.written_snapshot(writer),
                          model.state.written_snapshot(writer, evaluator.test_start["state"])]
                 if rank == 0:
@@ -245,6 +250,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                             "neg": np.concatenate([val_res.neg, test_res.neg]),
                             "mrr": None if test_res.mrr_neg is None else test_res.mrr_neg,
                             "held": int(model.state.memory.memory.shape[0]), "read": exchange.as_dict(),
+                            "work": divider.work.as_dict(),
                             "arrays": arrays if sharded else whole})
         ref, got = figures
         if rank == 0:  # the written state is the one process's, row for row
@@ -262,7 +268,8 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
         if ref["mrr"] is not None:
             diff = max(diff, rel(got["mrr"], ref["mrr"]))
         out.append({"case": (name, protocol, strategy), "diff": diff, "ref": (ref["val"], ref["test"]),
-                    "got": (got["val"], got["test"]), "held": got["held"], "read": got["read"]})
+                    "got": (got["val"], got["test"]), "held": got["held"], "read": got["read"], "work": got["work"],
+                    "work_alone": ref["work"]})
     queue.put((rank, out))
     _leave(queue)
 
@@ -270,7 +277,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
 def shard_state_worker(rank, world, store_file, queue):
     """Two ranks' hand-built states brought into sharded memories: own nodes stay, shared nodes
     go to their owner by the sync rule, pending events of a shared node come from its winner."""
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     import numpy as np
 
     from speed.train.model.network import build_model
@@ -294,15 +301,15 @@ def shard_state_worker(rank, world, store_file, queue):
         (node, other, torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([10 + rank, 20 + rank]))))
     owner = owners(6, shared, own, world)
     target = build_model("tgn", 0, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
-    target.state.use_memories(lambda n, m: ShardedMemory(owner, m.memory_dim, rank, world))
-    shard_state(trained, target, nodes, 2, shared, owner, "last", rank, world)
+    target.state.use_memories(lambda n, m: ShardedMemory(owner, m.memory_dim, w))
+    shard_state(trained, target, nodes, 2, shared, owner, "last", w)
     # every node's rows, each written into one file by its owner (ShardWriter), read back by rank 0
     from pathlib import Path
 
     from speed.train.run.serial import load_tree, save_tree
     from speed.train.state.sharded import ShardWriter
 
-    writer = ShardWriter(rank)
+    writer = ShardWriter(w)
     rows = writer.memory(target.state.memory)
     full = None
     if rank == 0:
@@ -321,7 +328,7 @@ def shard_writer_failure_worker(rank, world, store_file, fail, queue):
     """Write a sharded memory's rows with ShardWriter while one rank fails: ``fail`` is
     ``"rows"`` (rank 1's rows cannot be written) or ``"file"`` (rank 0 fails before the file is
     placed).  Returns each rank's error and the files left in the folder."""
-    _init(rank, world, store_file)
+    w = _init(rank, world, store_file)
     from pathlib import Path
 
     import numpy as np
@@ -330,12 +337,12 @@ def shard_writer_failure_worker(rank, world, store_file, fail, queue):
     from speed.train.state.sharded import ShardedMemory, ShardWriter
 
     owner = np.array([0, 1, 1, 0, 1], dtype=np.int16)
-    mem = ShardedMemory(owner, 3, rank, world)
+    mem = ShardedMemory(owner, 3, w)
     if fail == "rows" and rank == 1:
         def broken(*args, **kwargs):
             raise OSError("disk full")
         mem.write_rows = broken
-    writer = ShardWriter(rank)
+    writer = ShardWriter(w)
     rows = writer.memory(mem)
     folder = Path(store_file).parent / "run"
     folder.mkdir(exist_ok=True)

@@ -1,7 +1,9 @@
 """Exact evaluation with the node memories sharded over ranks (speed.train.pac.sharded).
 
 The same state, evaluated by one process holding every row and by N gloo processes each holding
-the rows it owns, gives the same scores, for every model, protocol and negative strategy."""
+the rows it owns and doing its share of each step (speed.train.eval.divided), gives the same
+scores bit for bit, for every model, protocol and negative strategy; the work divides (each key
+computed once, each event scored once) and a rank receives only what its share needs."""
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, tmp_path
     assert set(res) == set(range(world))
     for r in range(world):
         for case in res[r]:
-            assert case["diff"] <= 1e-6, case["case"]  # logits, relative to their size where above 1
+            assert case["diff"] == 0.0, (case["case"], case["diff"])  # bit for bit (relative logits)
             for ref, got in zip(case["ref"], case["got"]):
                 for scope in ref:
                     for key, value in ref[scope].items():
@@ -27,11 +29,21 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, tmp_path
     for i in range(len(SHARDED_CASES)):
         held = [res[r][i]["held"] for r in range(world)]
         assert sum(held) == 160
+        work = [res[r][i]["work"] for r in range(world)]
+        alone = res[0][i]["work_alone"]
+        # the work is divided: every memory key computed once, by its owner; every event scored
+        # once; a query embedded once (or by each rank whose share of a batch asks for it)
+        assert sum(w["keys"] for w in work) == alone["keys"] > 0
+        assert sum(w["scored"] for w in work) == alone["scored"] > 0
+        assert alone["embeddings"] <= sum(w["embeddings"] for w in work) <= 1.1 * alone["embeddings"]
         if world > 1:
             assert max(held) < 160
-            assert all(res[r][i]["read"]["rows_received"] > 0 for r in range(world))
+            assert max(w["keys"] for w in work) < alone["keys"]
+            assert all(w["rows_received"] > 0 and w["bytes_received"] > 0 for w in work)
+            # what a rank receives, it receives once: its rows and key states, from their owners
+            assert sum(w["rows_received"] for w in work) == sum(w["rows_sent"] for w in work)
         else:
-            assert res[0][i]["read"]["calls"] == 0
+            assert res[0][i]["read"]["calls"] == 0 and work[0]["rows_received"] == 0
 
 
 def test_owners_follow_the_groups_and_spread_shared_and_unplaced_nodes():

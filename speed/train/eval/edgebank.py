@@ -6,9 +6,10 @@ A learned model that does not beat it on the same negatives has learned nothing 
 repetitions do not already give.
 
 :class:`EdgeBank` speaks the evaluator's model interface (``plan``, ``compute``, ``score``,
-``absorb``, and a ``state`` with ``reset``, ``backup`` and ``restore``), so it is scored by the same :class:`~speed.train.eval.evaluator.Evaluator`,
-on the same negatives, as the temporal GNNs: its "embedding" of a node is the node id and
-the query time.
+``absorb``, a ``divider`` that runs a step, and a ``state`` with ``reset``, ``backup`` and
+``restore``), so it is scored by the same :class:`~speed.train.eval.evaluator.Evaluator`, on the
+same negatives, as the temporal GNNs: its "embedding" of a node is the node id and the query
+time.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class EdgeBank:
         self.base = np.int64(events.num_nodes)
         self.keys = np.unique(events.src * self.base + events.dst)  # every pair of the log, sorted
         self.state = SeenPairs(self.keys.size)
+        self.divider = _WholeStep()
 
     def eval(self) -> "EdgeBank":
         return self
@@ -120,6 +122,29 @@ class SeenPairs:
 
     def insert_neighbors(self, *events) -> None:
         pass
+
+
+class _WholeStep:
+    """EdgeBank's evaluation step: score the batch against its negatives and candidates, then
+    remember it (:class:`~speed.train.eval.divided.DividedStep`'s interface, one process)."""
+
+    world = None
+
+    def __call__(self, bank: "EdgeBank", plan, n: int, groups: int, k: int = 0, collect: bool = False,
+                 score: bool = True):
+        from .divided import StepScores
+
+        out = StepScores(events=n)
+        if score and n:
+            z = bank.compute(plan)[0]
+            out.pos = bank.score(z[:n], z[n:2 * n])
+            if groups >= 3:
+                out.neg = bank.score(z[3 * n:4 * n] if groups == 4 else z[:n], z[2 * n:3 * n])
+            if k:
+                zc = z[groups * n:groups * n + n * k]
+                out.mrr = bank.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k)
+        bank.absorb(plan)
+        return out
 
 
 class _Plan:

@@ -27,6 +27,7 @@ from ...partition.ordered import release_pages
 from ..step.engine import Batches
 from ..state.spill import Spill
 from ..step.loader import EventStream, PlanLoader
+from .divided import DividedStep, gather_scores
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
     random_candidates, random_destinations
@@ -73,8 +74,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     mapped log go; the heap's free pages go back to the system as often.
     """
     model.eval()
-    pos, neg, mrr, zs = [], [], [], []
-    extra = None
+    extra, k = None, 0
     if mrr_candidates is not None:
         k = mrr_candidates.shape[1]
         first = int(index[0]) if index.size else 0
@@ -87,9 +87,11 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
 
         extra = candidates
 
+    # one step: this process alone, or its share of the work (speed.train.eval.divided)
+    divider = model.divider if model.divider is not None else DividedStep()
     loader = PlanLoader(model, stream, Batches(index, batch_size),
                         negatives.next_edges if negatives is not None else None, pipeline=pipeline,
-                        extra_queries=extra, push=graph is None)
+                        extra_queries=extra, push=graph is None, on_device=False)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)
@@ -98,21 +100,13 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
             model.state.push_events(*(x[part] for x in (stream.src, stream.dst, stream.t, stream.eid)))
         trim_heap()
     done = released = 0
+    parts, sizes = [], []
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
-            z, states, lasts = model.compute(step.plan)
-            if negatives is not None:
-                pos.append(model.score(z[:n], z[n:2 * n]).cpu())
-                neg_z = z[:n] if step.neg_src is None else z[3 * n:4 * n]
-                neg.append(model.score(neg_z, z[2 * n:3 * n]).cpu())
-            if extra is not None:
-                base = 2 * n + (n if step.neg_dst is not None else 0) + (n if step.neg_src is not None else 0)
-                zc = z[base:base + n * k]
-                mrr.append(model.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k).cpu())
-            if collect_z:
-                zs.append(z[:n].cpu())
-            model.absorb(step.plan, states, lasts, z)
+            groups = 2 + (step.neg_dst is not None) + (step.neg_src is not None)
+            parts.append(divider(model, step.plan, n, groups, k, collect=collect_z, score=negatives is not None))
+            sizes.append(n)
             bar.update(n)
             done += n
             if done - released >= RELEASE_EVERY:
@@ -123,8 +117,9 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if release is not None:
         release()
     trim_heap()
-    cat = (lambda xs: torch.cat(xs).numpy() if xs else None)
-    return StreamResult(pos=cat(pos), neg=cat(neg), mrr_neg=cat(mrr), z_src=cat(zs))
+    # every process's shares, in event order (the scores stayed where they were computed)
+    pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
+    return StreamResult(pos=pos, neg=neg, mrr_neg=mrr, z_src=zs)
 
 
 class Evaluator:

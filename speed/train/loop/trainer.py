@@ -38,6 +38,7 @@ from ..model.build import model_for, place_state
 from ..run.predictor import predictor_payload
 from ..run.report import write_run
 from ..model.static import prepare_static
+from ..pac.world import World
 
 
 # files of an updated run (speed update) that a new training run in its folder would leave stale
@@ -52,7 +53,7 @@ class EpochLoop:
     """
 
     is_main = True  # the process that evaluates and writes files
-    world = 1
+    world = World.alone()  # this process alone; a PAC rank has its own (speed.train.pac.world)
     state_on = "device"  # where the node memories live (see place_state)
 
     def _init_loop(self) -> None:
@@ -213,7 +214,7 @@ class EpochLoop:
         metrics = {
             "model": cfg.model,
             "protocol": cfg.protocol_name,
-            "nproc": self.world,
+            "nproc": self.world.size,
             "config": cfg.to_dict(),
             "data": {"num_events": len(self.events), "num_nodes": self.events.num_nodes,
                      "num_train_events": int(self.split.train_mask.sum()), "num_val_events": self.split.num_val,
@@ -297,8 +298,8 @@ class EpochLoop:
         if saved.model_name != self.model.name:
             raise InputError(f"cannot resume: the run trained {saved.model_name}, not {self.model.name}",
                              Path(self.out) / ckpt.LAST)
-        if len(saved.rng) != self.world:
-            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world} (each "
+        if len(saved.rng) != self.world.size:
+            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world.size} (each "
                              "process's random streams go on where it stopped, and the parts' grouping follows the "
                              f"number of processes: resume with {len(saved.rng)}, or train a new run)",
                              Path(self.out) / ckpt.LAST)
@@ -310,7 +311,7 @@ class EpochLoop:
                              Path(self.out) / ckpt.LAST)
         self.model.load_params(saved.model)
         self.optimizer.load_state_dict(saved.optimizer)
-        ckpt.set_rng_state(saved.rng[getattr(self, "rank", 0)])
+        ckpt.set_rng_state(saved.rng[self.world.rank])
         self.history = [EpochLog(**h) for h in saved.history]
         self.stopping.load_state_dict(saved.stopping)
         self.best = saved.best

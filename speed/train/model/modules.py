@@ -183,9 +183,11 @@ class GraphAttentionEmbedding(nn.Module):
         self.edge = nn.Linear(msg_dim + time_dim, self.out_dim, bias=False)  # columns: [e || Φ]
         self.root = nn.Linear(memory_dim, self.out_dim)
 
-    def forward(self, s, dt, *, time_enc, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, **_):
+    def forward(self, s, dt, *, time_enc, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, dense=None, **_):
         """s (B, d); nbr_s (U, d); nbr_index (B, k) into nbr_s; nbr_e (B, k, m); nbr_dt, nbr_mask (B, k)
-        (``nbr_dt`` finite in empty slots)."""
+        (``nbr_dt`` finite in empty slots).  ``dense``: against every distinct neighbour at once
+        (True) or slot by slot (False); None: whichever is cheaper for these sizes.  Slot by
+        slot, a query's result depends on its own slots only."""
         b, k = nbr_mask.shape
         h, c = self.heads, self.head_dim
         u = nbr_s.shape[0]
@@ -194,7 +196,8 @@ class GraphAttentionEmbedding(nn.Module):
         # the neighbour part of the logits and of the output: against every distinct neighbour
         # when they are few (dense logs: (H, B, U) scores and weights, no per-slot vectors), or
         # slot by slot when they are many (the crossover measured on CPU, 2 heads of 50)
-        dense = u <= 0.8 * k * c
+        if dense is None:
+            dense = u <= 0.8 * k * c
         if dense:
             node_k, node_v = (x.reshape(u, h, c).transpose(0, 1) for x in (node_k, node_v))  # (H, U, c)
             index = nbr_index.unsqueeze(0).expand(h, b, k)

@@ -127,11 +127,15 @@ class TemporalGNN(nn.Module):
         return ["static.table"] if self.static is not None and self.static.trainable else []
 
     # ---------------------------------------------------------------------- stages
-    def key_states(self, plan: BatchPlan, rows, message_inputs=None):
+    def key_states(self, plan: BatchPlan, rows, message_inputs=None, invariant: bool = False):
         """The memory of every key of ``plan``: stored states with the keys' pending events
         applied (message -> aggregator -> updater).  ``rows`` are the stored ``(states,
         last_update)`` of ``plan.rows`` (:meth:`NodeStates.read`); ``message_inputs``, when a
         state component supplies them (TIGE), the ``(s_self, s_other)`` of the pending events.
+
+        ``invariant``: compute each key's state so that it does not depend on which other keys
+        are computed with it (:class:`RowLayout`): an evaluation divided among processes
+        then gives every key the bits one process holding them all gives it.
 
         Returns
         -------
@@ -145,19 +149,29 @@ class TemporalGNN(nn.Module):
             s_self, s_other = message_inputs
         else:
             s_self = s_rows.index_select(0, plan.pe_row)
-            s_other = self._dyrep_other(plan, s_rows, last_rows) if self.message_embedding is not None \
+            s_other = self._dyrep_other(plan, s_rows, last_rows, invariant) if self.message_embedding is not None \
                 else s_rows.index_select(0, plan.pe_other_row)
         dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
-        raw = self.message(s_self, s_other, self.time_enc(dt), plan.pe_feat)
+        feat = plan.pe_feat
+        if invariant:  # each pending event at its place in the whole step (RowLayout)
+            lay = RowLayout(plan.orig_pe if plan.orig_pe is not None else np.arange(dt.shape[0]))
+            raw = lay.take(self.message(*lay.place(s_self, s_other), self.time_enc(lay.place(dt)), lay.place(feat)))
+        else:
+            raw = self.message(s_self, s_other, self.time_enc(dt), feat)
         if plan.agg_identity:  # one pending event per key, in key order (the last aggregator)
             agg, t_agg = raw, plan.pe_t
         else:
             agg, t_agg = self.aggregator(raw.index_select(0, plan.agg_entry), plan.agg_local,
                                          plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
-        new = self.updater(agg, s_key.index_select(0, plan.agg_sel))
+        held = s_key.index_select(0, plan.agg_sel)
+        if invariant:  # each updated key at its place among the whole step's
+            lay = RowLayout(plan.orig_sel if plan.orig_sel is not None else np.arange(held.shape[0]))
+            new = lay.take(self.updater(*lay.place(agg, held)))
+        else:
+            new = self.updater(agg, held)
         return s_key.index_copy(0, plan.agg_sel, new), last_key.index_copy(0, plan.agg_sel, t_agg)
 
-    def _dyrep_other(self, plan: BatchPlan, s_rows, last_rows):
+    def _dyrep_other(self, plan: BatchPlan, s_rows, last_rows, invariant: bool = False):
         """DyRep: each pending event's other endpoint as a graph-attention embedding at the
         event's time, from stored memories."""
         d = plan.dyrep
@@ -170,49 +184,85 @@ class TemporalGNN(nn.Module):
                                           nbr_e=s_rows.new_zeros(0, k, m), nbr_dt=last_rows.new_zeros(0, k),
                                           nbr_mask=torch.zeros(0, k, dtype=torch.bool, device=s_rows.device))
         own = s_rows.index_select(0, d.own_row)
-        z = self.message_embedding(own, d.t - last_rows.index_select(0, d.own_row), time_enc=self.time_enc,
-                                   nbr_s=s_rows, nbr_index=d.nb_row, nbr_e=d.nb_feat, nbr_dt=d.nb_dt,
-                                   nbr_mask=d.nb_mask)
+        dt = d.t - last_rows.index_select(0, d.own_row)
+        if not invariant:
+            z = self.message_embedding(own, dt, time_enc=self.time_enc, nbr_s=s_rows, nbr_index=d.nb_row,
+                                       nbr_e=d.nb_feat, nbr_dt=d.nb_dt, nbr_mask=d.nb_mask)
+        else:
+            z = self._attend(self.message_embedding, own, dt, s_rows, d.nb_row, d.nb_feat, d.nb_dt, d.nb_mask,
+                             (RowLayout(d.orig if d.orig is not None else np.arange(own.shape[0])),
+                              RowLayout(plan.orig_rows if plan.orig_rows is not None else np.arange(s_rows.shape[0]))))
         return z.index_select(0, d.inv)
 
-    def compute(self, plan: BatchPlan, rows, message_inputs=None, share=None):
+    def _attend(self, embedding, own, own_dt, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, layouts=None):
+        """A graph-attention embedding; ``layouts`` (of the queries and of ``nbr_s``'s rows,
+        :class:`RowLayout`): each query's result whatever the others computed with it (slot by
+        slot, each row at its place)."""
+        if layouts is None:
+            return embedding(own, own_dt, time_enc=self.time_enc, nbr_s=nbr_s, nbr_index=nbr_index, nbr_e=nbr_e,
+                             nbr_dt=nbr_dt, nbr_mask=nbr_mask)
+        queries, rows = layouts
+        index = rows.positions(nbr_index.device).index_select(0, nbr_index.reshape(-1)).view_as(nbr_index)
+        own, own_dt, index, nbr_e, nbr_dt, nbr_mask = queries.place(own, own_dt, index, nbr_e, nbr_dt, nbr_mask)
+        return queries.take(embedding(own, own_dt, time_enc=self.time_enc, nbr_s=rows.place(nbr_s), nbr_index=index,
+                                      nbr_e=nbr_e, nbr_dt=nbr_dt, nbr_mask=nbr_mask, dense=False))
+
+    def embed_keys(self, q, states, lasts, static=None, invariant: bool = False) -> torch.Tensor:
+        """Embeddings of distinct queries from key states.
+
+        Parameters
+        ----------
+        q : BatchPlan or QueryPlan
+            Its ``uq_key`` and ``uq_t`` (each query's own key and time), ``nb_keys``, ``nb_key``,
+            ``nb_feat``, ``nb_dt``, ``nb_mask`` (its neighbours' keys and slots), the keys as
+            positions in ``states``.
+        states, lasts : tensors (K, memory_dim), (K,)
+            Key states and their times (:meth:`key_states`).
+        static : tensor (K, memory_dim), optional
+            The static memory of each key's node.
+        invariant : bool
+            Each query's embedding whatever the others computed with it (see :meth:`key_states`).
+
+        Returns
+        -------
+        float32 tensor, shape (m, embedding dim)
+        """
+        h = states  # what the embedding reads: the dynamic memory, plus the static one
+        if static is not None and self.embedding.needs_neighbors:  # DistTGL: before the attention
+            h = states + static
+        own = h.index_select(0, q.uq_key)
+        own_dt = q.uq_t - lasts.index_select(0, q.uq_key)
+        orig = getattr(q, "orig_uq", None)
+        queries = RowLayout(orig if orig is not None else np.arange(own.shape[0])) if invariant else None
+        if self.embedding.needs_neighbors:
+            nb = h.index_select(0, q.nb_keys)
+            orig = getattr(q, "orig_nbk", None)
+            layouts = (queries, RowLayout(orig if orig is not None else np.arange(nb.shape[0]))) if invariant \
+                else None
+            return self._attend(self.embedding, own, own_dt, nb, q.nb_key, q.nb_feat, q.nb_dt, q.nb_mask, layouts)
+        z = queries.take(self.embedding(*queries.place(own, own_dt))) if invariant else self.embedding(own, own_dt)
+        if static is not None:
+            # A memory-only embedding (JODIE's time projection, DyRep's identity) gets the static
+            # part after it, as JODIE joins its static embeddings to the projected one: inside
+            # the projection, (1 + w dt) scales the unbounded static rows and training diverged
+            # (CollegeMsg: epoch-2 loss rose 1.32 -> 1.64; test AP 0.859 against 0.876 after).
+            z = z + static.index_select(0, q.uq_key)
+        return z
+
+    def key_static(self, key_nodes: torch.Tensor) -> Optional[torch.Tensor]:
+        """The static memory of each key's node (``key_nodes`` the keys' node ids), or None."""
+        return None if self.static is None else self.static(key_nodes)
+
+    def compute(self, plan: BatchPlan, rows, message_inputs=None):
         """Embeddings of the plan's queries: ``(z, states, last_update)``, ``z`` float32 of shape
         (Q, embedding dim) in query order, and the key states the node state stores from
-        (:meth:`NodeStates.absorb`).  ``rows`` and ``message_inputs`` as for :meth:`key_states`.
-
-        ``share`` splits the embedding of the distinct queries among processes that compute the
-        same step (:class:`speed.train.pac.sharded.QueryShare`): called as ``share(embed, m)``,
-        it runs ``embed(part)`` on its own slice ``part`` of the ``m`` queries and returns all
-        ``m`` embeddings.  The key states, which every process stores from, are computed whole:
-        split, their updates run in smaller matrix products whose last bits differ, and the
-        figures with them (a DyRep AUC moved by 1e-4 on a small log)."""
+        (:meth:`NodeStates.absorb`).  ``rows`` and ``message_inputs`` as for :meth:`key_states`."""
         states, lasts = self.key_states(plan, rows, message_inputs)
-        h = states  # what the embedding reads: the dynamic memory, plus the static one
         static = None
         if self.static is not None:
             # one lookup per distinct node of the step (a node has several keys at several times)
             static = self.static(plan.rows).index_select(0, plan.key_row)
-            if self.embedding.needs_neighbors:  # DistTGL: before the attention, neighbours included
-                h = states + static
-
-        def embed(part: slice) -> torch.Tensor:  # the embeddings of the distinct queries ``part``
-            key = plan.uq_key[part]
-            own = h.index_select(0, key)
-            own_dt = plan.uq_t[part] - lasts.index_select(0, key)
-            if self.embedding.needs_neighbors:
-                return self.embedding(own, own_dt, time_enc=self.time_enc, nbr_s=h.index_select(0, plan.nb_keys),
-                                      nbr_index=plan.nb_key[part], nbr_e=plan.nb_feat[part],
-                                      nbr_dt=plan.nb_dt[part], nbr_mask=plan.nb_mask[part])
-            z = self.embedding(own, own_dt)
-            if static is not None:
-                # A memory-only embedding (JODIE's time projection, DyRep's identity) gets the static
-                # part after it, as JODIE joins its static embeddings to the projected one: inside
-                # the projection, (1 + w dt) scales the unbounded static rows and training diverged
-                # (CollegeMsg: epoch-2 loss rose 1.32 -> 1.64; test AP 0.859 against 0.876 after).
-                z = z + static.index_select(0, key)
-            return z
-
-        z = embed(slice(None)) if share is None else share(embed, int(plan.uq_key.shape[0]))
+        z = self.embed_keys(plan, states, lasts, static)
         return z.index_select(0, plan.q_inv), states, lasts
 
     def forward(self, plan: BatchPlan, rows, message_inputs, num_events: int):
@@ -224,8 +274,12 @@ class TemporalGNN(nn.Module):
         z, states, lasts = self.compute(plan, rows, message_inputs)
         return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:3 * n]), z, states, lasts
 
-    def score(self, z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
-        return self.decoder(z_src, z_dst)
+    def score(self, z_src: torch.Tensor, z_dst: torch.Tensor, layout: Optional["RowLayout"] = None) -> torch.Tensor:
+        """Logits of the pairs ``(z_src[i], z_dst[i])``; ``layout`` (:class:`RowLayout`): each
+        at its place, whatever the others computed with it."""
+        if layout is None:
+            return self.decoder(z_src, z_dst)
+        return layout.take(self.decoder(*layout.place(z_src, z_dst)))
 
 
 class StatefulModel:
@@ -243,7 +297,7 @@ class StatefulModel:
         self.net = net
         self.state = state
         self._state_device: Optional[torch.device] = None  # see keep_state_on
-        self._share = None  # see share_queries
+        self.divider = None  # see divide
 
     @classmethod
     def around(cls, net: TemporalGNN, num_nodes: int, neighbors: int = 10, components=()) -> "StatefulModel":
@@ -286,10 +340,10 @@ class StatefulModel:
         self.state.to(self._state_device)
         return self
 
-    def share_queries(self, share) -> "StatefulModel":
-        """Split each step's embeddings among processes that run the same steps (PAC's sharded
-        evaluation, :class:`speed.train.pac.sharded.QueryShare`); None: compute them all."""
-        self._share = share
+    def divide(self, divider) -> "StatefulModel":
+        """Run evaluation steps with their work divided among processes
+        (:class:`speed.train.eval.divided.DividedStep`; None: this process does all of it)."""
+        self.divider = divider
         return self
 
     def train(self, mode: bool = True) -> "StatefulModel":
@@ -300,9 +354,12 @@ class StatefulModel:
         return self.train(False)
 
     # ------------------------------------------------------------------ stages
-    def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True) -> BatchPlan:
-        """The plan of a step on the state (see :meth:`NodeStates.plan`), on the weights' device."""
-        return self.state.plan(nodes, times, events, neighbors=neighbors, push=push).to(self.device)
+    def plan(self, nodes, times, events=None, neighbors: bool = True, push: bool = True,
+             on_device: bool = True) -> BatchPlan:
+        """The plan of a step on the state (see :meth:`NodeStates.plan`), on the weights' device
+        (``on_device=False``: on the host, as built)."""
+        plan = self.state.plan(nodes, times, events, neighbors=neighbors, push=push)
+        return plan.to(self.device) if on_device else plan
 
     def inputs(self, plan: BatchPlan):
         """What the weights read for ``plan``: the stored rows (read ahead under staleness,
@@ -312,7 +369,7 @@ class StatefulModel:
 
     def compute(self, plan: BatchPlan):
         """:meth:`TemporalGNN.compute` on the state's rows."""
-        return self.net.compute(plan, *self.inputs(plan), share=self._share)
+        return self.net.compute(plan, *self.inputs(plan))
 
     def forward(self, plan: BatchPlan, num_events: int):
         """:meth:`TemporalGNN.forward` on the state's rows."""
@@ -372,6 +429,71 @@ class StatefulModel:
         prefixes = self.state.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith(prefixes)})
         self.state.load_memory_dict({k: v for k, v in state.items() if k.startswith(prefixes)}, adopt=adopt)
+
+
+
+class RowLayout:
+    """Where rows go when their results must not depend on which other rows are computed with
+    them (an evaluation divided among processes must give each row the bits one process
+    computing all of them gives it).
+
+    Measured on this project's CPU builds (float32 ``addmm`` and ``bmm``, one thread): a row's
+    result depends on the other rows only through the matrix height (none from 16 rows up), on
+    its place only through its memory alignment -- the same for places congruent modulo
+    :data:`PERIOD` -- and a vectorised elementwise kernel rounds the elements of a tensor's last
+    partial vector (its scalar tail) differently.  So a row whose index in the whole step is
+    ``i`` is placed at a position ``≡ i (mod PERIOD)`` (rows of one residue one after another,
+    16 apart), and the height is a multiple of :data:`BLOCK` (at least one block): any subset
+    of rows then computes what the whole set computes for them.
+
+    Parameters
+    ----------
+    index : int ndarray or tensor, shape (n,)
+        Each row's index in the whole step (distinct).
+    """
+
+    PERIOD = 16
+    BLOCK = 32
+
+    def __init__(self, index):
+        index = np.asarray(index.cpu() if torch.is_tensor(index) else index, dtype=np.int64)
+        self.n = int(index.size)
+        residue = index % self.PERIOD
+        order = np.argsort(residue, kind="stable")
+        counts = np.bincount(residue, minlength=self.PERIOD)
+        rank = np.empty(self.n, dtype=np.int64)
+        rank[order] = np.arange(self.n) - np.repeat(np.cumsum(counts) - counts, counts)
+        positions = self.PERIOD * rank + residue
+        height = int(positions.max()) + 1 if self.n else 0
+        self.rows = max(1, -(-height // self.BLOCK)) * self.BLOCK
+        self._positions = torch.from_numpy(positions)
+        self._on = {}
+
+    def positions(self, device) -> torch.Tensor:
+        device = torch.device(device)
+        if device not in self._on:
+            self._on[device] = self._positions.to(device)
+        return self._on[device]
+
+    def place(self, *tensors):
+        """Each tensor (``n`` rows) at its rows' places among :attr:`rows` zero rows."""
+        out = []
+        for t in tensors:
+            full = t.new_zeros((self.rows,) + tuple(t.shape[1:]))
+            full[self.positions(t.device)] = t
+            out.append(full)
+        return out if len(out) > 1 else out[0]
+
+    def take(self, t: torch.Tensor) -> torch.Tensor:
+        """The ``n`` rows of a result computed on placed rows, in their order."""
+        return t.index_select(0, self.positions(t.device))
+
+    @classmethod
+    def contiguous(cls, start: int, n: int) -> "RowLayout":
+        """The rows ``start .. start + n - 1`` of the whole step."""
+        return cls(np.arange(start, start + n, dtype=np.int64))
+
+
 
 
 # build_model's own knobs (not training hyperparameters, so not in TrainConfig): JODIE's Δt

@@ -118,7 +118,7 @@ class StaticMemory(nn.Module):
 
 
 @torch.no_grad()
-def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=None, optimizer=None) -> float:
+def merge_static(static: StaticMemory, start: torch.Tensor, world, optimizer=None) -> float:
     """End of a PAC epoch: merge the ranks' changes to a learned table (collective).
 
     Every rank began the epoch with ``start``.  A row changed by one rank takes that rank's
@@ -135,7 +135,8 @@ def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=No
     static : StaticMemory
     start : float32 tensor, shape (num_nodes, dim)
         The table at the start of the epoch (the same on every rank).
-    world : int
+    world : World
+        The ranks (:class:`speed.train.pac.world.World`; host-memory all-reduces).
     optimizer : RowAdam (or torch.optim.SparseAdam), optional
 
     Returns
@@ -145,24 +146,21 @@ def merge_static(static: StaticMemory, start: torch.Tensor, world: int, group=No
     """
     import time
 
-    import torch.distributed as dist
-
     t0 = time.perf_counter()
     delta = (static.table.detach() - start.to(static.table.device)).cpu()
     changed = (delta != 0).any(dim=1).to(torch.float32)
     changed_local = changed.clone()
-    if world > 1:
-        dist.all_reduce(delta, group=group)
-        dist.all_reduce(changed, group=group)
+    world.host_all_reduce(delta)
+    world.host_all_reduce(changed)
     count = changed.clamp(min=1.0).unsqueeze(1)
     merged = start.cpu() + delta / count
     static.load_table(merged)
     state = None if optimizer is None else optimizer.state.get(static.table)
-    if state and world > 1:  # the rows' Adam moments: the mean over the ranks that moved them
+    if state and world.size > 1:  # the rows' Adam moments: the mean over the ranks that moved them
         mine = changed_local.unsqueeze(1)
         for key in ("exp_avg", "exp_avg_sq"):
             m = state[key].detach().cpu() * mine
-            dist.all_reduce(m, group=group)
+            world.host_all_reduce(m)
             keep = (changed > 0).unsqueeze(1)
             state[key].copy_(torch.where(keep, m / count, state[key].cpu()).to(state[key].device))
     return time.perf_counter() - t0
@@ -231,24 +229,23 @@ def pretrain_static(src: np.ndarray, dst: np.ndarray, num_nodes: int, dim: int, 
 
 
 def prepare_static(model: nn.Module, src: np.ndarray, dst: np.ndarray, pool: np.ndarray, seed: int,
-                   progress: Optional[bool] = None, rank: int = 0, world: int = 1, group=None) -> None:
+                   progress: Optional[bool] = None, world=None) -> None:
     """Fill an empty (all-zero) pre-trained static table before training (nothing for ``none``,
     ``learned``, or a table already filled, e.g. by the caller).
 
     Rank 0 pre-trains on the training events ``src, dst`` (:func:`pretrain_static`) and, under
-    PAC, broadcasts the table, so every rank starts from the same one.
+    PAC (``world``, a :class:`speed.train.pac.world.World`), broadcasts the table, so every rank
+    starts from the same one.
     """
     static = getattr(model, "static", None)
     if static is None or static.trainable or bool(static.table.detach().abs().sum() > 0):
         return
-    if rank == 0:
+    if world is None or world.is_main:
         table = pretrain_static(src, dst, static.num_nodes, static.table.shape[1], pool, seed, progress=progress)
     else:
         table = torch.zeros(static.num_nodes, static.table.shape[1])
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.broadcast(table, src=0, group=group)
+    if world is not None:
+        world.host_broadcast(table, src=0)
     static.load_table(table)
 
 

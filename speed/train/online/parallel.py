@@ -43,16 +43,16 @@ def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np
 def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: str, out: str, config: Dict,
                overwrite: bool) -> None:
     """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
-    import torch.distributed as dist
-
     from ..._threads import usable_cores
     from ...partition.shards import Shards
+    from ..pac.world import World
     from . import update as online
     from ..run.predictor import open_checkpoint, predictor_from
 
     started = time.perf_counter()
     torch.set_num_threads(max(1, usable_cores() // world))
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+    # gloo on host tensors: the update's ranks share this machine's cores (and its GPU, if any)
+    w = World.join(rank, world, "cpu", "gloo", init_method)
     # (the group is never destroyed: see speed.train.pac.launch._spawned)
     cfg = UpdateConfig(**config)
     if rank:
@@ -69,26 +69,20 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     events = events.select(np.flatnonzero(~again))
     mine = (owner_parts(shards, events.src, events.dst, events.eid) % world) == rank
     net = pred.net
-    # a learned static table's rows stay each rank's own, as under PAC (sparse gradients)
-    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-        net, net.local_parameters())
-    # DDP averages every step's gradients, as in PAC training; a rank's idle steps (after its
-    # own events) run their forward pass on a batch whose loss counts zero, and a rank may see
-    # no event at all, so the parameters a step uses are searched for (find_unused_parameters)
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        net, device_ids=[pred.device.index] if pred.device.type == "cuda" else None,
-        find_unused_parameters=True) if cfg.train else None
+    # DDP averages every step's gradients, as in PAC training (a learned static table's rows stay
+    # each rank's own, sparse gradients); a rank's idle steps (after its own events) run their
+    # forward pass on a batch whose loss counts zero, and a rank may see no event at all, so the
+    # parameters a step uses are searched for (find_unused_parameters)
+    ddp = w.wrap(net, ignore=net.local_parameters(), find_unused=True, bucket_mb=25,
+                 bucket_view=False) if cfg.train else None
     up = online.OnlineUpdater(pred, saved, payload, cfg, forward=ddp)
     own = -(-int(mine.sum()) // pred.batch_size)
-    steps = torch.tensor([own])
-    dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-    result = up.run(events, mine=mine, steps=int(steps.item()))
+    result = up.run(events, mine=mine, steps=w.all_max(own))
     eid = up.taken[3]
     pos, neg = up.last_scores
     share = {"eid": eid, "pos": pos, "neg": neg, "cand": up.last_candidates, "events": int(eid.size),
              "loss": result.get("loss")}
-    shares = [None] * world
-    dist.all_gather_object(shares, share)
+    shares = w.objects(share)
     if rank != 0:
         return
     # the exact state after the increment, for the trained weights: the run's end state, then

@@ -19,7 +19,6 @@ import time
 from typing import List, Sequence
 
 import torch
-import torch.distributed as dist
 
 
 def local_step_hook(state, bucket):
@@ -42,7 +41,7 @@ def averaged_parameters(ddp: torch.nn.parallel.DistributedDataParallel) -> List[
 
 
 class WeightAverager:
-    """Average ``params`` over the ranks of ``group`` every ``every`` steps.
+    """Average ``params`` over the ranks every ``every`` steps.
 
     Parameters
     ----------
@@ -50,9 +49,8 @@ class WeightAverager:
         The same parameters, in the same order, on every rank.
     every : int
         Steps between averages (>= 1).
-    world : int
-        Ranks in ``group``.
-    group : ProcessGroup, optional
+    world : World
+        The ranks (:class:`~.world.World`: an all-reduce over its device group).
 
     Attributes
     ----------
@@ -62,11 +60,10 @@ class WeightAverager:
         Averages done so far.
     """
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], every: int, world: int, group=None):
+    def __init__(self, params: Sequence[torch.nn.Parameter], every: int, world):
         self.params = list(params)
         self.every = int(every)
-        self.world = int(world)
-        self.group = group
+        self.world = world
         self.seconds = 0.0
         self.rounds = 0
 
@@ -75,8 +72,8 @@ class WeightAverager:
         start = time.perf_counter()
         with torch.no_grad():
             flat = torch.cat([p.detach().reshape(-1) for p in self.params])
-            dist.all_reduce(flat, group=self.group)
-            flat /= self.world
+            self.world.all_reduce(flat)
+            flat /= self.world.size
             offset = 0
             for p in self.params:
                 n = p.numel()

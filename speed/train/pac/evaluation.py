@@ -1,10 +1,12 @@
-"""Evaluation in a PAC run: exact, on the full graph, spread over the ranks.
+"""Evaluation in a PAC run: exact, on the full graph, its work divided among the ranks.
 
 At an evaluation every rank brings its trained node state into one evaluation model whose
 memories are sharded by owner (:mod:`.sharded`): each node's rows live on one rank, and no
 process holds every node's.  All ranks then stream the val (and test) events together, the
-same plans on each, reading the rows they do not hold from their owners once per step; rank 0
-computes the figures.  They equal a single process's evaluation of the same state (tested).
+same plans on each; each step's work is divided (:mod:`speed.train.eval.divided`): an owner
+computes its nodes' memory keys, each rank embeds and scores a share of the events, and a
+rank receives from the owners only what its share needs.  The figures equal a single
+process's evaluation of the same state, bit for bit (tested).
 
 Per-epoch validation is this full-graph evaluation by default (``validation="full"``).  The
 approximate ``validation="local"`` (:mod:`.validate`: each rank its own group at once) chooses
@@ -18,7 +20,6 @@ import time
 from typing import Dict, Optional
 
 import numpy as np
-import torch.distributed as dist
 
 from ..._util import trim_heap
 from ...partition.ordered import release_pages
@@ -31,15 +32,16 @@ from ..step.engine import EpochLog
 from ..step.runtime import PeakWatch
 from .groups import own_nodes
 from ..state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
-from .sharded import QueryShare, owners, shard_state
+from .sharded import owners, shard_state
+from ..eval.divided import DividedStep
 from .validate import local_validation, transfer_warning
 
 
 class RankEvaluation(EpochLoop):
     """The evaluation hooks of a PAC rank (:class:`~.rank.PacRank` is the training half).
 
-    Reads the rank's ``config, shards, model, graph, rank, world, is_main, device, out,
-    host_group`` and ``groups(epoch)``.
+    Reads the rank's ``config, shards, model, graph, world, is_main, device, out`` and
+    ``groups(epoch)``.
     """
 
     def _init_evaluation(self) -> None:
@@ -72,8 +74,6 @@ class RankEvaluation(EpochLoop):
             rng = ckpt.rng_state()
             model = self._build_model(0)
             model.keep_state_on("cpu")  # the exchange runs on host memory; each step moves its rows
-            # the ranks run the same steps: each embeds its share of every step's queries
-            model.share_queries(QueryShare(self.rank, self.world, None, self.exchange))
             self._eval_model = model.to(self.device)
             ckpt.set_rng_state(rng)
         return self._eval_model
@@ -84,11 +84,12 @@ class RankEvaluation(EpochLoop):
         model = self.eval_model()
         groups = self.groups(epoch)
         own = [own_nodes(self.shards, g) for g in groups]
-        owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world)
+        owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world.size)
         model.state.use_memories(
-            lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.rank, self.world, self.host_group,
-                                            self.exchange),
-            lambda k: ShardedSampler(owner, k, self.rank, self.world, self.host_group, self.exchange))
+            lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.world, self.exchange),
+            lambda k: ShardedSampler(owner, k, self.world, self.exchange))
+        # the ranks run the same steps, each its owners' keys and a share of the queries
+        model.divide(DividedStep(self.world, owner))
         return owner
 
     def prepare_eval(self, log: EpochLog) -> None:
@@ -104,8 +105,7 @@ class RankEvaluation(EpochLoop):
         model = self.eval_model()
         model.load_params(self.model.params_state_dict())
         rule = "last" if self.config.sync == "none" else self.config.sync
-        shard_state(self.model, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule,
-                    self.rank, self.world, self.host_group)
+        shard_state(self.model, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule, self.world)
         # the rank's own state and sub-graph are not read again before the next epoch builds them
         self.model.state.resize(0)
         rg.events = None
@@ -137,7 +137,7 @@ class RankEvaluation(EpochLoop):
             self._seen = src_seen | dst_seen
             self._val_pool = np.flatnonzero(dst_seen if self.shards.bipartite else self._seen)
         scores = local_validation(self.model, self.shards, self.graph, self._seen, self._val_pool, cfg.seed,
-                                  cfg.batch_size, self.device, self.rank, self.world, self.host_group)
+                                  cfg.batch_size, self.device, self.world)
         self.model.state.restore(backup)
         log.seconds["validate"] = time.perf_counter() - t0
         return scores
@@ -210,15 +210,12 @@ class RankEvaluation(EpochLoop):
         and the bytes of rows it wrote go to ``metrics.json`` (``best_write``)."""
         if self.out is None:
             return
-        writer = ShardWriter(self.rank, group=self.wait_group)  # the others wait while rank 0 starts the file
+        writer = ShardWriter(self.world)  # the others wait while rank 0 starts the file
         with PeakWatch() as watch:
             self._write_best(epoch, writer)
         release_pages(self.events)
         trim_heap()
-        figures = [None] * self.world
-        dist.all_gather_object(figures, {**watch.as_dict(), "rows_bytes": writer.bytes_written},
-                               group=self.wait_group)
-        self.best_write = figures
+        self.best_write = self.world.objects({**watch.as_dict(), "rows_bytes": writer.bytes_written}, wait=True)
 
     def _write_best(self, epoch: int, writer: ShardWriter) -> None:
         model = self.eval_model()
@@ -249,7 +246,7 @@ class RankEvaluation(EpochLoop):
             if self._best_state is not None:  # a resumed run's, not evaluated yet
                 self._last_best = self._best_state if self.is_main else None
             elif self._best_in_eval_model:
-                writer = ShardWriter(self.rank, group=self.wait_group)
+                writer = ShardWriter(self.world)
                 self._last_best = self.eval_model().state.written_snapshot(writer)
         super().save_last(epoch)  # every rank's RNG state, then rank 0 writes
         if writer is not None:

@@ -10,10 +10,9 @@
       torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
           -m speed train SHARDS --model tgn --epochs 10 --out RUN
 
-Backend: NCCL when CUDA is available (``torch.cuda.set_device(local_rank)`` first, and a gloo
-group beside it for host-memory state exchange), gloo otherwise, and gloo over CUDA tensors when
-a host runs more ranks than it has GPUs (:func:`rank_backend`).  CPU ranks get
-``torch.set_num_threads(max(1, cores // ranks_on_this_machine))``.
+Each rank joins the run as a :class:`~.world.World` (its backend, groups, device and threads:
+NCCL on its own GPU when every rank of a host has one, gloo otherwise; CPU ranks get
+``max(1, cores // ranks_on_this_machine)`` threads).
 """
 
 from __future__ import annotations
@@ -22,17 +21,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Dict, Optional
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..._signals import Stopped, die_with_parent, stop_on_signals, under_torchrun
@@ -40,82 +36,22 @@ from ..._threads import default_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
-
-
-# how long the other ranks may wait for rank 0's decisions and its writing of best.json (a day)
-WAIT_FOR_MAIN_S = 24 * 3600
+from .world import WAIT_FOR_MAIN_S, World, rank_backend  # noqa: F401  (rank_backend: the launch's rule)
 
 
 class RankFailedError(RuntimeError):
     """A rank of a parallel run raised or died; the message names it."""
 
 
-def rank_backend(cuda: bool, local_rank: int, local_world: int, gpus: int):
-    """``(backend, gpu)`` of a rank: NCCL on its own GPU when every rank of the host has one;
-    when more ranks than GPUs share a host (two ranks on one GPU, to test PAC there) gloo,
-    which moves CUDA tensors through the host, with the GPUs taken in turn (NCCL refuses two
-    ranks on one device); gloo on a CPU (gpu None)."""
-    if not cuda:
-        return "gloo", None
-    if gpus <= 0:
-        raise RuntimeError("a CUDA rank found no GPU")
-    if local_world > gpus:
-        return "gloo", local_rank % gpus
-    return "nccl", local_rank
-
-
-def _setup(rank: int, world: int, local_rank: int, config: TrainConfig, init_method: Optional[str] = None,
-           out: Optional[str] = None):
-    """Start the process group; returns the rank's config (its device), a host group (NCCL
-    runs), and the group of waits on rank 0's evaluation.
-
-    A CPU rank's default thread count is the machine's cores over the ranks *on this machine*,
-    counted by host name once the group is up (spawned ranks arrive with their share of the cores idle at launch,
-    :func:`speed._threads.default_threads`): torchrun's ``LOCAL_WORLD_SIZE`` counts only the
-    ranks of one torchrun agent, so two "nodes" on one host would each take every core (and,
-    with ``--deterministic``, give other numbers than ``--nproc 2``, whose results depend on the
-    thread count).
-    """
-    cuda = torch.cuda.is_available() and config.device != "cpu"
-    timeout = timedelta(seconds=config.timeout)
-    backend, gpu = rank_backend(cuda, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-                                torch.cuda.device_count() if cuda else 0)
-    if cuda:
-        torch.cuda.set_device(gpu)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
-    if cuda:
-        config = replace(config, device=f"cuda:{gpu}")
-    else:
-        hosts = [None] * world
-        dist.all_gather_object(hosts, socket.gethostname())
-        on_host = sum(h == hosts[rank] for h in hosts)
-        # spawned ranks arrive with their share of the idle cores (measured by the launcher);
-        # under torchrun each rank takes its share of the host's cores
-        from ..run.checkpoint import recorded_threads
-
-        recorded = recorded_threads(out) if config.resume and out is not None else None
-        config = replace(config, device="cpu",
-                         num_threads=config.num_threads or recorded or default_threads(on_host, measure=False))
-    host_group = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
-    # The ranks wait for rank 0's decisions, and while it writes best.json (it prepares the file
-    # before the rows come); on a large log that can take longer than any step.  Those waits get
-    # a group of their own with a long timeout; a rank that dies is still caught by the launcher
-    # (spawn, torchrun).
-    wait_group = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
-    return config, host_group, wait_group
-
-
 def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
                out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
     from .rank import PacRank
 
-    config, host_group, wait_group = _setup(rank, world, local_rank, config, init_method, out)
+    w, config = World.start(rank, world, local_rank, config, init_method, out)
     _maybe_fault(rank)
-    result = PacRank(Shards(shards_path), config, rank, world, None if out is None else Path(out),
-                     host_group=host_group, wait_group=wait_group).run()
-    if teardown and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    result = PacRank(Shards(shards_path), config, w, None if out is None else Path(out)).run()
+    if teardown:
+        w.leave()
     return result
 
 

@@ -16,35 +16,30 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-import torch.distributed as dist
-
 from ..._util import scratch_dir
 from ...data.events import Events
 from ...partition.ordered import map_ordered_log, write_ordered_log
 from ...partition.shards import Shards
 
 
-def shared_log(shards: Shards, out: Optional[Path], rank: int, group=None) -> Events:
+def shared_log(shards: Shards, out: Optional[Path], world) -> Events:
     """The events of ``shards``' split in time order, mapped from one file that rank 0 writes
-    (collective over ``group``)."""
-    world = dist.get_world_size(group) if dist.is_initialized() else 1
+    (collective over ``world``'s host group)."""
     folder = [None]
-    if rank == 0:
+    if world.is_main:
         try:
             base = Path(out) if out is not None and Path(out).is_dir() else Path(tempfile.gettempdir())
             folder[0] = str(write_ordered_log(shards, scratch_dir(base, "speed-log")))
         finally:  # the others learn where it is, or that there is none (rank 0 then raises)
-            if world > 1:
-                dist.broadcast_object_list(folder, src=0, group=group)
-    elif world > 1:
-        dist.broadcast_object_list(folder, src=0, group=group)
+            world.broadcast_objects(folder)
+    else:
+        world.broadcast_objects(folder)
     if folder[0] is None:
         raise RuntimeError("rank 0 could not write the time-ordered log: see its error")
     try:
         events = map_ordered_log(shards, folder[0]) if Path(folder[0]).is_dir() else shards.events("split")
     finally:
-        if world > 1:
-            dist.barrier(group=group)  # every rank has mapped the files (or given up)
-        if rank == 0 and folder[0] is not None:
+        world.barrier()  # every rank has mapped the files (or given up)
+        if world.is_main and folder[0] is not None:
             shutil.rmtree(folder[0], ignore_errors=True)
     return events

@@ -22,7 +22,6 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..._threads import apply_threads
 from ..._util import trim_heap, tune_allocator
@@ -43,7 +42,8 @@ from .groups import PartLoads, RankGraph, part_groups, part_loads, rank_graph
 from .log import shared_log
 from ...partition.ordered import release_pages
 from .averaging import WeightAverager, averaged_parameters, local_step_hook
-from .sync import sync_shared
+from .sync import SharedSync
+from .world import World
 
 
 class PacRank(RankEvaluation):
@@ -56,23 +56,17 @@ class PacRank(RankEvaluation):
     shards : Shards
     config : TrainConfig
         Validated, with the device this rank uses.
-    rank, world : int
+    world : World
+        This rank's place in the run and every collective (:class:`~.world.World`).
     out : path-like, optional
         Run directory (written by rank 0).
-    wait_group : ProcessGroup, optional
-        Where the ranks wait for rank 0's decisions and its final evaluation: a gloo group with a
-        long timeout (default: the host group).
-    host_group : ProcessGroup, optional
-        A gloo group for host-memory exchanges when the default group is NCCL.
     """
 
-    def __init__(self, shards: Shards, config: TrainConfig, rank: int, world: int, out=None, host_group=None,
-                 wait_group=None):
+    def __init__(self, shards: Shards, config: TrainConfig, world: World, out=None):
         self.shards, self.config = shards, config
-        self.rank, self.world, self.is_main = rank, world, rank == 0
+        self.world = world
+        self.rank, self.is_main = world.rank, world.is_main
         self.out = None if out is None else Path(out)
-        self.host_group = host_group
-        self.wait_group = wait_group if wait_group is not None else host_group
         self.device = resolve_device(config.device)
         if config.num_threads:
             apply_threads(config.num_threads)
@@ -80,13 +74,12 @@ class PacRank(RankEvaluation):
         seed_everything(config.seed, config.deterministic)
         # the whole log: every rank streams the full-graph evaluation (its sub-graph for training
         # is read from the shards' memory maps); one time-ordered copy, mapped by every rank
-        self.events = shared_log(shards, self.out, rank, host_group)
+        self.events = shared_log(shards, self.out, world)
         self.split = shards.split(self.events)
         self._train = self.split.train(self.events)
         self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)
-        scale = [time_scale(self._train) if self.is_main else None]
-        dist.broadcast_object_list(scale, src=0, group=host_group)  # JODIE's time unit, from rank 0's log
-        self.time_scale = float(scale[0])
+        # JODIE's time unit, from rank 0's log
+        self.time_scale = float(world.broadcast_objects([time_scale(self._train) if self.is_main else None])[0])
         self.model = self._build_model(1).to(self.device)
         net = self.model.net
         self.static = net.static  # DistTGL's static memory, or None (speed.train.model.static)
@@ -94,25 +87,20 @@ class PacRank(RankEvaluation):
             train = self.split.train_mask  # over the training period (self._train)
             src, dst = self._train.src[train], self._train.dst[train]
             prepare_static(net, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
-                           progress=config.progress if self.is_main else False, rank=rank, world=world,
-                           group=host_group)
+                           progress=config.progress if self.is_main else False, world=world)
         release_pages(self.events)  # what the split and the time unit read of the mapped log
         # N ranks take N times fewer steps per epoch on N times larger (averaged) batches; the
         # usual linear scaling keeps the per-epoch progress (measured on Wikipedia, TGN, P=4:
         # test AP 0.810 -> 0.836 after 2 epochs, unpartitioned 0.857).  Made before the DDP
         # wrapper: the optimiser lays the weights out in one buffer (FlatAdam).
-        lr = config.lr * (world if config.lr_scaling else 1)
+        lr = config.lr * (world.size if config.lr_scaling else 1)
         self.optimizer = make_optimizer(net, lr, config.static_lr)
-        # each rank trains its own rows of a learned static table; merged at the end of an epoch
-        torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-            net, net.local_parameters())
-        # DDP wraps the weights alone: the node state is rank-local and never passes through it
-        self.ddp = torch.nn.parallel.DistributedDataParallel(
-            net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-            # every parameter is in every step's graph (tested per model), so no unused-parameter
-            # search; small buckets start the gradient all-reduce during backward (a rank ran 13%
-            # faster with 0.2 MB than with one 25 MB bucket for TGN's 0.8 MB of gradients, gloo)
-            find_unused_parameters=False, bucket_cap_mb=0.2, gradient_as_bucket_view=True)
+        # DDP wraps the weights alone: the node state is rank-local and never passes through it;
+        # each rank trains its own rows of a learned static table (merged at the end of an
+        # epoch).  Every parameter is in every step's graph (tested per model), so no
+        # unused-parameter search; small buckets start the gradient all-reduce during backward (a
+        # rank ran 13% faster with 0.2 MB than with one 25 MB bucket for TGN's 0.8 MB, gloo).
+        self.ddp = world.wrap(net, ignore=net.local_parameters(), bucket_mb=0.2)
         self._averaged = None  # local SGD (--average-every K > 1): the weights the ranks average
         if config.average_every > 1:
             self.ddp.register_comm_hook(None, local_step_hook)
@@ -140,7 +128,7 @@ class PacRank(RankEvaluation):
     def groups(self, epoch: int) -> List[np.ndarray]:
         if self._loads is None and self.config.grouping == "balanced":
             self._loads = part_loads(self.shards, self.config.subgraph)
-        return part_groups(self.shards.num_parts, self.world, self.config.seed, epoch, self.config.shuffle,
+        return part_groups(self.shards.num_parts, self.world.size, self.config.seed, epoch, self.config.shuffle,
                            self._loads)
 
     def train_epoch(self, epoch: int) -> EpochLog:
@@ -161,13 +149,12 @@ class PacRank(RankEvaluation):
             start = self.static.table.detach().clone() if learned else None
         stream = EventStream(ev)
         index = np.arange(len(ev))
-        steps = torch.tensor([Batches(index, cfg.batch_size).num_batches], dtype=torch.long, device=self.device)
-        dist.all_reduce(steps, op=dist.ReduceOp.MAX)  # every rank takes the same number of steps
-        full = int(steps.item())
+        full = self.world.all_max(Batches(index, cfg.batch_size).num_batches)  # every rank: the same steps
         cut = bool(cfg.max_steps) and cfg.max_steps < full  # the same on every rank
         batches = CyclingBatches(index, cfg.batch_size, min(full, cfg.max_steps) if cut else full)
         negatives = RandomNegatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
         periodic = [0.0, 0]  # seconds and rounds of the in-epoch syncs
+        sync = SharedSync(self.model, rg.num_shared, cfg.sync, self.world)
 
         averager = None if self._averaged is None else WeightAverager(self._averaged, cfg.average_every, self.world)
 
@@ -176,26 +163,24 @@ class PacRank(RankEvaluation):
                 averager.after_step(step, batches.steps)
             if sync_due(step, cfg.sync_every) and step < batches.steps:
                 # pending events at the latest time stay: a later batch may still query that time
-                periodic[0] += sync_shared(self.model, rg.num_shared, cfg.sync, self.world,
-                                           before=self._latest_time(ev, batches, step))
+                periodic[0] += sync(before=self._latest_time(ev, batches, step))
                 periodic[1] += 1
 
         stats = self.engine.run_epoch(stream, batches, negatives, desc=f"epoch {epoch}",
                                       on_step=after_step if cfg.sync_every or averager else None,
                                       sync_every=cfg.sync_every,
-                                      observed=self._observed(rg, ev.t_float()))
-        sync_s = periodic[0] + sync_shared(self.model, rg.num_shared, cfg.sync, self.world)
-        static_s = merge_static(self.static, start, self.world, self.host_group,
-                                optimizer=self.optimizer.sparse) if learned else 0.0
+                                      observed=self._observed(rg, ev.t_float()), on_start=sync.start)
+        sync_s = periodic[0] + sync()
+        static_s = merge_static(self.static, start, self.world, optimizer=self.optimizer.sparse) if learned else 0.0
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.state.nbytes(),
                 "loss": stats.loss, "seconds": stats.seconds, "train_seconds": stats.seconds - periodic[0],
-                "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "threads": torch.get_num_threads(),
+                "sync_seconds": sync_s, "sync_rounds": periodic[1] + 1, "sync": sync.stats.as_dict(),
+                "threads": torch.get_num_threads(),
                 "peak_rss_bytes": peak_rss_bytes(), "peak_device_bytes": peak_device_bytes(self.device),
                 **({"static_merge_seconds": static_s} if learned else {}),
                 **({"average_seconds": averager.seconds, "average_rounds": averager.rounds} if averager else {})}
-        ranks = [None] * self.world
-        dist.all_gather_object(ranks, mine)  # a few numbers per rank
+        ranks = self.world.objects(mine)  # a few numbers per rank
         slowest = max(r["train_seconds"] for r in ranks)  # in-epoch syncs are reported apart
         # a cut epoch trained each rank's first steps only
         trained = sum(round(r["events"] * min(r["passes"], 1.0)) if cut else r["events"] for r in ranks)
@@ -238,31 +223,21 @@ class PacRank(RankEvaluation):
 
     # ---------------------------------------------------------------- collectives
     def agree(self, flag: bool) -> bool:
-        """Rank 0's decision, broadcast."""
-        t = torch.tensor([int(flag)], dtype=torch.long)
-        dist.broadcast(t, src=0, group=self.wait_group)  # rank 0 may have evaluated meanwhile
-        return bool(t.item())
+        """Rank 0's decision, broadcast (rank 0 may have evaluated meanwhile)."""
+        return self.world.agree(flag)
 
     def agree_value(self, value: int) -> int:
         """Rank 0's integer, broadcast."""
-        t = torch.tensor([int(value)], dtype=torch.long)
-        dist.broadcast(t, src=0, group=self.wait_group)
-        return int(t.item())
+        return self.world.agree_value(value)
 
     def peak_rss(self) -> List[int]:
-        peaks = [None] * self.world
-        dist.all_gather_object(peaks, peak_rss_bytes(), group=self.wait_group)
-        return [int(p) for p in peaks]
+        return [int(p) for p in self.world.objects(peak_rss_bytes(), wait=True)]
 
     def peak_device(self):
-        peaks = [None] * self.world
-        dist.all_gather_object(peaks, peak_device_bytes(self.device), group=self.wait_group)
-        return peaks
+        return self.world.objects(peak_device_bytes(self.device), wait=True)
 
     def rng_states(self) -> List[Dict]:
-        rngs = [None] * self.world
-        dist.all_gather_object(rngs, ckpt.rng_state())
-        return rngs
+        return self.world.objects(ckpt.rng_state())
 
     # ------------------------------------------------------------------- report
     def data_size(self):
@@ -287,5 +262,5 @@ class PacRank(RankEvaluation):
 
     def run(self) -> Optional[Dict]:
         metrics = self.fit()
-        dist.barrier(group=self.wait_group)  # the others wait for rank 0's final evaluation
+        self.world.barrier(wait=True)  # the others wait for rank 0's final evaluation
         return metrics

@@ -1,19 +1,32 @@
 """Shared-node sync: make the state of the nodes every rank holds agree across ranks.
 
-To add a rule: a name in :data:`speed.train.config.SYNC_RULES` and a branch in
+The rule (:func:`combine_shared`): for each shared node the state with the largest
+``last_update`` wins (``last``; ties: the lowest rank), or the mean of the ranks' states
+(``mean``); a rank never takes in a state later than its own clock (ranks move through time at
+their own pace).  To add a rule: a name in :data:`speed.train.config.SYNC_RULES` and a branch of
 :func:`combine_shared`.
+
+:class:`SharedSync` applies ``last`` sending only what changed: a rank offers the shared rows
+it wrote since the last sync (they have pending events), those it took from another rank at
+the last sync (the others must see what it holds now), and keeps the offers its clock refused
+until its clock reaches them or the sender offers a newer state.  That is exactly the set of
+states that could beat a rank's own, so every rank ends each sync with the states the sync of
+every row gives (tested against it).  A rank whose memories changed wholesale since the last
+sync (a new pass over its sub-graph resets them; the end of an epoch restores a back-up) asks
+for a full sync, every rank offering every row; ``mean`` always syncs every row.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
+import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..config import SYNC_RULES  # the rules combine_shared applies ("none" never combines)
 from ..model.network import StatefulModel
-from ..state.nodes import StateRows
 
 
 def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: float = float("inf"),
@@ -39,30 +52,197 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: flo
     return states[winner, cols], last[winner, cols]
 
 
-def sync_shared(model: StatefulModel, num_shared: int, mode: str, world: int, group=None,
-                before: float = float("inf")) -> float:
-    """Synchronise the first ``num_shared`` local rows (the shared nodes) across ranks.
+def _words(x: torch.Tensor) -> torch.Tensor:
+    """A 64-bit column (n,) as two float32 columns (n, 2), bit for bit."""
+    return x.contiguous().view(torch.float32).reshape(-1, 2)
 
-    Their pending events earlier than ``before`` (all, by default) are applied first, so each
-    rank offers a complete state; other nodes keep theirs.  ``before`` is also the rank's clock:
-    a state later than it is not taken in (:func:`combine_shared`), since ranks move through time
-    at their own pace (unequal groups, a light rank's repeated passes).  Tensor collectives on
-    the shared rows only.  Returns the seconds spent.
+
+@dataclass
+class _Offers:
+    """Offered rows of one memory: node (local id), sender, time, state."""
+
+    node: torch.Tensor
+    rank: torch.Tensor
+    last: torch.Tensor
+    state: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.node.shape[0])
+
+    @staticmethod
+    def cat(parts: List["_Offers"]) -> "_Offers":
+        return _Offers(*(torch.cat([getattr(p, f) for p in parts]) for f in ("node", "rank", "last", "state")))
+
+    def take(self, i: torch.Tensor) -> "_Offers":
+        return _Offers(self.node[i], self.rank[i], self.last[i], self.state[i])
+
+
+@dataclass
+class SyncStats:
+    """What a rank's syncs of one epoch did."""
+
+    rounds: int = 0
+    full_rounds: int = 0
+    rows_sent: List[int] = field(default_factory=list)  # rows this rank offered, per sync
+    rows_taken: int = 0  # rows that took another rank's state
+    bytes_sent: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> Dict:
+        sent = self.rows_sent
+        return {"rounds": self.rounds, "full_rounds": self.full_rounds, "rows_sent": int(sum(sent)),
+                "rows_sent_per_sync": float(np.mean(sent)) if sent else 0.0, "rows_taken": self.rows_taken,
+                "bytes_sent": self.bytes_sent, "seconds": self.seconds}
+
+
+class SharedSync:
+    """The shared-node syncs of one rank over one epoch (see the module docstring).
+
+    Parameters
+    ----------
+    model : StatefulModel
+        The rank's model; its first ``num_shared`` rows are the shared nodes, in the same order
+        on every rank.
+    num_shared : int
+    mode : {"last", "mean", "none"}
+    world : World
+        The ranks; rows travel over its device group (where the state is held).
     """
-    start = time.perf_counter()
-    if mode == "none" or num_shared == 0 or world == 1:
-        return time.perf_counter() - start
-    shared = torch.arange(num_shared, device=model.state.device)
-    with torch.no_grad():
-        model.settle(shared, before)
-        state = model.state.rows(shared)
-        merged = {}
-        for name, (s, lu) in state.memories.items():
-            all_s = [torch.empty_like(s) for _ in range(world)]
-            all_lu = [torch.empty_like(lu) for _ in range(world)]
-            dist.all_gather(all_s, s.contiguous(), group=group)
-            dist.all_gather(all_lu, lu.contiguous(), group=group)
-            merged[name] = combine_shared(torch.stack(all_s), torch.stack(all_lu), mode, now=before,
-                                          own=dist.get_rank(group))
-        model.state.load_rows(shared, StateRows(merged, state.pending))
-    return time.perf_counter() - start
+
+    def __init__(self, model: StatefulModel, num_shared: int, mode: str, world):
+        self.model, self.num_shared, self.mode, self.world = model, int(num_shared), mode, world
+        self.generation = model.state.generation
+        self.adopted = np.empty(0, dtype=np.int64)  # rows that took another rank's state last time
+        self.refused: Dict[str, Optional[_Offers]] = {}  # offers later than this rank's clock
+        self.stats = SyncStats()
+
+    def __call__(self, before: float = float("inf")) -> float:
+        """Sync now: pending events earlier than ``before`` are applied first (so a rank
+        offers complete states), and ``before`` is the rank's clock.  Returns the seconds spent."""
+        start = time.perf_counter()
+        w, ns, state = self.world, self.num_shared, self.model.state
+        if self.mode == "none" or ns == 0 or w.size == 1:
+            return time.perf_counter() - start
+        dev = state.device
+        changed = self.mode == "mean" or state.generation != self.generation
+        offer = np.union1d(state.rows_with_pending(ns), self.adopted)
+        # one small collective: every rank's count, and whether any asks for a full sync
+        head = torch.tensor([offer.size, int(changed)], dtype=torch.long, device=w.device)
+        heads = [h.cpu() for h in w.all_gather(head)]
+        full = any(int(h[1]) for h in heads)
+        if full:
+            offer = np.arange(ns, dtype=np.int64)
+        counts = [ns if full else int(h[0]) for h in heads]
+        ids = torch.from_numpy(offer).to(dev)
+        with torch.no_grad():
+            self.model.settle(ids, before)
+            mine = state.rows(ids).memories
+            names = list(mine)
+            # one row per node: its id and, per memory, its time (two words each) and state
+            packed = torch.cat([_words(ids.to(torch.int64))] + [torch.cat([_words(mine[k][1].to(torch.float64)),
+                                                                            mine[k][0].float()], 1) for k in names], 1)
+            got = w.all_gather_rows_device(packed.to(w.device), counts)
+        self.stats.rows_sent.append(int(offer.size))
+        self.stats.bytes_sent += int(packed.numel()) * 4
+        self.stats.rounds += 1
+        self.stats.full_rounds += int(full)
+        taken = self._combine(got, names, mine, ids, before, full)
+        self.adopted = taken
+        self.generation = state.generation
+        seconds = time.perf_counter() - start
+        self.stats.seconds += seconds
+        return seconds
+
+    def start(self) -> None:
+        """The pass begins (after the memories were reset): changes from here on are offered."""
+        self.generation = self.model.state.generation
+        self.adopted = np.empty(0, dtype=np.int64)
+        self.refused = {}
+
+    def _mean(self, got, names, mine, ids, now: float) -> np.ndarray:
+        """``mean``: every rank offered every row, in id order."""
+        w, state = self.world, self.model.state
+        col, writes = 2, {}
+        for k in names:
+            d = mine[k][0].shape[1]
+            last = torch.stack([g[:, col:col + 2].contiguous().view(torch.float64).reshape(-1) for g in got])
+            states = torch.stack([g[:, col + 2:col + 2 + d] for g in got])
+            col += 2 + d
+            s, lu = combine_shared(states.to(state.device), last.to(state.device), "mean", now=now, own=w.rank)
+            writes[k] = (s, lu)
+        state.write_memories(ids, writes)
+        return np.empty(0, dtype=np.int64)
+
+    def _combine(self, got, names, mine, ids, now: float, full: bool) -> np.ndarray:
+        """Apply the rule to the offers received (and the refused ones kept); returns the rows
+        that took another rank's state."""
+        if self.mode == "mean":
+            return self._mean(got, names, mine, ids, now)
+        w, state = self.world, self.model.state
+        dev = state.device
+        me = w.rank
+        widths = {k: mine[k][0].shape[1] for k in names}
+        adopted = []
+        per_memory = {}
+        for r, rows in enumerate(got):
+            rows = rows.to(dev)
+            node = rows[:, :2].contiguous().view(torch.int64).reshape(-1)
+            col = 2
+            for k in names:
+                last = rows[:, col:col + 2].contiguous().view(torch.float64).reshape(-1)
+                s = rows[:, col + 2:col + 2 + widths[k]]
+                col += 2 + widths[k]
+                if r != me:
+                    per_memory.setdefault(k, []).append(
+                        _Offers(node, torch.full_like(node, r), last, s))
+        writes = {}
+        for k in names:
+            offers = per_memory.get(k, [])
+            kept = None if full else self.refused.get(k)
+            parts = ([kept] if kept is not None else []) + offers
+            if not parts:
+                self.refused[k] = None
+                continue
+            cand = _Offers.cat(parts)
+            # the newest offer of each (node, sender): the sender's state now (offers come after
+            # the kept refusals, so the last of each pair wins)
+            key = cand.node * w.size + cand.rank
+            order = torch.argsort(key, stable=True)
+            key_sorted = key[order]
+            last_of = torch.ones_like(key_sorted, dtype=torch.bool)
+            last_of[:-1] = key_sorted[1:] != key_sorted[:-1]
+            cand = cand.take(order[last_of])
+            valid = cand.last <= now
+            self.refused[k] = cand.take(torch.nonzero(~valid).reshape(-1)) if bool((~valid).any()) else None
+            cand = cand.take(torch.nonzero(valid).reshape(-1))
+            if len(cand) == 0:
+                continue
+            nodes = torch.unique(cand.node)
+            own_s, own_l = state.rows(nodes).memories[k]
+            own = _Offers(nodes, torch.full_like(nodes, me), own_l.to(dev), own_s.to(dev))
+            every = _Offers.cat([own, cand])
+            # winner per node: the latest time, then the lowest rank (stable sorts, last key first)
+            o = torch.argsort(every.rank, stable=True)
+            o = o[torch.argsort(-every.last[o], stable=True)]
+            o = o[torch.argsort(every.node[o], stable=True)]
+            sorted_node = every.node[o]
+            first = torch.ones_like(sorted_node, dtype=torch.bool)
+            first[1:] = sorted_node[1:] != sorted_node[:-1]
+            win = every.take(o[first])
+            other = torch.nonzero(win.rank != me).reshape(-1)
+            if other.numel():
+                writes[k] = win.take(other)
+                adopted.append(writes[k].node)
+        for k, win in writes.items():
+            state.write_memories(win.node, {k: (win.state, win.last)})
+        self.stats.rows_taken += int(sum(int(a.numel()) for a in adopted))
+        return np.unique(torch.cat(adopted).cpu().numpy()) if adopted else np.empty(0, dtype=np.int64)
+
+
+def sync_shared(model: StatefulModel, num_shared: int, mode: str, world, before: float = float("inf")) -> float:
+    """One full sync of the first ``num_shared`` local rows across ranks (every row offered),
+    as :class:`SharedSync` does after a rank's memories changed wholesale.  Returns the seconds
+    spent."""
+    sync = SharedSync(model, num_shared, mode, world)
+    sync.generation = -1  # a full sync
+    return sync(before)

@@ -31,7 +31,6 @@ from ..eval.evaluator import stream_scores
 from ..eval.negatives import eval_seed
 from ..step.negatives import RandomNegatives
 from .groups import RankGraph
-from .gather import gather_rows
 
 
 def local_val_events(shards: Shards, graph: RankGraph, seen: np.ndarray, rank: int, world: int):
@@ -57,14 +56,15 @@ def local_val_events(shards: Shards, graph: RankGraph, seen: np.ndarray, rank: i
 
 
 def local_validation(model, shards: Shards, graph: RankGraph, seen: np.ndarray, pool: np.ndarray, seed: int,
-                     batch_size: int, device: torch.device, rank: int, world: int, group=None) -> Optional[Dict]:
+                     batch_size: int, device: torch.device, world) -> Optional[Dict]:
     """Score this rank's val events with its own model state; AP/AUC over all ranks on rank 0.
 
     ``seen`` (bool, shape (num_nodes,)) marks the nodes of the masked training events; ``pool``
     holds the global candidate negatives, of which those living on this rank are used.  The
     model's state moves on through the val events: back it up first if it is needed.
     """
-    events, inductive = local_val_events(shards, graph, seen, rank, world)
+    rank = world.rank
+    events, inductive = local_val_events(shards, graph, seen, rank, world.size)
     local_pool = graph.global_to_local(shards.num_nodes)[pool]
     local_pool = local_pool[local_pool >= 0]
     pos = neg = torch.empty(0)
@@ -75,7 +75,7 @@ def local_validation(model, shards: Shards, graph: RankGraph, seen: np.ndarray, 
     else:
         inductive = inductive[:0]
     flags = torch.from_numpy(inductive.astype(np.uint8))
-    gathered = [gather_rows(x, world, rank, group) for x in (pos, neg, flags)]
+    gathered = [world.host_gather_rows(x) for x in (pos, neg, flags)]
     if rank != 0:
         return None
     p, n, f = (torch.cat(g).numpy() for g in gathered)

@@ -77,9 +77,11 @@ class DyRepPlan:
     nb_mask: torch.Tensor
     nb_dt: torch.Tensor
     nb_feat: torch.Tensor
+    orig: Optional[np.ndarray] = None  # each query's index in the whole step's (a divided step's part)
 
     def to(self, device, non_blocking: bool = False) -> "DyRepPlan":
-        return DyRepPlan(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return DyRepPlan(**{f.name: (getattr(self, f.name).to(device, non_blocking=non_blocking) if f.name != "orig"
+                                     else self.orig) for f in fields(self)})
 
 
 @dataclass
@@ -161,6 +163,11 @@ class BatchPlan:
     #: each key applies exactly one pending event and the pending events are in key order
     #: (``agg_entry`` is ``arange``): the last aggregator, which then needs no gather
     agg_identity: bool = False
+    #: a part of a whole step's plan (:mod:`speed.train.eval.divided`): each pending event's,
+    #: updated key's and row's index in the whole plan (for RowLayout); None: the whole plan
+    orig_pe: Optional[np.ndarray] = None
+    orig_sel: Optional[np.ndarray] = None
+    orig_rows: Optional[np.ndarray] = None
 
     @property
     def num_keys(self) -> int:
@@ -176,17 +183,17 @@ class BatchPlan:
             return self
         names = [f.name for f in fields(self) if f.name not in _HOST_FIELDS and getattr(self, f.name) is not None]
         tensors = [getattr(self, n) for n in names]
-        dy = [f.name for f in fields(DyRepPlan)] if self.dyrep is not None else []
+        dy = [f.name for f in fields(DyRepPlan) if f.name != "orig"] if self.dyrep is not None else []
         tensors += [getattr(self.dyrep, n) for n in dy] if dy else []
         moved = to_device(tensors, device)
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out.update(zip(names, moved[:len(names)]))
         if dy:
-            out["dyrep"] = DyRepPlan(**dict(zip(dy, moved[len(names):])))
+            out["dyrep"] = DyRepPlan(**dict(zip(dy, moved[len(names):])), orig=self.dyrep.orig)
         return BatchPlan(**out)
 
 
-_HOST_FIELDS = ("stale", "agg_identity", "dyrep")  # not device tensors (dyrep: its fields are)
+_HOST_FIELDS = ("stale", "agg_identity", "dyrep", "orig_pe", "orig_sel", "orig_rows")  # not device tensors
 _ALIGN = 64  # bytes between the tensors packed into one copy (vectorised kernels' alignment)
 
 

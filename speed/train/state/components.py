@@ -54,6 +54,8 @@ class StateComponent:
     #: events taken in without being scored (PAC ``--observe shared``) are allowed (set from the
     #: kind's row of :data:`speed.train.recipes.STATE_KINDS` when it has one)
     takes_unscored_events = True
+    #: it keeps embeddings of the batch's endpoints when a batch is taken in (:meth:`absorb`'s ``z_ob``)
+    keeps_embeddings = False
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):
         self.num_nodes = int(num_nodes)
@@ -97,9 +99,9 @@ class StateComponent:
         (None: the messages read the stored memories)."""
         return None
 
-    def absorb(self, plan, z: Optional[torch.Tensor]) -> None:
-        """A batch was scored and its endpoints stored their memory; ``z`` are the embeddings
-        of the plan's queries."""
+    def absorb(self, plan, z_ob: Optional[torch.Tensor]) -> None:
+        """A batch was scored and its endpoints stored their memory; ``z_ob`` are the embeddings
+        of each endpoint's latest query (``plan.ob_latest``), when :attr:`keeps_embeddings`."""
 
     # -------------------------------------------------------------- exchange
     def export(self, pending_eid: torch.Tensor):
@@ -139,6 +141,7 @@ class DualMemory(StateComponent):
     built from those, while the updater writes ``h(t+)``."""
 
     state_key = "values"  # its entry in back-ups and checkpoints (the name earlier versions wrote)
+    keeps_embeddings = True
 
     def __init__(self, num_nodes: int, memory_dim: int, embedding_dim: int, device=None):
         super().__init__(num_nodes, memory_dim, embedding_dim, device)
@@ -171,14 +174,14 @@ class DualMemory(StateComponent):
     def message_inputs(self, plan):
         return self.values.lookup(plan.pe_eid, plan.pe_node)
 
-    def absorb(self, plan, z) -> None:
-        if z is None:
+    def absorb(self, plan, z_ob) -> None:
+        if z_ob is None:
             return
         # TIGER: an event's message carries its endpoints' h(t'-) as known before the batch ...
         self.values.add(plan.ev_eid, plan.ev_src, self.left.read(plan.ev_src)[0], self.left.read(plan.ev_dst)[0])
         # ... and each endpoint's h(t-) becomes its embedding at its latest event of the batch
         t_new = plan.uq_t.index_select(0, plan.q_inv.index_select(0, plan.ob_latest))
-        self.left.write(plan.ob_node, z.index_select(0, plan.ob_latest), t_new)
+        self.left.write(plan.ob_node, z_ob, t_new)
 
     def needs_prune(self, alive_events: int) -> bool:
         return len(self.values) > 4 * alive_events + 4096

@@ -94,6 +94,14 @@ class NodeMemory:
                 return stage.gather(self.memory, self.last_update, i, n_id.device)
         return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
 
+    def local_rows(self, ids: np.ndarray):
+        """``(memory[ids], last_update[ids])`` of rows held here, as host tensors (``ids``: int64
+        node ids)."""
+        i = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+        with self._lock:
+            return self.memory.index_select(0, i.to(self.memory.device)).cpu(), \
+                self.last_update.index_select(0, i.to(self.memory.device)).cpu()
+
     def held(self):
         """``(memory, last_update)``: every row as held, no copy.  For a reader done before the
         next write (PAC's hand-over to the evaluation state, which would otherwise copy every

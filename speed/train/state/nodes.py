@@ -86,6 +86,9 @@ class NodeStates:
         self.store = MessageStore(num_nodes)
         self.edge_features: Optional[torch.Tensor] = None
         self.dedup = True  # plan each distinct query and memory key once (see batch_plan)
+        #: bumped whenever the memories change wholesale (a reset, a restore, new rows): a
+        #: shared-node sync then offers every row (speed.train.pac.sync)
+        self.generation = 0
 
     # ------------------------------------------------------------------ structure
     def memories(self) -> Dict[str, NodeMemory]:
@@ -142,6 +145,7 @@ class NodeStates:
 
     def reset_memories(self) -> None:
         """Zero the memories (what the steps write; see :meth:`reset_structures`)."""
+        self.generation += 1
         self.memory.reset_state()
         for c in self.components:
             c.reset()
@@ -153,6 +157,7 @@ class NodeStates:
 
     def resize(self, num_nodes: int) -> None:
         """Hold ``num_nodes`` fresh rows (a PAC rank's local nodes)."""
+        self.generation += 1
         self.num_nodes = int(num_nodes)
         self.memory.resize(self.num_nodes)
         for c in self.components:
@@ -262,9 +267,26 @@ class NodeStates:
         pending and gave them to the sampler.)"""
         if plan.ob_node.numel() == 0:
             return
-        self.memory.write(plan.ob_node, states.index_select(0, plan.ob_key), lasts.index_select(0, plan.ob_key))
+        z_ob = None if z is None or not self.keeps_embeddings else z.index_select(0, plan.ob_latest)
+        self.observe(plan, plan.ob_node, states.index_select(0, plan.ob_key), lasts.index_select(0, plan.ob_key),
+                     z_ob)
+
+    @property
+    def keeps_embeddings(self) -> bool:
+        """Whether a component keeps the batch's embeddings when it is taken in (TIGE)."""
+        return any(c.keeps_embeddings for c in self.components)
+
+    @torch.no_grad()
+    def observe(self, plan: BatchPlan, nodes: torch.Tensor, states: torch.Tensor, lasts: torch.Tensor,
+                z_ob: Optional[torch.Tensor] = None) -> None:
+        """Store ``states``/``lasts`` as the memory of ``nodes`` (the batch's endpoints, or those
+        of them this process holds) and give the components the batch: ``z_ob`` are the
+        embeddings of ``plan.ob_latest``, each endpoint's latest query (components that keep
+        embeddings need them)."""
+        if nodes.numel():
+            self.memory.write(nodes, states, lasts)
         for c in self.components:
-            c.absorb(plan, z)
+            c.absorb(plan, z_ob)
             if c.needs_prune(self.store.alive):  # drop what belongs to events no longer pending
                 c.prune(np.unique(self.store.event_ids()))
 
@@ -310,6 +332,18 @@ class NodeStates:
         """``(node, other, t, eid)`` of the pending events of the distinct nodes ``ids``."""
         row, other, t, eid = self.store.gather(ids)
         return tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
+
+    def rows_with_pending(self, num: int) -> np.ndarray:
+        """The rows among the first ``num`` that have pending events (int64, ascending): those
+        written since their events were last applied, or holding events at the latest time."""
+        return np.flatnonzero(self.store.count[:int(num)] > 0).astype(np.int64)
+
+    def write_memories(self, n_id: torch.Tensor, memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Overwrite the stored ``(states, last_update)`` of rows ``n_id`` in each named memory
+        (:meth:`memories`); pending events stay."""
+        mems = self.memories()
+        for k, (values, last) in memories.items():
+            mems[k].write(n_id, values.to(mems[k].device), last.to(mems[k].device))
 
     def rows(self, n_id: torch.Tensor) -> StateRows:
         """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
@@ -454,6 +488,7 @@ class NodeStates:
     def restore(self, state: dict, adopt: bool = False) -> None:
         """Put back a :meth:`backup`.  ``adopt``: a whole back-up nobody else holds becomes the
         state itself, no copy (a spilled one then stays mapped, its pages read as touched)."""
+        self.generation += 1
         if state.get("partial"):
             for k, mem in self.memories().items():
                 mem.restore_rows(state["memories"][k])

@@ -16,7 +16,6 @@ from typing import Dict, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from .memory import NodeMemory
 from .spill import Keep, release, windows
@@ -60,18 +59,18 @@ class ShardedMemory(NodeMemory):
     owner : int16 ndarray, shape (num_nodes,)
         See :func:`owners` (one array, shared by a state's memories).
     memory_dim : int
-    rank, world : int
-    group : ProcessGroup, optional
-        A gloo group (the rows are host memory).
+    world : World
+        The ranks (:class:`speed.train.pac.world.World`; the rows are host memory, exchanged
+        over its host group).
     exchange : Exchange, optional
         Where the traffic is counted.
     """
 
-    def __init__(self, owner: np.ndarray, memory_dim: int, rank: int, world: int, group=None,
-                 exchange: Optional[Exchange] = None):
+    def __init__(self, owner: np.ndarray, memory_dim: int, world, exchange: Optional[Exchange] = None):
         self.owner = owner
-        self.rank, self.world, self.group = int(rank), int(world), group
-        self.mine = np.flatnonzero(owner == rank)  # global ids of the rows held, ascending
+        self.comm = world
+        self.rank, self.world = world.rank, world.size
+        self.mine = np.flatnonzero(owner == self.rank)  # global ids of the rows held, ascending
         self.local = _local_index(owner, self.mine)
         self.exchange = exchange if exchange is not None else Exchange()
         super().__init__(self.mine.size, memory_dim, "cpu")
@@ -118,8 +117,7 @@ class ShardedMemory(NodeMemory):
         rows = torch.empty(int(counts.max()), d + 2)
         rows[:mine.size, :d] = self.memory[loc]
         rows[:mine.size, d:] = self.last_update[loc].view(torch.float32).reshape(-1, 2)
-        got = [torch.empty_like(rows) for _ in range(self.world)]
-        dist.all_gather(got, rows, group=self.group)
+        got = self.comm.host_all_gather(rows)
         out = torch.empty(ids.size, d + 2)
         for r in range(self.world):
             out[torch.from_numpy(np.flatnonzero(who == r))] = got[r][:int(counts[r])]
@@ -132,6 +130,11 @@ class ShardedMemory(NodeMemory):
         return out[:, :d].contiguous().to(dev), last.to(dev)
 
     read_host = read
+
+    def local_rows(self, ids: np.ndarray):
+        """The rows of ``ids`` (global ids, every one owned here), as host tensors: no exchange."""
+        loc = torch.from_numpy(self._local(np.asarray(ids, dtype=np.int64)))
+        return self.memory.index_select(0, loc), self.last_update.index_select(0, loc)
 
     def restore(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
         """Take this rank's rows of a :meth:`backup` (or, from a full-graph back-up, the rows it owns)."""
@@ -209,16 +212,15 @@ class ShardedSampler(RecentNeighborSampler):
     ----------
     owner : int16 ndarray, shape (num_nodes,)
     k : int
-    rank, world : int
-    group : ProcessGroup, optional
+    world : World
     exchange : Exchange, optional
     """
 
-    def __init__(self, owner: np.ndarray, k: int, rank: int, world: int, group=None,
-                 exchange: Optional[Exchange] = None):
+    def __init__(self, owner: np.ndarray, k: int, world, exchange: Optional[Exchange] = None):
         self.owner = owner
-        self.rank, self.world, self.group = int(rank), int(world), group
-        self.mine = np.flatnonzero(owner == rank)
+        self.comm = world
+        self.rank, self.world = world.rank, world.size
+        self.mine = np.flatnonzero(owner == self.rank)
         self.local = _local_index(owner, self.mine)
         self.exchange = exchange if exchange is not None else Exchange()
         # (each ring gets its node's half of an event: directed inserts into local rows)
@@ -284,8 +286,7 @@ class ShardedSampler(RecentNeighborSampler):
         rows = torch.zeros(int(counts.max()), 3 * k + 1, dtype=torch.int64)
         rows[:mine.size] = torch.from_numpy(np.concatenate(
             [n, t.view(np.int64), e, m.sum(axis=1, keepdims=True).astype(np.int64)], axis=1))
-        got = [torch.empty_like(rows) for _ in range(self.world)]
-        dist.all_gather(got, rows, group=self.group)
+        got = self.comm.host_all_gather(rows)
         out = np.empty((nodes.size, 3 * k + 1), dtype=np.int64)
         for r in range(self.world):
             out[who == r] = got[r][:int(counts[r])].numpy()
@@ -455,16 +456,16 @@ class ShardWriter:
 
     Parameters
     ----------
-    rank : int
+    world : World
+        The ranks; the places and the outcome travel over its wait group (the others wait there
+        while ``dst`` prepares its file).
     dst : int
         The rank that writes the file.
-    group : ProcessGroup, optional
-        Where the places and the outcome travel (default: the first part's group).  The others
-        wait here while ``dst`` prepares its file: give a group with a long timeout.
     """
 
-    def __init__(self, rank: int, dst: int = 0, group=None):
-        self.rank, self.dst, self.group = int(rank), int(dst), group
+    def __init__(self, world, dst: int = 0):
+        self.comm = world
+        self.rank, self.dst = world.rank, int(dst)
         self.writes_rows: list = []  # one callable per array: (path, offset) -> rows written
         self.num_rows: list = []
         self.row_bytes: list = []
@@ -477,8 +478,6 @@ class ShardWriter:
         return self.rank == self.dst
 
     def _deferred(self, part, shape, dtype, write, torch: bool = True) -> Deferred:
-        if self.group is None:
-            self.group = part.group
         self.world = max(self.world, int(part.world))
         self.writes_rows.append(write)
         self.num_rows.append(int(shape[0]))
@@ -535,7 +534,7 @@ class ShardWriter:
 
     def _broadcast(self, msg: list) -> list:
         if self.world > 1:
-            dist.broadcast_object_list(msg, src=self.dst, group=self.group)
+            self.comm.broadcast_objects(msg, src=self.dst, wait=True)
         return msg
 
     def _write(self, path: str, offsets: Dict[int, int]) -> None:
@@ -547,8 +546,7 @@ class ShardWriter:
             error = f"rank {self.rank}: {type(e).__name__}: {e}"
         outcome = [(rows, error)]
         if self.world > 1:
-            outcome = [None] * self.world
-            dist.all_gather_object(outcome, (rows, error), group=self.group)
+            outcome = self.comm.objects((rows, error), wait=True)
         self.bytes_written = int(np.dot(rows, self.row_bytes))
         errors = [e for _, e in outcome if e]
         if errors:

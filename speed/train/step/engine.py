@@ -278,7 +278,8 @@ class Engine:
 
     def run_epoch(self, stream: EventStream, batches: Batches, negatives: NegativeSampler, desc: str = "epoch",
                   collect: Optional[list] = None, on_step: Optional[Callable[[int], None]] = None,
-                  sync_every: int = 0, observed: Optional[Callable] = None) -> EpochStats:
+                  sync_every: int = 0, observed: Optional[Callable] = None,
+                  on_start: Optional[Callable[[], None]] = None) -> EpochStats:
         """Reset the model's state, then train on ``batches`` of ``stream``.
 
         With :class:`CyclingBatches` the state is backed up at the end of each complete
@@ -286,11 +287,14 @@ class Engine:
         (Alg. 2).  ``on_step(step)`` runs after each step; with ``sync_every = K`` it may change
         the node state after every K-th step (PAC's periodic sync), and the pipeline waits for it.
         ``observed``: events each step takes in without scoring them
-        (:class:`~speed.train.step.loader.PlanLoader`).
+        (:class:`~speed.train.step.loader.PlanLoader`); ``on_start()`` runs once the state is
+        reset, before the first step.
         """
         model = self.model
         model.train()
         model.state.reset()
+        if on_start is not None:
+            on_start()
         losses, backup, ended = [], None, True
         start = time.perf_counter()
         total = len(batches)

@@ -123,12 +123,15 @@ class PlanLoader:
         besides its own (pending for their endpoints, given to the sampler) but neither queried
         nor scored.  PAC's ``--observe shared``; not for TIGE, whose messages need each event's
         embeddings.
+    on_device : bool
+        Move each plan to the model's device (default); False keeps it on the host (an
+        evaluation that divides its steps, :mod:`speed.train.eval.divided`, cuts it first).
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
                  pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
                  on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None,
-                 push: bool = True, observed: Optional[Callable] = None):
+                 push: bool = True, observed: Optional[Callable] = None, on_device: bool = True):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
@@ -141,6 +144,7 @@ class PlanLoader:
         if observed is not None and not model.state.takes_unscored_events:
             raise ValueError("observed events need messages without event values (not TIGE)")
         self.observed = observed
+        self.on_device = bool(on_device)
         self.device = model.device
 
     def _make(self, index: int, positions: np.ndarray, ended: bool,
@@ -158,7 +162,7 @@ class PlanLoader:
         if more is not None and more[0].size:  # one time-ordered batch of both (ties: the step's own first)
             order = np.argsort(np.concatenate([t, more[2]]), kind="stable")
             events = tuple(np.concatenate([a, b])[order] for a, b in zip(events, more))
-        plan = self.model.plan(nodes, times, events=events, push=self.push)
+        plan = self.model.plan(nodes, times, events=events, push=self.push, on_device=self.on_device)
         if self.staleness:
             if before_read is not None:
                 before_read(index)

@@ -1,0 +1,479 @@
+"""One evaluation step, its work divided among the processes that run it together.
+
+Every process of an evaluation builds the same plan of each step (:mod:`speed.train.state.batch_plan`:
+the queries, their neighbours, the memory keys and the pending events they apply; host work
+that depends on the log, not on the weights).  The work of the step is then divided:
+
+* **memory keys**: a key is computed by the owner of its node (``owner``, one rank per node:
+  :func:`speed.train.pac.sharded.owners`), which holds the node's stored rows and stores the
+  key's state when the node is one of the batch's endpoints;
+* **queries and scores**: each process embeds and scores a contiguous share of the batch's
+  events (their sources, destinations, negatives and ranking candidates).
+
+Two exchanges a step, each one ``all_to_all_single`` whose counts every process knows from the
+plan: the stored rows a key needs from other owners (the other endpoints of the pending events
+it applies, DyRep's neighbours), then the key states a share of queries needs from their owners.
+Nothing is received twice or by a process that does not need it.
+
+A key's state, a query's embedding and a pair's score do not depend on which others are
+computed with them: the model places each row where it would be among the whole step's
+(:class:`~speed.train.model.network.RowLayout`) and computes its attention slot by slot.  So the figures are bit for bit those of one process doing all
+of it -- which is this same step on a world of one, the path every single-process evaluation
+takes.
+
+TIGE's dual memory also needs each endpoint's embedding at its latest event of the batch on the
+endpoint's owner: one more all-reduce of those rows (zeros where a process has none).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from ..model.network import RowLayout
+from ..state.batch_plan import BatchPlan, DyRepPlan
+
+
+@dataclass
+class QueryPlan:
+    """The distinct queries a process embeds, their keys as positions in a key table (the
+    fields :meth:`TemporalGNN.embed_keys` reads)."""
+
+    uq_key: torch.Tensor
+    uq_t: torch.Tensor
+    nb_keys: torch.Tensor
+    nb_key: torch.Tensor
+    nb_feat: torch.Tensor
+    nb_dt: torch.Tensor
+    nb_mask: torch.Tensor
+    orig_uq: Optional[np.ndarray] = None  # each query's index among the whole step's distinct queries
+    orig_nbk: Optional[np.ndarray] = None  # each neighbour key's index among the whole step's
+
+    def to(self, device) -> "QueryPlan":
+        if torch.device(device).type == "cpu":
+            return self
+        from ..state.batch_plan import to_device
+
+        names = ["uq_key", "uq_t", "nb_keys", "nb_key", "nb_feat", "nb_dt", "nb_mask"]
+        return QueryPlan(*to_device([getattr(self, n) for n in names], torch.device(device)),
+                         orig_uq=self.orig_uq, orig_nbk=self.orig_nbk)
+
+
+@dataclass
+class Work:
+    """What one process did and received in an evaluation pass (``metrics.json``)."""
+
+    steps: int = 0
+    keys: int = 0  # memory keys computed
+    embeddings: int = 0  # distinct queries embedded
+    scored: int = 0  # events scored
+    rows_received: int = 0
+    rows_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    seconds_collectives: float = 0.0
+    seconds_total: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["seconds_compute"] = max(0.0, self.seconds_total - self.seconds_collectives)
+        return d
+
+
+@dataclass
+class StepScores:
+    """The scores of the events a process scored in one step (its share), on the host."""
+
+    pos: Optional[torch.Tensor] = None
+    neg: Optional[torch.Tensor] = None
+    mrr: Optional[torch.Tensor] = None
+    z_src: Optional[torch.Tensor] = None
+    events: int = 0
+
+
+def shares(n: int, size: int) -> np.ndarray:
+    """Bounds of ``size`` contiguous shares of ``n`` events: share ``r`` is ``[b[r], b[r+1])``."""
+    return np.array([n * r // size for r in range(size + 1)], dtype=np.int64)
+
+
+def _pack(s: torch.Tensor, lu: torch.Tensor) -> torch.Tensor:
+    """Rows of states (float32 (n, d)) and times (float64 (n,)) as float32 (n, d + 2), bit-exact."""
+    return torch.cat([s.to(torch.float32), lu.to(torch.float64).contiguous().view(torch.float32).reshape(-1, 2)], 1)
+
+
+def _unpack(x: torch.Tensor):
+    d = x.shape[-1] - 2
+    return x[..., :d], x[..., d:].contiguous().view(torch.float64).reshape(x.shape[:-1])
+
+
+class DividedStep:
+    """Run evaluation steps with the work divided among the processes of ``world``.
+
+    Parameters
+    ----------
+    world : World, optional
+        The processes (:class:`speed.train.pac.world.World`); None: this process alone.
+    owner : int ndarray, shape (num_nodes,), optional
+        Each node's owner (whose memory rows it holds); None: this process holds every row.
+    """
+
+    def __init__(self, world=None, owner: Optional[np.ndarray] = None):
+        self.world = world
+        self.rank = 0 if world is None else world.rank
+        self.size = 1 if world is None else world.size
+        self.owner = owner
+        self.work = Work()
+
+    # ------------------------------------------------------------------ planning
+    def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
+        if self.owner is None or self.size == 1:
+            return np.zeros(nodes.shape, dtype=np.int64)
+        return self.owner[nodes].astype(np.int64)
+
+    @staticmethod
+    def _pending_of_keys(plan, key_mask: np.ndarray):
+        """The pending events the keys of ``key_mask`` apply: ``(pe, sel)`` -- positions among the
+        plan's pending events and among ``agg_sel`` (its keys with pending events)."""
+        agg_sel = plan.agg_sel.numpy()
+        sel = np.flatnonzero(key_mask[agg_sel])
+        if plan.agg_identity:
+            return sel, sel
+        entries = np.flatnonzero(np.isin(plan.agg_local.numpy(), sel))
+        return np.unique(plan.agg_entry.numpy()[entries]), sel
+
+    @staticmethod
+    def _rows_of(plan, keys: np.ndarray, pe: np.ndarray, du: np.ndarray) -> np.ndarray:
+        """Positions among ``plan.rows`` that computing ``keys`` (applying pending events ``pe``,
+        DyRep's queries ``du``) reads, ascending."""
+        parts = [plan.key_row.numpy()[keys], plan.pe_row.numpy()[pe], plan.pe_other_row.numpy()[pe]]
+        if plan.dyrep is not None and du.size:
+            d = plan.dyrep
+            parts += [d.own_row.numpy()[du], d.nb_row.numpy()[du][d.nb_mask.numpy()[du]]]
+        return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
+    @staticmethod
+    def _dyrep_of(plan, pe: np.ndarray) -> np.ndarray:
+        if plan.dyrep is None or pe.size == 0:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(plan.dyrep.inv.numpy()[pe])
+
+    def _key_plan(self, plan: BatchPlan, keys: np.ndarray, pe: np.ndarray, sel: np.ndarray, du: np.ndarray,
+                  rows: np.ndarray) -> BatchPlan:
+        """The plan of computing ``keys`` alone, its rows the positions ``rows`` of ``plan.rows``."""
+        remap_row = lambda x: torch.from_numpy(np.searchsorted(rows, x).astype(np.int64))  # noqa: E731
+        kpos = np.full(plan.key_row.shape[0], -1, dtype=np.int64)
+        kpos[keys] = np.arange(keys.size)
+        agg_sel = plan.agg_sel.numpy()
+        if plan.agg_identity:
+            agg_entry = agg_local = torch.arange(sel.size)
+        else:
+            local = plan.agg_local.numpy()
+            entries = np.flatnonzero(np.isin(local, sel))
+            agg_local = torch.from_numpy(np.searchsorted(sel, local[entries]).astype(np.int64))
+            agg_entry = torch.from_numpy(np.searchsorted(pe, plan.agg_entry.numpy()[entries]).astype(np.int64))
+        dyrep = None
+        if plan.dyrep is not None and du.size:
+            d = plan.dyrep
+            nb_row = d.nb_row.numpy()[du]
+            mask = d.nb_mask.numpy()[du]
+            nb = np.where(mask, np.searchsorted(rows, nb_row), 0)
+            dyrep = DyRepPlan(inv=torch.from_numpy(np.searchsorted(du, d.inv.numpy()[pe]).astype(np.int64)),
+                              own_row=remap_row(d.own_row.numpy()[du]), t=d.t[torch.from_numpy(du)],
+                              nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask[torch.from_numpy(du)],
+                              nb_dt=d.nb_dt[torch.from_numpy(du)], nb_feat=d.nb_feat[torch.from_numpy(du)], orig=du)
+        t_pe = torch.from_numpy(pe)
+        empty = torch.empty(0, dtype=torch.long)
+        return BatchPlan(
+            q_inv=empty, uq_t=torch.empty(0, dtype=torch.float64), uq_key=empty, nb_keys=empty,
+            nb_key=torch.empty(0, 0, dtype=torch.long), nb_mask=torch.empty(0, 0, dtype=torch.bool),
+            nb_dt=torch.empty(0, 0, dtype=torch.float64), nb_feat=torch.empty(0, 0, 0),
+            rows=plan.rows[torch.from_numpy(rows)], key_row=remap_row(plan.key_row.numpy()[keys]),
+            pe_row=remap_row(plan.pe_row.numpy()[pe]), pe_other_row=remap_row(plan.pe_other_row.numpy()[pe]),
+            pe_node=plan.pe_node[t_pe], pe_other=plan.pe_other[t_pe], pe_t=plan.pe_t[t_pe], pe_eid=plan.pe_eid[t_pe],
+            pe_feat=plan.pe_feat[t_pe], agg_entry=agg_entry, agg_local=agg_local,
+            agg_sel=torch.from_numpy(kpos[agg_sel[sel]]), ob_node=empty, ob_key=empty, ob_latest=empty,
+            ev_eid=empty, ev_src=empty, ev_dst=empty, dyrep=dyrep, agg_identity=plan.agg_identity,
+            orig_pe=pe, orig_sel=sel, orig_rows=rows)
+
+    @staticmethod
+    def _query_positions(n: int, lo: int, hi: int, groups: int, k: int) -> np.ndarray:
+        """Positions among a plan's queries of the events ``[lo, hi)``: each of the ``groups``
+        groups of ``n`` (sources, destinations, negatives), then their ``k`` candidates each."""
+        pos = [g * n + np.arange(lo, hi) for g in range(groups)]
+        if k:
+            pos.append(groups * n + np.arange(lo * k, hi * k))
+        return np.concatenate(pos) if pos else np.empty(0, dtype=np.int64)
+
+    @staticmethod
+    def _keys_of_queries(plan, uq: np.ndarray) -> np.ndarray:
+        """The keys the distinct queries ``uq`` read (their own and their neighbours'), ascending."""
+        own = plan.uq_key.numpy()[uq]
+        if plan.nb_mask.shape[1]:
+            nb = plan.nb_keys.numpy()[plan.nb_key.numpy()[uq][plan.nb_mask.numpy()[uq]]]
+            return np.unique(np.concatenate([own, nb]))
+        return np.unique(own)
+
+    # ------------------------------------------------------------------ the step
+    @torch.no_grad()
+    def __call__(self, model, plan: BatchPlan, n: int, groups: int, k: int = 0, collect: bool = False,
+                 score: bool = True) -> StepScores:
+        """Run one evaluation step of ``model`` on the host plan ``plan`` (``n`` events; its
+        queries are ``groups`` groups of ``n`` -- sources, destinations, negative destinations
+        and, when ``groups`` is 4, negative sources -- then ``k`` candidates per event), and take
+        the batch into the state.  Returns the scores of this process's share of the events."""
+        t_start = time.perf_counter()
+        w, me, size, work = self.world, self.rank, self.size, self.work
+        net, state, dev = model.net, model.state, model.device
+        key_node = plan.rows.numpy()[plan.key_row.numpy()]
+        key_owner = self._owner_of(key_node)
+        mine = key_owner == me
+        keys = np.flatnonzero(mine)
+        pe, sel = self._pending_of_keys(plan, mine)
+        du = self._dyrep_of(plan, pe)
+        rows = self._rows_of(plan, keys, pe, du)
+        row_nodes = plan.rows.numpy()
+
+        # ---- stored rows for my keys: mine, and the others' from their owners
+        if size > 1:
+            s_rows, l_rows = self._fetch_rows(plan, row_nodes, rows, key_owner, state)
+        else:
+            s_rows, l_rows = state.memory.read(plan.rows[torch.from_numpy(rows)])
+        kplan = self._key_plan(plan, keys, pe, sel, du, rows)
+        kdev = kplan.to(dev)
+        states, lasts = net.key_states(kdev, (s_rows.to(dev), l_rows.to(dev)), state.message_inputs(kdev),
+                                       invariant=True)
+        work.keys += int(keys.size)
+
+        # ---- my share of the events: its distinct queries and the key states they read
+        bounds = shares(n, size)
+        lo, hi = int(bounds[me]), int(bounds[me + 1])
+        out = StepScores(events=hi - lo)
+        q_inv = plan.q_inv.numpy()
+        positions = self._query_positions(n, lo, hi, groups, k)
+        uq = np.unique(q_inv[positions])
+        need = self._keys_of_queries(plan, uq)
+        if size > 1:
+            t_states, t_lasts = self._fetch_keys(plan, n, groups, k, need, keys, key_owner, states, lasts)
+        else:
+            t_states, t_lasts = states, lasts  # every key is mine, in key order
+            need = keys
+        work.embeddings += int(uq.size)
+        static = net.key_static(plan.rows[plan.key_row[torch.from_numpy(need)]].to(dev)) \
+            if net.static is not None else None
+        qplan = self._query_plan(plan, uq, need).to(dev)
+        z_uq = net.embed_keys(qplan, t_states, t_lasts, static, invariant=True)
+        z = z_uq.index_select(0, torch.from_numpy(np.searchsorted(uq, q_inv[positions])).to(dev))
+        m = hi - lo
+        if score and m:
+            z_src, z_dst = z[:m], z[m:2 * m]
+            events = RowLayout.contiguous(lo, m)  # each pair at its event's place in the batch
+            out.pos = net.score(z_src, z_dst, events)
+            if groups >= 3:
+                neg_src = z[3 * m:4 * m] if groups == 4 else z_src
+                out.neg = net.score(neg_src, z[2 * m:3 * m], events)
+            if k:
+                zc = z[groups * m:groups * m + m * k]
+                out.mrr = net.score(z_src.repeat_interleave(k, dim=0), zc,
+                                    RowLayout.contiguous(lo * k, m * k)).reshape(m, k)
+        if collect and m:
+            out.z_src = z[:m]
+        work.scored += m
+
+        # ---- take the batch in: each owner stores its endpoints' states
+        self._absorb(model, plan, n, lo, hi, z, key_owner, keys, states, lasts)
+        work.steps += 1
+        work.seconds_total += time.perf_counter() - t_start
+        return out
+
+    def _query_plan(self, plan, uq: np.ndarray, need: np.ndarray) -> QueryPlan:
+        """The queries ``uq`` with their keys as positions among ``need`` (the key table)."""
+        t_uq = torch.from_numpy(uq)
+        uq_key = np.searchsorted(need, plan.uq_key.numpy()[uq])
+        k = plan.nb_mask.shape[1]  # (a plan without neighbours has no slots)
+        if k:
+            mask = plan.nb_mask.numpy()[uq]
+            slots = plan.nb_keys.numpy()[plan.nb_key.numpy()[uq]]  # each slot's key (any where empty)
+            nbk = np.unique(slots[mask])
+            if nbk.size == 0:
+                nbk = need[:1]
+            nb_key = np.where(mask, np.searchsorted(nbk, slots), 0)
+            nb_keys = np.searchsorted(need, nbk)
+            orig_nbk = np.searchsorted(plan.nb_keys.numpy(), nbk)  # (the whole step's are its slots' keys)
+        else:
+            nb_key = np.zeros((uq.size, 0), dtype=np.int64)
+            nb_keys = np.zeros(1 if need.size else 0, dtype=np.int64)
+            orig_nbk = np.arange(nb_keys.size)
+        return QueryPlan(uq_key=torch.from_numpy(uq_key.astype(np.int64)), uq_t=plan.uq_t[t_uq],
+                         nb_keys=torch.from_numpy(nb_keys.astype(np.int64)),
+                         nb_key=torch.from_numpy(np.ascontiguousarray(nb_key, dtype=np.int64).reshape(uq.size, k)),
+                         nb_feat=plan.nb_feat[t_uq], nb_dt=plan.nb_dt[t_uq], nb_mask=plan.nb_mask[t_uq],
+                         orig_uq=uq, orig_nbk=orig_nbk)
+
+    # ------------------------------------------------------------------ exchanges
+    def _fetch_rows(self, plan, row_nodes, rows, key_owner, state):
+        """Round 1: every process's key rows, from their owners (one ``all_to_all_single``)."""
+        w, me, size = self.world, self.rank, self.size
+        row_owner = self._owner_of(row_nodes)
+        send_ids, send_counts, recv_counts = [], [], []
+        for r in range(size):
+            k_r = np.flatnonzero(key_owner == r)
+            pe_r, sel_r = self._pending_of_keys(plan, key_owner == r)
+            rows_r = rows if r == me else self._rows_of(plan, k_r, pe_r, self._dyrep_of(plan, pe_r))
+            if r == me:
+                send_counts.append(0)
+                recv_counts.append(0)
+                continue
+            out = rows_r[row_owner[rows_r] == me]  # what r needs of mine
+            send_ids.append(row_nodes[out])
+            send_counts.append(out.size)
+            recv_counts.append(int(np.count_nonzero(row_owner[rows] == r)))
+        ids = np.concatenate(send_ids) if send_ids else np.empty(0, dtype=np.int64)
+        s_send, l_send = state.memory.local_rows(ids)
+        t0 = time.perf_counter()
+        got = w.host_exchange(_pack(s_send, l_send), send_counts, recv_counts)
+        self._count(got.shape[0], ids.size, got.shape[1] * 4, time.perf_counter() - t0)
+        s_in, l_in = _unpack(got)
+        # put the received rows in their places among mine (each rank's, ascending by position)
+        owner_rows = row_owner[rows]
+        here = np.flatnonzero(owner_rows == me)
+        s_own, l_own = state.memory.local_rows(row_nodes[rows[here]])
+        s_all = torch.empty(rows.size, s_own.shape[1], dtype=torch.float32)
+        l_all = torch.empty(rows.size, dtype=torch.float64)
+        at = torch.from_numpy(here)
+        s_all[at], l_all[at] = s_own, l_own
+        offset = 0
+        for r in range(size):
+            if r == me:
+                continue
+            pos = torch.from_numpy(np.flatnonzero(owner_rows == r))
+            s_all[pos] = s_in[offset:offset + pos.numel()]
+            l_all[pos] = l_in[offset:offset + pos.numel()]
+            offset += pos.numel()
+        return s_all, l_all
+
+    def _fetch_keys(self, plan, n, groups, k, need, keys, key_owner, states, lasts):
+        """Round 2: the key states each share of queries reads, from the keys' owners."""
+        w, me, size = self.world, self.rank, self.size
+        bounds = shares(n, size)
+        q_inv = plan.q_inv.numpy()
+        kpos = np.full(key_owner.size, -1, dtype=np.int64)
+        kpos[keys] = np.arange(keys.size)
+        send_idx, send_counts, recv_counts = [], [], []
+        for r in range(size):
+            if r == me:
+                send_counts.append(0)
+                recv_counts.append(0)
+                continue
+            pos_r = self._query_positions(n, int(bounds[r]), int(bounds[r + 1]), groups, k)
+            need_r = self._keys_of_queries(plan, np.unique(q_inv[pos_r])) if pos_r.size else np.empty(0, np.int64)
+            out = need_r[key_owner[need_r] == me]
+            send_idx.append(kpos[out])
+            send_counts.append(out.size)
+            recv_counts.append(int(np.count_nonzero(key_owner[need] == r)))
+        idx = torch.from_numpy(np.concatenate(send_idx) if send_idx else np.empty(0, dtype=np.int64))
+        packed = _pack(states.index_select(0, idx.to(states.device)), lasts.index_select(0, idx.to(lasts.device)))
+        t0 = time.perf_counter()
+        got = w.host_exchange(packed.cpu(), send_counts, recv_counts)
+        self._count(got.shape[0], int(idx.numel()), got.shape[1] * 4, time.perf_counter() - t0)
+        s_in, l_in = _unpack(got)
+        d = states.shape[1]
+        t_states = torch.empty(need.size, d, dtype=states.dtype, device=states.device)
+        t_lasts = torch.empty(need.size, dtype=lasts.dtype, device=lasts.device)
+        owner_need = key_owner[need]
+        here = np.flatnonzero(owner_need == me)
+        t_states[torch.from_numpy(here).to(states.device)] = states.index_select(
+            0, torch.from_numpy(kpos[need[here]]).to(states.device))
+        t_lasts[torch.from_numpy(here).to(states.device)] = lasts.index_select(
+            0, torch.from_numpy(kpos[need[here]]).to(states.device))
+        offset = 0
+        for r in range(size):
+            if r == me:
+                continue
+            pos = np.flatnonzero(owner_need == r)
+            at = torch.from_numpy(pos).to(states.device)
+            t_states[at] = s_in[offset:offset + pos.size].to(states.device)
+            t_lasts[at] = l_in[offset:offset + pos.size].to(states.device)
+            offset += pos.size
+        return t_states, t_lasts
+
+    def _count(self, rows_in: int, rows_out: int, row_bytes: int, seconds: float) -> None:
+        work = self.work
+        work.rows_received += int(rows_in)
+        work.rows_sent += int(rows_out)
+        work.bytes_received += int(rows_in) * int(row_bytes)
+        work.bytes_sent += int(rows_out) * int(row_bytes)
+        work.seconds_collectives += seconds
+
+    # ------------------------------------------------------------------ absorb
+    def _absorb(self, model, plan, n, lo, hi, z, key_owner, keys, states, lasts) -> None:
+        """The batch's endpoints store their memory as seen at its last time, each on its owner;
+        a component that keeps embeddings (TIGE) gets each endpoint's at its latest event."""
+        state, dev = model.state, model.device
+        ob_node = plan.ob_node.numpy()
+        if ob_node.size == 0:
+            return
+        ob_key = plan.ob_key.numpy()
+        kpos = np.full(key_owner.size, -1, dtype=np.int64)
+        kpos[keys] = np.arange(keys.size)
+        mine = key_owner[ob_key] == self.rank
+        at = torch.from_numpy(kpos[ob_key[mine]]).to(states.device)
+        z_ob = None
+        if state.keeps_embeddings:
+            # each endpoint's latest query is among the batch's first 2n (sources, destinations)
+            latest = plan.ob_latest.numpy()
+            event = latest % n
+            here = np.flatnonzero((event >= lo) & (event < hi))
+            m = hi - lo
+            row = np.where(latest[here] < n, latest[here] - lo, m + latest[here] - n - lo)
+            z_ob = torch.zeros(ob_node.size, z.shape[1], dtype=z.dtype, device=z.device)
+            if here.size:
+                z_ob[torch.from_numpy(here).to(z.device)] = z.index_select(0, torch.from_numpy(row).to(z.device))
+            if self.size > 1:  # the rows of the others' shares (zeros here, a sum is exact)
+                t0 = time.perf_counter()
+                z_ob = self.world.all_reduce(z_ob) if z_ob.device.type != "cpu" else self.world.host_all_reduce(z_ob)
+                # (each of its rows reaches every other rank; it receives the others')
+                self._count(ob_node.size - here.size, here.size * (self.size - 1), z.shape[1] * 4,
+                            time.perf_counter() - t0)
+        state.observe(plan, torch.from_numpy(ob_node[mine]), states.index_select(0, at), lasts.index_select(0, at),
+                      z_ob)
+
+
+def gather_scores(world, parts: List[StepScores], sizes: List[int]):
+    """Every process's step scores, in event order (each step's shares in rank order), on every
+    process: ``(pos, neg, mrr, z_src)`` numpy arrays (None where nothing was scored)."""
+    names = ("pos", "neg", "mrr", "z_src")
+    mine = {name: [getattr(p, name) for p in parts if getattr(p, name) is not None] for name in names}
+    local = {name: (torch.cat([x.detach().cpu() for x in v]) if v else None) for name, v in mine.items()}
+    if world is None or world.size == 1:
+        return tuple(None if local[nm] is None else local[nm].numpy() for nm in names)
+    out = []
+    size = world.size
+    for name in names:
+        have = local[name] is not None
+        if not any(world.objects(have)):
+            out.append(None)
+            continue
+        x = local[name]
+        if x is None:
+            width = None
+        else:
+            width = tuple(x.shape[1:])
+        widths = [w_ for w_ in world.objects(width) if w_ is not None]
+        if x is None:
+            x = torch.zeros((0,) + widths[0], dtype=torch.float32)
+        got = world.host_all_gather_rows(x.float())
+        # interleave: step s of rank r has shares(sizes[s], size)[r] rows
+        offsets = [0] * size
+        pieces = []
+        for n in sizes:
+            b = shares(n, size)
+            for r in range(size):
+                c = int(b[r + 1] - b[r])
+                pieces.append(got[r][offsets[r]:offsets[r] + c])
+                offsets[r] += c
+        out.append(torch.cat(pieces).numpy() if pieces else None)
+    return tuple(out)
