@@ -27,7 +27,7 @@ from ...partition.ordered import release_pages
 from ..step.engine import Batches
 from ..state.spill import Spill
 from ..step.loader import EventStream, PlanLoader
-from .divided import DividedStep, gather_scores
+from .divided import DividedStep, Work, gather_scores
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
     random_candidates, random_destinations
@@ -44,6 +44,7 @@ class StreamResult:
     neg: Optional[np.ndarray]
     mrr_neg: Optional[np.ndarray] = None
     z_src: Optional[np.ndarray] = None
+    work: Optional[dict] = None  # what this process computed, sent and received (Work.as_dict)
 
 
 # events a pass streams between two releases of a mapped log's pages (speed.partition.ordered)
@@ -89,6 +90,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
 
     # one step: this process alone, or its share of the work (speed.train.eval.divided)
     divider = model.divider if model.divider is not None else DividedStep()
+    if hasattr(divider, "work"):
+        divider.work = Work()  # this pass's
     loader = PlanLoader(model, stream, Batches(index, batch_size),
                         negatives.next_edges if negatives is not None else None, pipeline=pipeline,
                         extra_queries=extra, push=graph is None, on_device=False)
@@ -119,7 +122,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     trim_heap()
     # every process's shares, in event order (the scores stayed where they were computed)
     pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
-    return StreamResult(pos=pos, neg=neg, mrr_neg=mrr, z_src=zs)
+    work = divider.work.as_dict() if hasattr(divider, "work") else None
+    return StreamResult(pos=pos, neg=neg, mrr_neg=mrr, z_src=zs, work=work)
 
 
 class Evaluator:
@@ -186,6 +190,9 @@ class Evaluator:
         self.with_node_classification = bool(node_classification) and events.label is not None
         self._train_index: Optional[np.ndarray] = None
         self.event_stream = stream if stream is not None else EventStream(events)
+        #: each evaluation pass's work in this process (keys and embeddings computed, rows and
+        #: bytes received and sent, seconds computing and in collectives), in pass order
+        self.work: list = []
         # TGN's and DyGLib's samplers draw from the distinct sources and destinations of the whole log
         self.src_pool = np.flatnonzero(events.node_mask(("src",)))
         self.dst_pool = np.flatnonzero(events.node_mask(("dst",)))
@@ -350,8 +357,11 @@ class Evaluator:
         ``max_steps``, its first batches only."""
         if self.max_steps is not None:
             index = index[:self.max_steps * self.batch_size]
-        return stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
-                             desc, self.progress, graph=graph, release=lambda: release_pages(self.events))
+        res = stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
+                            desc, self.progress, graph=graph, release=lambda: release_pages(self.events))
+        if res.work is not None:
+            self.work.append({"pass": desc, "events": int(index.size), **res.work})
+        return res
 
     def prepare(self, model) -> None:
         """Give the model the neighbour graph evaluation sees at the end of training: every

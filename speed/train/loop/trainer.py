@@ -93,7 +93,8 @@ class EpochLoop:
         return self.events.num_nodes, len(self.events)
 
     def extra_metrics(self) -> Dict:
-        return {}
+        # each evaluation pass's work (one process: all of it), as PAC ranks report theirs
+        return {"evaluation_work": [self.evaluator.work]}
 
     def peak_rss(self) -> List[int]:
         """Every process's peak resident memory so far, in rank order (collective under PAC)."""

@@ -231,6 +231,8 @@ class PacRank(RankEvaluation):
         return self.world.agree_value(value)
 
     def peak_rss(self) -> List[int]:
+        # (collective, called on every rank once training ends: the passes' work travels with it)
+        self.evaluation_work = self.world.objects(self.evaluator.work, wait=True)
         return [int(p) for p in self.world.objects(peak_rss_bytes(), wait=True)]
 
     def peak_device(self):
@@ -256,6 +258,8 @@ class PacRank(RankEvaluation):
         # the embeddings gathered from the others (every rank reads the same rows)
         return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
                 "evaluation_exchange": self.exchange.as_dict(),
+                # every rank's work in each evaluation pass (gathered before the others leave)
+                "evaluation_work": self.evaluation_work,
                 # each rank's resident memory before best.json's write, its peak during it, the
                 # bytes of rows it wrote there (its own), and the write's seconds
                 **({"best_write": self.best_write} if self.best_write is not None else {})}
