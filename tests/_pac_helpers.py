@@ -77,7 +77,7 @@ def free_port():
 def _init(rank, world, store_file):
     """Join a gloo group of ``world`` workers; returns this worker's World (strict: every
     collective checked as NCCL would)."""
-    from speed.train.pac.world import World
+    from speed.train.world import World
 
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=WORKER_TIMEOUT))

@@ -101,7 +101,8 @@ def test_layers_point_downward():
 # the rooms of the training package, lowest first: a module imports its own room and those before
 # it, so no import runs back up between folders (a folder's modules may form no loop with another's)
 TRAIN_ROOMS = [
-    ("speed.train.recipes", "speed.train.protocols", "speed.train.config", "speed.train.config_file"),
+    ("speed.train.recipes", "speed.train.protocols", "speed.train.config", "speed.train.config_file",
+     "speed.train.world"),
     ("speed.train.state",),
     ("speed.train.model",),
     ("speed.train.step",),

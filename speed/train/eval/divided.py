@@ -116,7 +116,7 @@ class DividedStep:
     Parameters
     ----------
     world : World, optional
-        The processes (:class:`speed.train.pac.world.World`); None: this process alone.
+        The processes (:class:`speed.train.world.World`); None: this process alone.
     owner : int ndarray, shape (num_nodes,), optional
         Each node's owner (whose memory rows it holds); None: this process holds every row.
     """
@@ -241,7 +241,7 @@ class DividedStep:
         if size > 1:
             s_rows, l_rows = self._fetch_rows(plan, row_nodes, rows, key_owner, state)
         else:
-            s_rows, l_rows = state.memory.read(plan.rows[torch.from_numpy(rows)])
+            s_rows, l_rows = state.read_nodes(plan.rows[torch.from_numpy(rows)])
         kplan = self._key_plan(plan, keys, pe, sel, du, rows)
         kdev = kplan.to(dev)
         states, lasts = net.key_states(kdev, (s_rows.to(dev), l_rows.to(dev)), state.message_inputs(kdev),
@@ -332,7 +332,7 @@ class DividedStep:
             send_counts.append(out.size)
             recv_counts.append(int(np.count_nonzero(row_owner[rows] == r)))
         ids = np.concatenate(send_ids) if send_ids else np.empty(0, dtype=np.int64)
-        s_send, l_send = state.memory.local_rows(ids)
+        s_send, l_send = state.held_rows(ids)
         t0 = time.perf_counter()
         got = w.host_exchange(_pack(s_send, l_send), send_counts, recv_counts)
         self._count(got.shape[0], ids.size, got.shape[1] * 4, time.perf_counter() - t0)
@@ -340,7 +340,7 @@ class DividedStep:
         # put the received rows in their places among mine (each rank's, ascending by position)
         owner_rows = row_owner[rows]
         here = np.flatnonzero(owner_rows == me)
-        s_own, l_own = state.memory.local_rows(row_nodes[rows[here]])
+        s_own, l_own = state.held_rows(row_nodes[rows[here]])
         s_all = torch.empty(rows.size, s_own.shape[1], dtype=torch.float32)
         l_all = torch.empty(rows.size, dtype=torch.float64)
         at = torch.from_numpy(here)

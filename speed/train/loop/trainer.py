@@ -38,7 +38,7 @@ from ..model.build import model_for, place_state
 from ..run.predictor import predictor_payload
 from ..run.report import write_run
 from ..model.static import prepare_static
-from ..pac.world import World
+from ..world import World
 
 
 # files of an updated run (speed update) that a new training run in its folder would leave stale
@@ -53,7 +53,7 @@ class EpochLoop:
     """
 
     is_main = True  # the process that evaluates and writes files
-    world = World.alone()  # this process alone; a PAC rank has its own (speed.train.pac.world)
+    world = World.alone()  # this process alone; a PAC rank has its own (speed.train.world)
     state_on = "device"  # where the node memories live (see place_state)
 
     def _init_loop(self) -> None:

@@ -136,7 +136,7 @@ def merge_static(static: StaticMemory, start: torch.Tensor, world, optimizer=Non
     start : float32 tensor, shape (num_nodes, dim)
         The table at the start of the epoch (the same on every rank).
     world : World
-        The ranks (:class:`speed.train.pac.world.World`; host-memory all-reduces).
+        The ranks (:class:`speed.train.world.World`; host-memory all-reduces).
     optimizer : RowAdam (or torch.optim.SparseAdam), optional
 
     Returns
@@ -234,7 +234,7 @@ def prepare_static(model: nn.Module, src: np.ndarray, dst: np.ndarray, pool: np.
     ``learned``, or a table already filled, e.g. by the caller).
 
     Rank 0 pre-trains on the training events ``src, dst`` (:func:`pretrain_static`) and, under
-    PAC (``world``, a :class:`speed.train.pac.world.World`), broadcasts the table, so every rank
+    PAC (``world``, a :class:`speed.train.world.World`), broadcasts the table, so every rank
     starts from the same one.
     """
     static = getattr(model, "static", None)

@@ -45,7 +45,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
     """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
     from ..._threads import usable_cores
     from ...partition.shards import Shards
-    from ..pac.world import World
+    from ..world import World
     from . import update as online
     from ..run.predictor import open_checkpoint, predictor_from
 

@@ -36,7 +36,7 @@ from ..._threads import default_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
-from .world import WAIT_FOR_MAIN_S, World, rank_backend  # noqa: F401  (rank_backend: the launch's rule)
+from ..world import WAIT_FOR_MAIN_S, World, rank_backend  # noqa: F401  (rank_backend: the launch's rule)
 
 
 class RankFailedError(RuntimeError):
@@ -47,7 +47,10 @@ def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config:
                out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
     from .rank import PacRank
 
-    w, config = World.start(rank, world, local_rank, config, init_method, out)
+    from ..run.checkpoint import recorded_threads
+
+    recorded = recorded_threads(out) if config.resume and out is not None else None
+    w, config = World.start(rank, world, local_rank, config, init_method, recorded)
     _maybe_fault(rank)
     result = PacRank(Shards(shards_path), config, w, None if out is None else Path(out)).run()
     if teardown:

@@ -43,7 +43,7 @@ from .log import shared_log
 from ...partition.ordered import release_pages
 from .averaging import WeightAverager, averaged_parameters, local_step_hook
 from .sync import SharedSync
-from .world import World
+from ..world import World
 
 
 class PacRank(RankEvaluation):

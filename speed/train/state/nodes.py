@@ -245,6 +245,15 @@ class NodeStates:
         """The stored ``(states, last_update)`` of ``plan.rows``, on the plan's device."""
         return self.memory.read(plan.rows)
 
+    def read_nodes(self, n_id: torch.Tensor):
+        """The stored ``(states, last_update)`` of nodes ``n_id`` (of the main memory)."""
+        return self.memory.read(n_id)
+
+    def held_rows(self, ids: np.ndarray):
+        """The stored ``(states, last_update)`` of nodes ``ids`` whose rows this process holds
+        (all of them, unless the memory is divided among ranks), as host tensors: no exchange."""
+        return self.memory.local_rows(ids)
+
     def read_ahead(self, plan: BatchPlan):
         """:meth:`read` from the planning thread, ahead of the step (bounded staleness)."""
         return self.memory.read_host(plan.rows)

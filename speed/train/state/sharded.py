@@ -60,7 +60,7 @@ class ShardedMemory(NodeMemory):
         See :func:`owners` (one array, shared by a state's memories).
     memory_dim : int
     world : World
-        The ranks (:class:`speed.train.pac.world.World`; the rows are host memory, exchanged
+        The ranks (:class:`speed.train.world.World`; the rows are host memory, exchanged
         over its host group).
     exchange : Exchange, optional
         Where the traffic is counted.

@@ -21,7 +21,8 @@ Three groups:
 ``strict=True`` (tests) checks every call against what NCCL would refuse: a device-group
 collective given a tensor that is not on the rank's device or an object collective on the
 device group, a host-group collective given a tensor that is not in host memory.  A world of
-one (:meth:`World.alone`) has no groups: every collective returns its input.
+one (:meth:`World.alone`) has no groups: every collective returns its input (the single-process
+trainer's).
 """
 
 from __future__ import annotations
@@ -95,17 +96,17 @@ class World:
 
     @classmethod
     def start(cls, rank: int, size: int, local_rank: int, config, init_method: Optional[str] = None,
-              out: Optional[str] = None):
+              recorded_threads: Optional[int] = None):
         """Join the process group of a parallel run; returns ``(world, config)`` with the rank's
-        device and thread count in the config.
+        device and thread count in the config (``recorded_threads``: a resumed run's, which it
+        keeps).
 
         A CPU rank's default thread count is the machine's cores over the ranks *on this
         machine*, counted by host name once the group is up: torchrun's ``LOCAL_WORLD_SIZE``
         counts only the ranks of one torchrun agent, so two "nodes" on one host would each take
         every core (and, with ``--deterministic``, give other numbers than ``--nproc 2``, whose
         results depend on the thread count)."""
-        from ..._threads import apply_threads, default_threads
-        from ..run.checkpoint import recorded_threads
+        from .._threads import apply_threads, default_threads
 
         cuda = torch.cuda.is_available() and config.device != "cpu"
         backend, gpu = rank_backend(cuda, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", size)),
@@ -117,9 +118,8 @@ class World:
         else:
             hosts = world.objects(socket.gethostname())
             on_host = sum(h == hosts[rank] for h in hosts)
-            recorded = recorded_threads(out) if config.resume and out is not None else None
-            config = replace(config, device="cpu",
-                             num_threads=config.num_threads or recorded or default_threads(on_host, measure=False))
+            config = replace(config, device="cpu", num_threads=config.num_threads or recorded_threads
+                             or default_threads(on_host, measure=False))
         world.threads = config.num_threads
         if config.num_threads:
             apply_threads(config.num_threads)
