@@ -226,6 +226,52 @@ OWNED = {
 }
 
 
+def check_output_path(target, kind: str = "folder", what: str = "output") -> list:
+    """Refuse, in one line naming the path, an output that cannot be created, written or
+    replaced -- before any work, so nothing is left behind.
+
+    A file where a folder is wanted (or a folder where a file is), a file among its parents, a
+    read-only or pseudo file system, missing permission: each is an :class:`InputError` with
+    the reason.  Missing parent folders are fine: they are created (as ``mkdir -p`` would),
+    and returned so the caller can say so.  Whether the nearest existing folder takes files is
+    found by creating and removing a probe file there.
+
+    Parameters
+    ----------
+    target : path-like
+    kind : {"folder", "file"}
+        What the output is.
+    what : str
+        Its name in the message (``"run folder"``, ``"--output"``).
+
+    Returns
+    -------
+    list of Path
+        The parent folders that do not exist yet and will be created, outermost first.
+    """
+    target = Path(target)
+    if target.exists() or target.is_symlink():
+        if kind == "folder" and not target.is_dir():
+            raise InputError(f"is a file, not a folder: the {what} must be a folder (choose another path)", target)
+        if kind == "file" and target.is_dir():
+            raise InputError(f"is a folder: the {what} must be a file (choose another path)", target)
+    missing = []
+    parent = target.parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot create the {what}: {parent} is a file, not a folder", target)
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".speed-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise InputError(f"cannot create the {what}: {parent} does not take new files ({reason})", target) from None
+    return list(reversed(missing))
+
+
 def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kind: str = "output") -> None:
     """Raise :class:`~speed.InputError` unless ``target`` may be written.
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -29,6 +30,10 @@ def _say(line: str, file=None) -> None:
     file.flush()
 
 __all__ = ["EXIT_INPUT", "build_parser", "main"]
+
+# errnos of a path the system refuses: the user's to fix (one line and exit 2, no traceback)
+_PATH_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT,
+                errno.ENAMETOOLONG, errno.ELOOP, errno.EXDEV}
 
 
 def _apply_config_file(args, argv) -> None:
@@ -101,11 +106,15 @@ def _run(args, argv) -> int:
     except BrokenPipeError:
         _quiet_broken_pipe()
         return 128 + signal.SIGPIPE
-    except OSError as exc:  # out of room (disk full, a file-size limit, a quota): the user's to fix
-        if exc.errno not in NO_ROOM:
+    except OSError as exc:
+        # out of room (disk full, a file-size limit, a quota), or a path the system refuses (no
+        # permission, a read-only or pseudo file system, a file where a folder is): the user's to
+        # fix, said in one line naming the path
+        if exc.errno not in NO_ROOM and exc.errno not in _PATH_ERRORS:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        _say(f"speed {args.command}: error: {where}cannot write: {os.strerror(exc.errno)}")
+        verb = "cannot write" if exc.errno in NO_ROOM else "cannot use this path"
+        _say(f"speed {args.command}: error: {where}{verb}: {os.strerror(exc.errno)}")
         return EXIT_INPUT
     except KeyboardInterrupt:
         _say(f"speed {args.command}: interrupted")

@@ -9,10 +9,18 @@ import time
 import warnings
 from pathlib import Path
 
-from .._util import full_time
+from .._util import check_output_path, full_time
 from ..errors import InputError
 from ..data.tgb import TGB_FORMAT, TGB_HINT
 from .summaries import format_plan, format_summary, format_train_summary
+
+
+def _output(path, kind: str, what: str, command: str) -> None:
+    """Check an output path before any work (:func:`speed._util.check_output_path`); say which
+    missing folders will be created."""
+    made = check_output_path(path, kind, what)
+    if made:  # (created as the output is written: `mkdir -p`, as other tools do for an output path)
+        print(f"speed {command}: {made[-1]} does not exist: creating it for the {what}", file=sys.stderr)
 
 
 def _read(args):
@@ -55,6 +63,7 @@ def partition_command(args) -> int:
     out = Path(args.output)
     if args.append:
         return _append(args, out)
+    _output(out, "folder", "shards folder", "partition")
     check_output_dir(out, args.overwrite, SHARDS_MARKERS, "shards folder")  # before any work
     progress = False if args.no_progress else None
     if args.max_memory is not None:
@@ -125,6 +134,7 @@ def generate_command(args) -> int:
 
     if args.events < 1 or args.nodes < 2:
         raise InputError(f"--events must be >= 1 and --nodes >= 2, got {args.events} and {args.nodes}")
+    _output(args.output, "file", "output", "generate")
     t0 = time.perf_counter()
     write_generated(args.output, args.nodes, args.events, alpha=args.alpha, communities=args.communities,
                     locality=args.locality, bipartite=args.bipartite, num_items=args.items, seed=args.seed,
@@ -147,8 +157,9 @@ def train_command(args) -> int:
     from ..train.pac.validate import TransferWarning
 
     out = Path(args.out)
-    if out.exists() and not (args.overwrite or args.resume) and (not out.is_dir() or any(out.iterdir())):
-        raise InputError("run directory already exists (pass --overwrite, or --resume to continue it)", out)
+    _output(out, "folder", "run folder", "train")
+    if out.exists() and not (args.overwrite or args.resume) and any(out.iterdir()):
+        raise InputError("run folder already exists (pass --overwrite, or --resume to continue it)", out)
     check_output_dir(out, True, RUN_MARKERS, "run folder")
     inp = Path(args.input)
     if not inp.exists():
@@ -180,6 +191,7 @@ def train_command(args) -> int:
 def embed_command(args) -> int:
     from ..train.run.apply import embed_file
 
+    _output(args.output, "file", "output", "embed")
     r = embed_file(args.run, args.output, events=args.events, at=args.at, device=args.device,
                    progress=False if args.no_progress else None, overwrite=args.overwrite,
                    reader=_reader_kwargs(args))
@@ -192,6 +204,7 @@ def embed_command(args) -> int:
 def score_command(args) -> int:
     from ..train.run.apply import score_file
 
+    _output(args.output, "file", "output", "score")
     r = score_file(args.run, args.pairs, args.output, events=args.events, device=args.device,
                    progress=False if args.no_progress else None, overwrite=args.overwrite,
                    reader=_reader_kwargs(args))
@@ -204,6 +217,7 @@ def score_command(args) -> int:
 def update_command(args) -> int:
     from ..train.api import update
 
+    _output(args.out, "folder", "run folder", "update")
     metrics = update(args.run, args.events, args.out, reader=_reader_kwargs(args), overwrite=args.overwrite,
                      passes=args.passes, replay=args.replay, train=not args.memory_only, mrr=args.mrr,
                      mrr_negatives=args.mrr_negatives, lr=args.lr, windows=args.windows, seed=args.seed,
@@ -243,6 +257,7 @@ def plan_command(args) -> int:
 def convert_run_command(args) -> int:
     from ..train.run.checkpoint import convert_run
 
+    _output(args.new, "folder", "converted run folder", "convert-run")
     out = convert_run(args.old, args.new, trust_pickle=args.trust_pickle)
     print(f"converted {args.old} -> {out} (best.json, last.json and their safetensors files; no pickle)")
     return 0

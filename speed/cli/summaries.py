@@ -29,6 +29,9 @@ def format_summary(m: dict) -> str:
     if inp.get("t_min") is not None:
         lines.append(f"time         {full_time(inp['t_min'], inp.get('time_text'))} to "
                      f"{full_time(inp['t_max'], inp.get('time_text'))}")
+    if inp.get("time_guess"):  # the default time column does not look like time: impossible to miss
+        lines.append(f"CHECK        {inp['time_guess']}: training refuses these shards until the time column is "
+                     "named (partition again with --time-col)")
     if not inp.get("sorted_input", True):
         moved = inp.get("out_of_order_rows")
         lines.append("note         input was not sorted by time; events were stable-sorted"
@@ -135,6 +138,11 @@ def format_train_summary(m: dict, out: Path) -> str:
         span = (f", time {full_time(d['t_min'], d.get('time_text'))} to {full_time(d['t_max'], d.get('time_text'))}"
                 if d.get("t_min") is not None else "")
         lines.append(f"data: {d['num_events']:,} events{cols}{span}")
+        moved = d.get("out_of_order_rows")
+        if moved:
+            n = max(d["num_events"] - 1, 1)
+            lines.append(f"time: {moved:,} rows ({100 * moved / n:.1f}%) of the file were earlier than the row before "
+                         "them; the events were stable-sorted by time")
         if d.get("appended_events_not_trained"):
             lines.append(f"appended: the shards hold {d['appended_events_not_trained']:,} more events appended since "
                          "the partition; a run trains on the partitioned log's split (take them in with `speed "

@@ -36,6 +36,10 @@ class EventsMeta:
         For an unsorted input: the input row of each sorted event (to name its line).
     out_of_order_rows : int, optional
         Rows earlier than the row before them.
+    time_guess : str, optional
+        Why the time column taken by default (no ``time_col``) does not look like time (many
+        rows out of order, a few small whole numbers), in words; None when it looks right or
+        the column was named.  Training refuses such a log until the column is named.
     self_loops, duplicate_events : int, optional
         Counts (both are kept: they are real interactions).
     first_data_line : int, optional
@@ -67,6 +71,7 @@ class EventsMeta:
     sorted_input: bool = True
     input_order: Optional[np.ndarray] = None
     out_of_order_rows: Optional[int] = None
+    time_guess: Optional[str] = None
     self_loops: Optional[int] = None
     duplicate_events: Optional[int] = None
     first_data_line: Optional[int] = None

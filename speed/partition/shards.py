@@ -107,7 +107,7 @@ def build_manifest(result, events: Events, split=None, extra: Optional[dict] = N
         "bipartite": bool(events.bipartite),
         "msg_dim": events.msg_dim,
         "has_label": events.label is not None,
-        **{k: getattr(events.meta, k) for k in ("columns", "out_of_order_rows", "time_text")
+        **{k: getattr(events.meta, k) for k in ("columns", "out_of_order_rows", "time_text", "time_guess")
            if getattr(events.meta, k) is not None},
         **_time_range(events),
     }

@@ -63,6 +63,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         from .pac.groups import check_world
 
         shards.require_trainable()
+        refuse_guessed_time(shards.manifest.get("input", {}).get("time_guess"), shards.path, shards=True)
         config = config.for_data(shards.manifest.get("input", {}).get("format"))
         check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
         check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
@@ -82,7 +83,21 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     events, split = _load(data, split, config)
     config = config.for_data(events.meta.format)
     split.require_trainable(events.meta.source)
+    refuse_guessed_time(events.meta.time_guess, events.meta.source, shards=isinstance(data, Shards) or (
+        isinstance(data, (str, Path)) and Path(data).is_dir()))
     return Trainer(events, split, config, out=out).fit()
+
+
+def refuse_guessed_time(guess: Optional[str], where, shards: bool = False) -> None:
+    """Refuse to train on a log whose time column was taken by default and does not look like
+    time (``meta.time_guess``): a model trained on a shuffled stream learns from the future of
+    every event, and its figures mean nothing.  Naming the column (``--time-col``, even the
+    same one) trains."""
+    if not guess:
+        return
+    how = "partition again with --time-col naming it" if shards else "pass --time-col (time_col=) naming it"
+    raise InputError(f"{guess}: not training on it; if the time is in another column, {how} (naming this "
+                     "column confirms it)", where)
 
 
 def _load(data, split: Optional[Split], config: TrainConfig):
@@ -105,6 +120,7 @@ def _load(data, split: Optional[Split], config: TrainConfig):
         split = split or data.split()
         check_hold_out(config, split.new_node_fraction, data.path)
         events = data.events("split")
+        events.meta.time_guess = data.manifest.get("input", {}).get("time_guess")
         events.meta.appended = data.num_events - len(events) or None  # not trained on: the summary says so
         return events, split
     if not isinstance(data, Events):

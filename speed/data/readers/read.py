@@ -223,8 +223,8 @@ def _check_guessed_time(ev: Events, path: Path) -> None:
     if reasons:
         import warnings
 
-        warnings.warn(f"{path}: the time was taken from {ev.meta.columns['t']} by default, but "
-                      f"{' and '.join(reasons)}; if the time is in another column, pass --time-col "
+        ev.meta.time_guess = f"the time was taken from {ev.meta.columns['t']} by default, but {' and '.join(reasons)}"
+        warnings.warn(f"{path}: {ev.meta.time_guess}; if the time is in another column, pass --time-col "
                       "(time_col=)", ColumnGuessWarning, stacklevel=3)
 
 

@@ -222,7 +222,7 @@ class EpochLoop:
                      "num_test_events": self.split.num_test, "msg_dim": self.events.msg_dim,
                      "source": self.events.meta.source, **self.data_summary(),
                      "num_train_period_events": int(self.split.num_train),
-                     **{k: getattr(self.events.meta, k) for k in ("columns", "time_text")
+                     **{k: getattr(self.events.meta, k) for k in ("columns", "time_text", "out_of_order_rows")
                         if getattr(self.events.meta, k) is not None},
                      **({"t_min": float(self.events.t_float()[0]), "t_max": float(self.events.t_float()[-1])}
                         if len(self.events) else {}),
