@@ -68,6 +68,40 @@ def default_threads(share: int = 1, measure: bool = True) -> int:
     return max(1, min(static, int(free / share + 0.5)))
 
 
+def choose_threads(share: int = 1, given: Optional[int] = None, recorded: Optional[int] = None,
+                   deterministic: bool = False):
+    """Threads for one of ``share`` processes, and why, in words (the run's summary says it:
+    a run's figures follow its thread count).
+
+    ``given`` (``--threads``) wins, then a resumed run's ``recorded`` count; otherwise
+    :func:`default_threads` (its share of the idle cores, or of all of them with
+    ``deterministic``, whose figures must not depend on the machine's load).
+
+    Returns
+    -------
+    (int, str)
+    """
+    if given:
+        return int(given), "--threads"
+    if recorded:
+        return int(recorded), "the count the resumed run began with"
+    cores = usable_cores()
+    share = max(1, int(share))
+    each = "" if share == 1 else f" / {share} processes"
+    static = max(1, cores // share)
+    if deterministic:
+        return static, f"{cores} cores{each}; --deterministic takes no account of the machine's load"
+    free = idle_cores()
+    if free is None:
+        return static, f"{cores} cores{each}"
+    n = max(1, min(static, int(free / share + 0.5)))
+    if n < static:
+        busy = max(0, round(cores - free))
+        return n, (f"{busy} of {cores} cores busy at start{each}; --threads or --deterministic fixes the count, "
+                   "and with it the figures")
+    return n, f"{cores} cores{each}, idle at start"
+
+
 def apply_threads(n: int) -> None:
     """Size numba's pool and torch's intra-op pool to ``n`` threads.
 

@@ -210,7 +210,9 @@ def score_command(args) -> int:
                    reader=_reader_kwargs(args))
     more = f" after {r['new_events']:,} new events" if args.events else ""
     unseen = f"; {r['unseen']:,} involve nodes the run never saw (empty memory)" if r["unseen"] else ""
-    print(f"scored {r['pairs']:,} pairs{more} -> {r['out']}{unseen}")
+    when = (f" at the run's last time {full_time(r['at_last_time'])} (the pairs have no time column; a third "
+            "column, or --time-col, gives each pair its time)" if r.get("at_last_time") is not None else "")
+    print(f"scored {r['pairs']:,} pairs{more}{when} -> {r['out']}{unseen}")
     return 0
 
 

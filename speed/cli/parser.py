@@ -189,7 +189,7 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
 
     from ..train.config import PLAN_FIELDS
 
-    pl = sub.add_parser("plan", help="dry run of a parallel run: events, nodes and memory per rank, work inflation")
+    pl = sub.add_parser("plan", help="dry run of a parallel run: events, nodes and memory per rank, events trained per epoch")
     pl.add_argument("input", help="shards directory from `speed partition`")
     # the fields that decide a plan, generated like `speed train`'s; one epoch unless asked
     _add_config_options(pl, only=PLAN_FIELDS, defaults={"epochs": 1}, required=("nproc",))
@@ -251,8 +251,8 @@ def build_parser(unset: bool = False) -> argparse.ArgumentParser:
     u.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_reader_options(u, log_only=False)
 
-    c = sub.add_parser("convert-run", help="convert a run folder of an earlier version (pickled best.json, "
-                                           "last.json) to today's format (safetensors and JSON)")
+    c = sub.add_parser("convert-run", help="convert a run folder of an earlier version (pickled checkpoint.pt, "
+                                           "last.pt) to today's format (best.json, last.json: safetensors and JSON)")
     c.add_argument("old", help="the run folder of an earlier version (left as it is)")
     c.add_argument("new", help="the converted run folder to write (must not exist)")
     c.add_argument("--trust-pickle", action="store_true",

@@ -20,10 +20,16 @@ def format_summary(m: dict) -> str:
     events = (f"{m['num_events']:,} (the partitioned log {m['num_events'] - appended:,}: {split}; appended since "
               f"{appended:,})" if appended else f"{m['num_events']:,} ({split})")
     lines = [
-        f"input        {inp.get('source')} ({inp.get('format')}{', bipartite' if inp.get('bipartite') else ''})",
+        f"input        {inp.get('source')} ({inp.get('format')}{', bipartite' if inp.get('bipartite') else ''})"
+        + (", partitioned; events appended since below" if appended else ""),
         f"events       {events}",
         f"nodes        {m['num_nodes']:,} ({m.get('num_train_nodes', 0):,} in training events)",
     ]
+    for a in m.get("appends", []):
+        lines.append(f"appended     {a.get('source') or 'events'}: {a['num_events']:,} events (version {a['version']}, "
+                     f"{a.get('new_nodes', 0):,} new nodes, {100 * a.get('edge_cut', 0):.1f}% cut"
+                     + (f", {a['already_stored']:,} already stored left out" if a.get("already_stored") else "")
+                     + ")")
     if inp.get("columns"):
         lines.append("columns      " + ", ".join(f"{k} {v}" for k, v in inp["columns"].items()))
     if inp.get("t_min") is not None:
@@ -40,8 +46,10 @@ def format_summary(m: dict) -> str:
         removed = m["num_train_events"] - sp.get("num_train_events_masked", m["num_train_events"])
         lines.append(f"hold-out     {sp['num_new_nodes']:,} nodes held out for the new-node metric "
                      f"(--new-node-fraction {sp.get('new_node_fraction')}): their {removed:,} training events are "
-                     f"not trained on, so training sees {sp.get('num_train_events_masked', 0):,}; "
-                     "--new-node-fraction 0 keeps them")
+                     f"not trained on, so training sees {sp.get('num_train_events_masked', 0):,}"
+                     + (f" of the partitioned log's {m['num_events'] - appended:,} (appended events are not in the "
+                        "split: `speed update` takes them in, or partition the whole log again)" if appended else "")
+                     + "; --new-node-fraction 0 keeps them")
     if inp.get("self_loops") or inp.get("duplicate_events"):
         lines.append(f"kept         {inp.get('self_loops', 0):,} self-loops, {inp.get('duplicate_events', 0):,} "
                      "duplicate events")
@@ -159,10 +167,16 @@ def format_train_summary(m: dict, out: Path) -> str:
             span = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}"
             gap = f"{few:,}" if few == most else f"{few:,} to {most:,}"
             why.append(f"{gap} join parts that no rank held together in an epoch (the partition's cut, per epoch's "
-                       f"grouping; `speed plan` shows it as work inflation)")
+                       f"grouping; `speed plan` shows it as events trained per epoch)")
             lines.append(f"trained on {span} of the {period:,} training-period events per epoch: " + "; ".join(why))
         elif why:
             lines.append(f"trained on {unmasked:,} of the {period:,} training-period events: {why[0]}")
+    th = m.get("threads")
+    if th and th.get("per_process"):
+        n = th.get("processes", 1)
+        who = f"{n} rank{'s' if n != 1 else ''}" if m.get("nproc", 1) > 1 or n > 1 else "1 process"
+        lines.append(f"ran on {who} x {th['per_process']} thread{'s' if th['per_process'] != 1 else ''}"
+                     + (f" ({th['why']})" if th.get("why") else ""))
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no best.json was written")
@@ -220,9 +234,15 @@ def format_plan(p: dict) -> str:
             peak = f"{r['peak_bytes'] / mib:>9,.0f}" if "peak_bytes" in r else f"{'-':>9}"
             lines.append(f"{e['epoch']:>5}  {r['rank']:>4}  {','.join(map(str, r['parts'])):<12}  {r['events']:>12,}  "
                          f"{100 * r['share']:>5.1f}%  {r['nodes']:>10,}  {r['memory_bytes'] / mib:>10.1f}  {peak}")
-        lines.append(f"{'':>5}  work inflation {e['work_inflation']:.3f}, largest rank {100 * e['largest_share']:.1f}% "
-                     f"of the training events: an epoch ≈ {e['expected_epoch_time']:.2f}x one process's "
-                     f"(at one process's speed per rank)")
+        wi = e["work_inflation"]
+        why = ("the rest join parts that no rank holds together this epoch: the partition's cut" if wi < 1 - 1e-9 else
+               "events between shared nodes are trained on every rank holding them" if wi > 1 + 1e-9 else "each once")
+        lines.append(f"{'':>5}  events trained per epoch: {100 * wi:.1f}% of the training events ({why}); the largest "
+                     f"rank trains {100 * e['largest_share']:.1f}% of them: an epoch ≈ {e['expected_epoch_time']:.2f}x "
+                     f"one process's, if a rank trains as fast as one process")
+    lines.append("the epoch estimate leaves out: a rank's share of the cores where ranks share a machine (measured "
+                 "here: two ranks on 2 cores compute about 1.5x one process's rate, not 2x), the gradient all-reduce "
+                 "and the shared-node syncs (a few % of a step over gloo), and the evaluation (divided among the ranks)")
     lines.append("peak MiB: a rank's expected peak resident memory (runtime, then the largest of its training "
                  "sub-graph and node state, and its share of the evaluation: the memories and neighbour rings of the "
                  "nodes it owns and every node's pending events, twice over with the back-up of a period's start; what a "

@@ -337,9 +337,10 @@ def sweep_versions(root: Path, version: int) -> None:
 def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_parts: np.ndarray,
                   node_ids: np.ndarray, event_part: np.ndarray, stats: Dict, t_range: Tuple[float, float],
                   timer: StageTimer, progress: Optional[bool], tmp: Path, started: float,
-                  already_stored: int = 0) -> Dict:
+                  already_stored: int = 0, origin: Optional[str] = None) -> Dict:
     """Write version N + 1 of ``shards`` from the appended stream; returns the new manifest
-    (``already_stored``: the events of the file recognised as stored already, left out)."""
+    (``already_stored``: the events of the file recognised as stored already, left out;
+    ``origin``: where the events came from, the file's path)."""
     m = shards.manifest
     version = int(m.get("version", 1)) + 1
     P = shards.num_parts
@@ -383,7 +384,7 @@ def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_
     base_quality = m.get("base_quality") or {"replication_factor": m["replication_factor"], "edge_cut": m["edge_cut"],
                                              "num_partitioned_events": int(m.get("num_train_events", 0))}
     entry = {
-        "version": version, "num_events": n, "first_eid": first_eid,
+        "version": version, "source": origin, "num_events": n, "first_eid": first_eid,
         "new_nodes": num_nodes - shards.num_nodes, "new_hubs": stats["new_hubs"], "dropped_hubs": stats["dropped_hubs"],
         "t_min": t_range[0], "t_max": t_range[1],
         "edge_cut": stats["cut_events"] / max(n, 1), "dropped_events": stats["dropped_events"],
@@ -557,7 +558,8 @@ def _append_events(path, events: Events, progress: Optional[bool]) -> Tuple[Dict
                                             event_part, progress, timer)
         t = events.t_float()
         manifest = write_version(shards, saved, source, node_parts, node_ids, event_part, stats,
-                                 (float(t[0]), float(t[-1])), timer, progress, tmp, started, already)
+                                 (float(t[0]), float(t[-1])), timer, progress, tmp, started, already,
+                                 origin=events.meta.source)
         commit(shards, tmp, manifest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

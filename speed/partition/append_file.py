@@ -159,7 +159,7 @@ def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool],
         out = tmp / "version"
         out.mkdir()
         manifest = write_version(shards, saved, src, node_parts, index.ids, event_part, stats, (t0, t1), timer,
-                                 progress, out, started)
+                                 progress, out, started, origin=str(path))
         manifest["appends"][-1]["out_of_core"] = {"max_memory": budget, "chunk_events": chunk}
         del event_part
         spill.close()

@@ -22,7 +22,7 @@ import torch
 
 from ...data.events import Events
 from ...data.split import Split
-from ..._threads import apply_threads, default_threads, usable_cores
+from ..._threads import apply_threads, choose_threads, default_threads, usable_cores
 from ..._util import tune_allocator
 from ...errors import InputError
 from ..run import checkpoint as ckpt
@@ -53,6 +53,7 @@ class EpochLoop:
     """
 
     is_main = True  # the process that evaluates and writes files
+    threads_why = ""  # how the thread count was chosen (_threads.choose_threads)
     world = World.alone()  # this process alone; a PAC rank has its own (speed.train.world)
     state_on = "device"  # where the node memories live (see place_state)
 
@@ -229,6 +230,9 @@ class EpochLoop:
                      **({"ranking_candidates": "stored"} if self.evaluator.stored_candidates else {})},
             **self.extra_metrics(),
             "node_state_on": self.state_on,  # --state-device's choice (the last epoch's, under PAC)
+            # the figures follow the thread count: how many, and why (the summary says it)
+            "threads": {"processes": self.world.size, "per_process": int(self.config.num_threads or 0),
+                        "why": self.threads_why},
             "epochs": [asdict(h) for h in self.history],
             "best_epoch": self.stopping.best_epoch,
             **final,
@@ -344,7 +348,7 @@ class Trainer(EpochLoop):
         # the thread count is part of the result (the figures follow it): recorded in the config
         # (metrics.json, last.json), and a resumed run trains on with the count it began with
         recorded = ckpt.recorded_threads(self.out) if config.resume and self.out is not None else None
-        self.threads = config.num_threads or recorded or default_threads(1, measure=not config.deterministic)
+        self.threads, self.threads_why = choose_threads(1, config.num_threads, recorded, config.deterministic)
         config = replace(config, num_threads=self.threads)
         self.events, self.split, self.config = events, split, config
         apply_threads(self.threads)

@@ -32,7 +32,7 @@ import torch
 import torch.multiprocessing as mp
 
 from ..._signals import Stopped, die_with_parent, stop_on_signals, under_torchrun
-from ..._threads import default_threads
+from ..._threads import choose_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
@@ -44,15 +44,22 @@ class RankFailedError(RuntimeError):
 
 
 def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
-               out: Optional[str], teardown: bool = True, init_method: Optional[str] = None):
+               out: Optional[str], teardown: bool = True, init_method: Optional[str] = None,
+               threads_why: Optional[str] = None):
     from .rank import PacRank
 
     from ..run.checkpoint import recorded_threads
 
+    given = bool(config.num_threads)
     recorded = recorded_threads(out) if config.resume and out is not None else None
     w, config = World.start(rank, world, local_rank, config, init_method, recorded)
+    if threads_why is None:  # under torchrun: the rank chose its own count
+        threads_why = "--threads" if given else "a GPU per rank" if w.device.type == "cuda" else \
+            "the count the resumed run began with" if recorded else "this machine's cores / its ranks"
     _maybe_fault(rank)
-    result = PacRank(Shards(shards_path), config, w, None if out is None else Path(out)).run()
+    rank_ = PacRank(Shards(shards_path), config, w, None if out is None else Path(out))
+    rank_.threads_why = threads_why
+    result = rank_.run()
     if teardown:
         w.leave()
     return result
@@ -71,9 +78,10 @@ def _maybe_fault(rank: int) -> None:
 
 
 def _pac_rank(index: int, world: int, init_method: str, shards_path: str, config: TrainConfig,
-              out: Optional[str]) -> None:
+              out: Optional[str], threads_why: str = "") -> None:
     """A spawned PAC rank (see :func:`spawn`)."""
-    _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=init_method)
+    _rank_main(index, world, index, shards_path, config, out, teardown=False, init_method=init_method,
+               threads_why=threads_why)
 
 
 def _spawned(index: int, world: int, init_method: str, main, args: tuple, launcher_pid: int):
@@ -173,14 +181,16 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     nproc = config.nproc
+    why = "--threads" if config.num_threads else "a GPU per rank"
     if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
         # measured here, before the ranks start and load the machine themselves; a resumed run
         # trains on with the count it began with (the figures follow it; recorded in the config)
         from ..run.checkpoint import recorded_threads
 
         recorded = recorded_threads(out) if config.resume else None
-        config = replace(config, num_threads=recorded or default_threads(nproc, measure=not config.deterministic))
-    spawn(_pac_rank, (str(shards.path), config, str(out)), nproc)
+        threads, why = choose_threads(nproc, None, recorded, config.deterministic)
+        config = replace(config, num_threads=threads)
+    spawn(_pac_rank, (str(shards.path), config, str(out), why), nproc)
     return json.loads((out / "metrics.json").read_text())
 
 

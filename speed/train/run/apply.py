@@ -133,24 +133,68 @@ def score_file(run, pairs, out, events=None, device: str = "cpu", progress: Opti
     import pyarrow as pa
 
     pred, new = _continued(run, events, device, progress, reader)
-    ev = read_events(pairs, progress=progress, **(reader or {}))
-    old = np.flatnonzero(ev.t_float() < pred.t_last)
-    if old.size:
-        k = int(old[0])
-        raise InputError(f"time {full_time(ev.t[k])} is before the memory's last update ({full_time(pred.t_last)}); the memory "
-                         "already holds later events", pairs, event_line(ev, k))
-    ids = ev.node_ids
-    src = ev.src if ids is None else ids[ev.src]
-    dst = ev.dst if ids is None else ids[ev.dst]
+    timeless = _pairs_without_time(pairs, reader)
+    if timeless is not None:  # `src,dst` pairs: scored "now", at the run's last time
+        src, dst = timeless
+        t = np.full(src.shape[0], pred.t_last)
+        pos = np.arange(src.shape[0])
+    else:
+        ev = read_events(pairs, progress=progress, **(reader or {}))
+        old = np.flatnonzero(ev.t_float() < pred.t_last)
+        if old.size:
+            k = int(old[0])
+            raise InputError(f"time {full_time(ev.t[k])} is before the memory's last update ({full_time(pred.t_last)}); "
+                             "the memory already holds later events", pairs, event_line(ev, k))
+        ids = ev.node_ids
+        src = ev.src if ids is None else ids[ev.src]
+        dst = ev.dst if ids is None else ids[ev.dst]
+        t = ev.t_float()
+        order = ev.meta.input_order  # back to the file's order
+        pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")
     known = (pred.index.lookup(src, "src") >= 0) & (pred.index.lookup(dst, "dst") >= 0)  # before scoring
-    score = pred.score(src, dst, ev.t_float())
+    score = pred.score(src, dst, t)
     unseen = int(np.count_nonzero(~known))
-    # back to the file's order
-    order = ev.meta.input_order
-    pos = np.arange(len(ev)) if order is None else np.argsort(order, kind="stable")
     # known: 0 where a node of the pair was never seen by the run (its score comes from the cold
     # row every unseen node shares, not from anything the run learned about it)
-    table = pa.table({"src": pa.array(src[pos]), "dst": pa.array(dst[pos]), "t": pa.array(ev.t[pos]),
+    table = pa.table({"src": pa.array(src[pos]), "dst": pa.array(dst[pos]), "t": pa.array(t[pos]),
                       "score": pa.array(score[pos]), "known": pa.array(known[pos].astype(np.int8))})
     _write_csv(table, out)
-    return {"pairs": int(len(ev)), "unseen": unseen, "out": str(out), "new_events": new}
+    return {"pairs": int(src.shape[0]), "unseen": unseen, "out": str(out), "new_events": new,
+            "at_last_time": None if timeless is None else float(pred.t_last)}
+
+
+def _pairs_without_time(path, reader: Optional[dict]):
+    """``(src, dst)`` original ids of a pairs file with two columns and no time (when no time
+    column is named), else None: such pairs are scored at the run's last time."""
+    from ...data.readers.sniff import sniff
+    from ...data.readers.textio import is_gzip
+
+    reader = reader or {}
+    path = Path(path)
+    if reader.get("time_col") is not None or not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        gz = is_gzip(path)
+        lay = sniff(path, gz, None, reader.get("sep"), None, None)
+    except InputError:
+        return None
+    if lay.ncols != 2:
+        return None
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    skip = lay.first_data_line - 1
+    try:
+        table = pcsv.read_csv(path, read_options=pcsv.ReadOptions(skip_rows=skip, column_names=["src", "dst"]),
+                              parse_options=pcsv.ParseOptions(delimiter=lay.sep, ignore_empty_lines=True))
+    except pa.ArrowInvalid as exc:
+        raise InputError(f"cannot read the pairs: {str(exc).splitlines()[0]}", path) from None
+    if table.num_rows == 0:
+        raise InputError("no pairs in the file", path)
+    cols = []
+    for name in ("src", "dst"):
+        c = table.column(name)
+        if c.null_count:
+            raise InputError(f"a {name} id is missing", path)
+        cols.append(np.asarray(c.to_numpy(zero_copy_only=False)))
+    return cols[0], cols[1]

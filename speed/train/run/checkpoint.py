@@ -109,8 +109,8 @@ RECORD = ("epoch", "model_name", "config", "optimizer", "rng", "history", "stopp
 def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params: Optional[Dict] = None,
                      predictor: Optional[Dict] = None, extra: Optional[Dict] = None,
                      memories: Optional[Dict[str, torch.Tensor]] = None) -> Path:
-    """Write a checkpoint file: the one writer of ``checkpoint.pt`` and ``last.pt``, for the
-    trainer, every PAC run and an updated run.
+    """Write a checkpoint file: the one writer of ``best.json`` and ``last.json`` (with their
+    safetensors files), for the trainer, every PAC run and an updated run.
 
     Parameters
     ----------
