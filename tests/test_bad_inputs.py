@@ -137,3 +137,98 @@ def test_snap_with_runs_of_whitespace(tmp_path):
     body = "".join(f"{i} {i + 1} {i}\n" for i in range(20000)) + "20000   20001  20000\n"
     (tmp_path / "late.txt").write_text(body)
     assert len(speed.read_events(tmp_path / "late.txt")) == 20001
+
+
+# ------------------------------------------------------------------ output paths of every command
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A trained run (one epoch on a small log) for the commands that read one."""
+    tmp = tmp_path_factory.mktemp("outpaths")
+    log = speed.write_generated(tmp / "log.csv", 60, 800, seed=1)
+    code = main(["train", str(log), "--out", str(tmp / "run"), "--epochs", "1", "--memory-dim", "8", "--time-dim", "8",
+                 "--embedding-dim", "8", "--no-progress", "--threads", "1"])
+    assert code == 0
+    (tmp / "pairs.csv").write_text("src,dst,t\n1,2,99999999\n")
+    return tmp
+
+
+def _command(name, tmp, out):
+    """The command ``name`` writing to ``out`` (every subcommand with an output)."""
+    log, run = str(tmp / "log.csv"), str(tmp / "run")
+    return {"partition": ["partition", log, "-o", out], "train": ["train", log, "--out", out, "--epochs", "1"],
+            "embed": ["embed", run, "-o", out], "score": ["score", run, str(tmp / "pairs.csv"), "-o", out],
+            "update": ["update", run, str(tmp / "pairs.csv"), "--out", out], "generate": ["generate", out],
+            "convert-run": ["convert-run", str(tmp / "old"), out]}[name] + ["--no-progress"] * (name != "convert-run")
+
+
+COMMANDS_WITH_OUTPUT = ["partition", "train", "embed", "score", "update", "generate", "convert-run"]
+
+
+@pytest.mark.parametrize("name", COMMANDS_WITH_OUTPUT)
+@pytest.mark.parametrize("case", ["under_a_file", "pseudo_fs", "file_for_folder"])
+def test_an_output_path_that_cannot_be_made_is_one_line(tiny_run, tmp_path, capsys, name, case):
+    """A file in the way, a pseudo file system that takes no files, or a file where a folder
+    output is named (a folder where a file output is): exit 2, one line naming the path and
+    why, nothing created."""
+    (tmp_path / "afile").write_text("x")
+    folder_output = name in ("partition", "train", "update", "convert-run")
+    if case == "under_a_file":
+        out, needle = tmp_path / "afile" / "sub", "afile is a file, not a folder"
+    elif case == "pseudo_fs":
+        out, needle = "/proc/speed-test-output", "does not take new files"
+    else:  # the wrong kind where the output is named
+        if folder_output:
+            out, needle = tmp_path / "afile", "is a file, not a folder"
+        else:
+            (tmp_path / "adir").mkdir()
+            out, needle = tmp_path / "adir", "is a folder"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code = main(_command(name, tiny_run, str(out)))
+    err = _one_line_error(capsys, code, str(out), needle)
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_missing_parent_folder_is_made_and_said(tmp_path, capsys):
+    """Missing parents are created, as `mkdir -p` would (the path names where the user wants the
+    output), and the command says so on stderr."""
+    log = speed.write_generated(tmp_path / "log.csv", 60, 800, seed=1)
+    out = tmp_path / "a" / "b" / "shards"
+    assert main(["partition", str(log), "-o", str(out), "--no-progress"]) == 0
+    assert (out / "manifest.json").exists()
+    assert f"{tmp_path / 'a' / 'b'} does not exist: creating it" in capsys.readouterr().err
+
+
+def test_a_guessed_time_column_that_is_no_time_stops_training(tmp_path, capsys):
+    """A headerless `source,target,rating,time` log (Bitcoin's): the default takes the rating as
+    the time; training stops with the hint, partitioning flags it, and naming the column trains."""
+    rng = np.random.default_rng(0)
+    n = 600
+    t = np.cumsum(rng.integers(1, 50, n))
+    rows = np.stack([rng.integers(0, 40, n), rng.integers(0, 40, n), rng.integers(-10, 11, n), t], 1)
+    log = tmp_path / "bitcoin.csv"
+    np.savetxt(log, rows, fmt="%d", delimiter=",")
+    code = main(["train", str(log), "--out", str(tmp_path / "r"), "--epochs", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "taken from column 2 by default" in err and "--time-col" in err and "not training on it" in err
+    assert not (tmp_path / "r").exists()
+    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--no-progress"]) == 0
+    assert "CHECK        the time was taken from column 2 by default" in capsys.readouterr().out
+    assert main(["train", str(log), "--out", str(tmp_path / "r"), "--epochs", "1", "--time-col", "3",
+                 "--memory-dim", "8", "--time-dim", "8", "--embedding-dim", "8", "--no-progress"]) == 0
+
+
+def test_score_takes_pairs_without_a_time_and_scores_them_now(tiny_run, tmp_path, capsys):
+    (tmp_path / "pairs.csv").write_text("src,dst\n1,2\n3,4\n")
+    (tmp_path / "bare.csv").write_text("1,2\n3,4\n")
+    for name in ("pairs.csv", "bare.csv"):
+        assert main(["score", str(tiny_run / "run"), str(tmp_path / name), "-o", str(tmp_path / f"s-{name}"),
+                     "--no-progress"]) == 0
+        out = capsys.readouterr().out
+        assert "at the run's last time" in out and "no time column" in out
+    a, b = ((tmp_path / f"s-{n}").read_text().splitlines() for n in ("pairs.csv", "bare.csv"))
+    assert a == b and a[0] == "src,dst,t,score,known" and len(a) == 3
+    t_last = speed.load_run(tiny_run / "run").t_last
+    assert all(float(line.split(",")[2]) == t_last for line in a[1:])
