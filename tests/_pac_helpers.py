@@ -359,3 +359,22 @@ def shard_writer_failure_worker(rank, world, store_file, fail, queue):
     dist.barrier()
     queue.put((rank, (error, sorted(p.name for p in folder.iterdir()))))
     _leave(queue)
+
+
+def strict_world_worker(rank, world, store_file, queue):
+    """In strict mode a collective called around the World is refused; through it, it runs."""
+    w = _init(rank, world, store_file)
+    from speed.train.world import StrictError
+
+    out = {}
+    try:
+        dist.all_reduce(torch.ones(1))
+        out["raw"] = "ran"
+    except StrictError as e:
+        out["raw"] = str(e)
+    t = torch.ones(2) * (rank + 1)
+    w.host_all_reduce(t)
+    out["through_world"] = t.tolist()
+    out["objects"] = w.objects(rank)
+    queue.put((rank, out))
+    _leave(queue)

@@ -566,3 +566,24 @@ def test_resume_with_another_number_of_ranks_is_refused_with_the_reason(shards4,
     speed.train(shards4, model="jodie", epochs=1, seed=0, nproc=2, out=tmp_path, **TINY)
     with pytest.raises(speed.InputError, match="the run had 2 processes, not 1 .*resume with 2"):
         speed.train(shards4, model="jodie", epochs=2, seed=0, nproc=1, out=tmp_path, resume=True, **TINY)
+
+
+def test_strict_mode_refuses_a_collective_around_the_world(tmp_path):
+    from _pac_helpers import run_workers, strict_world_worker
+
+    out = run_workers(strict_world_worker, [(), ()], tmp_path / "store")
+    for r in (0, 1):
+        assert "not through speed.train.world.World" in out[r]["raw"]
+        assert out[r]["through_world"] == [3.0, 3.0] and out[r]["objects"] == [0, 1]
+
+
+def test_every_collective_of_a_pac_run_passes_the_strict_checks(shards4, tmp_path, monkeypatch):
+    """A PAC run of TIGE (training, in-epoch syncs, the hand-over, the divided evaluation with
+    TIGE's extra exchange, the owners' writes of best.json), every collective through the World
+    in strict mode: a raw torch.distributed call, a tensor not in host memory on a host group, or
+    one off the rank's device on the device group would fail the run."""
+    monkeypatch.setenv("SPEED_STRICT_COLLECTIVES", "1")  # the spawned ranks inherit it
+    m = speed.train(shards4, model="tige", epochs=1, nproc=2, sync_every=2, out=tmp_path / "run", **TINY)
+    assert m["test"]["transductive"]["count"] > 0
+    work = m["evaluation_work"]
+    assert len(work) == 2 and all(p["keys"] > 0 for rank in work for p in rank)

@@ -18,9 +18,13 @@ Three groups:
     gloo with a day's timeout, for the waits on rank 0's decisions and on its writing of
     ``best.json`` (which can take longer than any step).
 
-``strict=True`` (tests) checks every call against what NCCL would refuse: a device-group
-collective given a tensor that is not on the rank's device or an object collective on the
-device group, a host-group collective given a tensor that is not in host memory.  A world of
+``strict=True`` (or ``SPEED_STRICT_COLLECTIVES=1`` in the environment, which spawned ranks
+inherit) checks every call against what NCCL would refuse: a device-group collective given a
+tensor that is not on the rank's device, a host-group collective given a tensor that is not in
+host memory; object collectives only ever go to the host and wait groups; and any
+:mod:`torch.distributed` collective called from outside this module raises.  (On a machine
+without a GPU a rank's device *is* the host, so a host tensor handed to the device group cannot
+be told from a device one there: that check bites on a GPU.)  A world of
 one (:meth:`World.alone`) has no groups: every collective returns its input (the single-process
 trainer's).
 """
@@ -59,6 +63,41 @@ def rank_backend(cuda: bool, local_rank: int, local_world: int, gpus: int):
     return "nccl", local_rank
 
 
+# the collectives of torch.distributed that speed calls (through World alone)
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list",
+                "all_to_all_single", "all_to_all", "gather", "gather_object", "scatter", "reduce", "barrier",
+                "all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+def _guard_distributed() -> None:
+    """Strict mode: make every collective of :mod:`torch.distributed` refuse a caller outside
+    this module (torch's own internals, which call the functions of its modules directly, are
+    not affected)."""
+    import sys
+
+    if getattr(dist, "_speed_guarded", False):
+        return
+    here = __file__.rsplit(".", 1)[0]
+    torch_dir = os.path.dirname(torch.__file__)
+
+    def guard(name, fn):
+        def guarded(*args, **kwargs):
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(torch_dir):
+                frame = frame.f_back
+            where = frame.f_code.co_filename if frame is not None else "?"
+            if where.rsplit(".", 1)[0] != here:
+                raise StrictError(f"torch.distributed.{name} called from {where}:{frame.f_lineno if frame else 0}, "
+                                  "not through speed.train.world.World")
+            return fn(*args, **kwargs)
+        return guarded
+
+    for name in _COLLECTIVES:
+        if hasattr(dist, name):
+            setattr(dist, name, guard(name, getattr(dist, name)))
+    dist._speed_guarded = True
+
+
 class World:
     """A rank's place in a parallel run and its collectives (see the module docstring).
 
@@ -87,6 +126,8 @@ class World:
         self._host = host_group
         self._wait = wait_group if wait_group is not None else host_group
         self.calls = 0  # collectives issued (strict tests count them)
+        if self.strict:
+            _guard_distributed()
 
     # ------------------------------------------------------------------ making one
     @classmethod
