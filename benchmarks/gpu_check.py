@@ -30,6 +30,11 @@ speed and memory
                    records events/s, peak GPU memory and test AP with evaluation bounded (the
                    first 50 batches of val, then of test); then ``benchmarks/step_cost.py`` on
                    the same log: kernel launches, host-device syncs and operators per step;
+    ``pac_speed``  PAC's ranks sharing one GPU against one rank: a generated log (1M events over
+                   500k node ids), P=8, top-5%, TGN, batch 200, one epoch, ``--nproc`` 1, 2 and 4
+                   (gloo between ranks on one GPU) training the same events (``--max-steps``
+                   divided by N) with each evaluation pass bounded alike: training events/s,
+                   sync and validation seconds, the whole run's wall time;
     ``pyg``        ``benchmarks/train_vs_pyg.py --device cuda`` on Wikipedia (speed's TGN
                    against PyG's on the same GPU, one after the other);
     ``profile``    ``benchmarks/profile_step.py --device cuda``: where a step's time goes, with the
@@ -72,13 +77,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SAMPLE = ROOT / "data" / "sample.csv"
 MODELS = ("jodie", "dyrep", "tgn", "tige")
-SECTIONS = ("env", "throughput", "single", "state", "pac", "predictor", "pyg", "profile", "sweep")
+SECTIONS = ("env", "throughput", "single", "state", "pac", "pac_speed", "predictor", "pyg", "profile", "sweep")
 LOSS_RTOL = 1e-2
 AP_ATOL = 0.01
 VALUE_ATOL = 1e-2
 SCORE_ATOL = 1e-3
 # seconds each section may take at most (the whole check also stops at --budget-s)
-SECTION_CAP_S = {"env": 60, "throughput": 560, "single": 240, "state": 180, "pac": 300, "predictor": 180, "pyg": 300,
+SECTION_CAP_S = {"env": 60, "throughput": 560, "pac_speed": 560, "single": 240, "state": 180, "pac": 300, "predictor": 180, "pyg": 300,
                  "profile": 300, "sweep": 400}
 
 
@@ -390,6 +395,8 @@ def section_throughput(a, work: Path) -> dict:
                    "--warmup-steps", 10, "--device", a.device, "--threads", a.threads]
             if fw == "speed-pipeline":
                 cmd.append("--pipeline")
+            elif fw == "speed-no-pipeline":
+                cmd.append("--no-pipeline")
             t0 = time.monotonic()
             try:
                 proc = _call(cmd, left - 5)
@@ -418,6 +425,61 @@ def section_throughput(a, work: Path) -> dict:
                                 else {"ok": False, "output_tail": proc.stderr[-1500:]})
         except subprocess.TimeoutExpired:
             out["step_cost"] = {"ok": False, "output_tail": "timeout"}
+    out["ok"] = all(r["ok"] is not False for r in out["runs"]) and bool(out["runs"])
+    return out
+
+
+def section_pac_speed(a, work: Path) -> dict:
+    log = work / f"gen-{a.pac_log_events}-{a.pac_log_nodes}.csv"
+    shards = work / "pac-shards"
+    end = time.monotonic() + a.timeout
+    if not log.exists():
+        gen = _call(_speed("generate", log, "--events", a.pac_log_events, "--nodes", a.pac_log_nodes, "--seed", 0,
+                           "--no-progress"), a.timeout)
+        if gen.returncode:
+            return {"ok": False, "generate": gen.stderr[-1500:]}
+    part = _call(_speed("partition", log, "-o", shards, "--parts", 8, "--topk", 5, "--overwrite", "--no-progress"),
+                 max(end - time.monotonic(), 10))
+    if part.returncode:
+        return {"ok": False, "partition": part.stderr[-1500:]}
+    out = {"log": {"events": a.pac_log_events, "node_ids": a.pac_log_nodes}, "parts": 8, "topk": 5,
+           "max_steps_one_rank": a.pac_max_steps, "eval_max_steps": a.pac_eval_steps, "runs": []}
+    partial = work / "partial.json"
+    for n in a.pac_nprocs:
+        left = end - time.monotonic()
+        if left < 20:
+            out["runs"].append({"nproc": n, "ok": None, "skipped": "out of time"})
+            continue
+        run = work / f"pac-{n}"
+        cmd = _speed("train", shards, "--nproc", n, "--model", "tgn", "--epochs", 1, "--device", a.device,
+                     "--batch-size", 200, "--out", run, "--overwrite", "--no-progress", "--threads", a.threads)
+        if a.pac_max_steps:
+            cmd += ["--max-steps", max(1, a.pac_max_steps // n)]
+        if a.pac_eval_steps:
+            cmd += ["--eval-max-steps", a.pac_eval_steps]
+        env = dict(_env(), CUDA_VISIBLE_DEVICES="0")  # N ranks on one GPU
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=env,
+                                  timeout=left - 5)
+            ok = proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            proc, ok = None, False
+        row = {"nproc": n, "ok": ok, "wall_s": time.monotonic() - t0}
+        if ok:
+            m = _metrics(run)
+            e = m["epochs"][0]
+            row.update(train_s=e["seconds"].get("train"), train_events_per_s=e["train_events_per_s"],
+                       train_events=e["train_events"], sync_s=e["seconds"].get("sync"),
+                       validate_s=e["seconds"].get("validate"), validate_exchange_s=e["seconds"].get("validate_exchange"),
+                       test_ap=(m.get("test") or {}).get("transductive", {}).get("ap"),
+                       rank_peak_device_bytes=m.get("rank_peak_device_bytes"),
+                       work=[{k: w.get(k) for k in ("pass", "keys", "embeddings", "rows_received", "seconds_total",
+                                                     "seconds_collectives")} for w in (m.get("evaluation_work") or [[]])[0]])
+        else:
+            row["output_tail"] = "timeout" if proc is None else proc.stderr[-1500:]
+        out["runs"].append(row)
+        partial.write_text(json.dumps(out))
     out["ok"] = all(r["ok"] is not False for r in out["runs"]) and bool(out["runs"])
     return out
 
@@ -485,6 +547,9 @@ def _line(name: str, r: dict) -> str:
     if name == "throughput" and "runs" in r:
         return "; ".join(f"{x['framework']} b{x['batch']} " + (f"{x['events_per_s']:,.0f} ev/s" if x.get("ok")
                                                              else "FAIL") for x in r["runs"])
+    if name == "pac_speed" and "runs" in r:
+        return "; ".join(f"N={x['nproc']} " + (f"train {x['train_events_per_s']:,.0f} ev/s, val {x['validate_s']:.1f} s, "
+                                               f"wall {x['wall_s']:.0f} s" if x.get("ok") else "FAIL") for x in r["runs"])
     if name == "sweep" and r.get("ok"):
         return ", ".join(f"{x['distinct_nodes']:,} nodes {x['speed_events_per_s']:,.0f} ev/s" for x in r["rows"])
     return ""
@@ -501,14 +566,21 @@ def main() -> int:
     ap.add_argument("--sweep-nodes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--sweep-events", type=int, default=200_000)
     ap.add_argument("--tp-batches", type=int, nargs="+", default=[200, 1000, 4000], help="throughput: batch sizes")
-    ap.add_argument("--tp-frameworks", nargs="+", default=["speed", "speed-pipeline", "pyg"],
-                    choices=["speed", "speed-pipeline", "pyg"], help="throughput: what runs at each batch size")
+    ap.add_argument("--tp-frameworks", nargs="+", default=["speed", "speed-no-pipeline", "pyg"],
+                    choices=["speed", "speed-pipeline", "speed-no-pipeline", "pyg"],
+                    help="throughput: what runs at each batch size (speed: its defaults, the pipeline on with a GPU)")
     ap.add_argument("--tp-events", type=int, default=300_000, help="throughput: training events a run")
     ap.add_argument("--tp-eval-steps", type=int, default=50, help="throughput: evaluation batches of val and test")
     ap.add_argument("--tp-log-events", type=int, default=2_000_000, help="throughput: events of the generated log")
     ap.add_argument("--tp-log-nodes", type=int, default=1_000_000, help="throughput: node ids of the generated log")
     ap.add_argument("--tp-step-batches", type=int, nargs="*", default=[200, 1000],
                     help="throughput: batch sizes of the per-step cost count (none: skip it)")
+    ap.add_argument("--pac-log-events", type=int, default=1_000_000, help="pac_speed: events of the generated log")
+    ap.add_argument("--pac-log-nodes", type=int, default=500_000, help="pac_speed: node ids of the generated log")
+    ap.add_argument("--pac-nprocs", type=int, nargs="+", default=[1, 2, 4], help="pac_speed: ranks on the one GPU")
+    ap.add_argument("--pac-max-steps", type=int, default=0,
+                    help="pac_speed: training steps of one rank (N ranks take this / N each; 0: whole epochs)")
+    ap.add_argument("--pac-eval-steps", type=int, default=0, help="pac_speed: batches of each evaluation pass (0: all)")
     ap.add_argument("--keep", default=None, metavar="JSON",
                     help="an earlier gpu_check.json whose other sections this one keeps (rerun a few sections only)")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": rehearse the driver
@@ -554,6 +626,8 @@ def main() -> int:
                "--sweep-events", a.sweep_events, "--sweep-nodes", *a.sweep_nodes,
                "--tp-batches", *a.tp_batches, "--tp-frameworks", *a.tp_frameworks, "--tp-events", a.tp_events,
                "--tp-eval-steps", a.tp_eval_steps, "--tp-log-events", a.tp_log_events,
+               "--pac-log-events", a.pac_log_events, "--pac-log-nodes", a.pac_log_nodes,
+               "--pac-nprocs", *a.pac_nprocs, "--pac-max-steps", a.pac_max_steps, "--pac-eval-steps", a.pac_eval_steps,
                "--tp-log-nodes", a.tp_log_nodes, "--tp-step-batches", *a.tp_step_batches]
         try:
             proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, env=_env(),

@@ -241,7 +241,8 @@ def main() -> int:
                     help="score only the first N batches of val and of test (both frameworks)")
     ap.add_argument("--warmup-steps", type=int, default=0,
                     help="untimed training steps before the first epoch (a fresh model and state follow)")
-    ap.add_argument("--pipeline", action="store_true", help="speed: plan the next batch in a background thread")
+    ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
+                    help="speed: plan the next batch in a background thread (default: speed's, on with a GPU)")
     a = ap.parse_args()
     a.log = a.log or [str(DATA)]
     if a.worker:
@@ -263,7 +264,8 @@ def main() -> int:
                                       + (["--max-events", str(a.max_events)] if a.max_events else [])
                                       + (["--eval-max-steps", str(a.eval_max_steps)] if a.eval_max_steps else [])
                                       + (["--warmup-steps", str(a.warmup_steps)] if a.warmup_steps else [])
-                                      + (["--pipeline"] if a.pipeline and name == "speed" else []),
+                                      + ([f"--{'' if a.pipeline else 'no-'}pipeline"] if a.pipeline is not None
+                                         and name == "speed" else []),
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{proc.stderr}")
