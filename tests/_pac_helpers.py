@@ -356,7 +356,7 @@ def shard_writer_failure_worker(rank, world, store_file, fail, queue):
             writer.serve()
     except (RuntimeError, TypeError) as e:
         error = f"{type(e).__name__}: {e}"
-    dist.barrier()
+    w.barrier()
     queue.put((rank, (error, sorted(p.name for p in folder.iterdir()))))
     _leave(queue)
 

@@ -44,16 +44,20 @@ def test_the_thread_count_is_recorded_and_a_resumed_run_keeps_it(tmp_path, monke
 
     import speed
 
-    trainer = importlib.import_module("speed.train.loop.trainer")
+    threads = importlib.import_module("speed._threads")
     ev = speed.read_events(Path(__file__).resolve().parents[1] / "data" / "sample.csv", progress=False)
     kw = dict(model="jodie", memory_dim=8, time_dim=8, embedding_dim=8, progress=False, out=tmp_path / "run")
     before = torch.get_num_threads()
     try:
-        monkeypatch.setattr(trainer, "default_threads", lambda share=1, measure=True: 1)
+        monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+        monkeypatch.setattr(threads, "idle_cores", lambda window_s=0.1: 1.0)  # one core busy
         first = speed.train(ev, epochs=1, **kw)
         assert first["config"]["num_threads"] == 1
-        monkeypatch.setattr(trainer, "default_threads", lambda share=1, measure=True: 2)  # the load changed
+        assert first["threads"] == {"processes": 1, "per_process": 1, "why": "1 of 2 cores busy at start; --threads "
+                                    "or --deterministic fixes the count, and with it the figures"}
+        monkeypatch.setattr(threads, "idle_cores", lambda window_s=0.1: 2.0)  # the load changed
         resumed = speed.train(ev, epochs=2, resume=True, **kw)
         assert resumed["config"]["num_threads"] == 1 and torch.get_num_threads() == 1
+        assert resumed["threads"]["why"] == "the count the resumed run began with"
     finally:
         apply_threads(before)

@@ -40,6 +40,7 @@ from .._util import StageTimer, atomic_dir, full_time, progress_bar
 from ..data import _kernels as data_kernels
 from ..data.meta import EventsMeta
 from ..data.readers import RESTART, BlockStream
+from ..data.readers.read import time_guess
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
     SplitPoints, split_points
 from ..errors import InputError
@@ -283,14 +284,14 @@ def _parse(source: BlockStream, spill: Spill, progress):
     """Pass 1: text to spill; id marks, order check, label kind."""
     src_marks = _IdMarks()
     dst_marks = _IdMarks()  # separate: bipartite formats number sides apart, others mark both here
-    state = {"last_t": -math.inf, "whole_labels": True}
+    state = {"last_t": -math.inf, "whole_labels": True, "distinct": 0, "whole_times": True}
     size = os.path.getsize(source.path)
     with progress_bar(size, f"read {source.path.name}", unit="B", progress=progress) as bar:
         for block in source.blocks(on_bytes=bar.update):
             if block is RESTART:
                 spill.reset()
                 src_marks, dst_marks = _IdMarks(), _IdMarks()
-                state = {"last_t": -math.inf, "whole_labels": True}
+                state = {"last_t": -math.inf, "whole_labels": True, "distinct": 0, "whole_times": True}
                 continue
             t = block["t"]
             if t.size == 0:
@@ -302,6 +303,10 @@ def _parse(source: BlockStream, spill: Spill, progress):
                 _unsorted(source, spill.rows + k, t[k], t[k - 1])
             if "first_t" not in state and len(t):
                 state["first_t"] = float(t[0])
+            # distinct times and whether all are whole numbers: the reader's check of a default
+            # time column (the log is sorted, so distinct values are the changes along it)
+            state["distinct"] += int(np.count_nonzero(t[1:] != t[:-1])) + int(t[0] != state["last_t"])
+            state["whole_times"] &= bool(np.all(t == np.round(t)))
             state["last_t"] = float(t[-1])
             if "label" in block:
                 lab = block["label"]
@@ -318,6 +323,9 @@ def _parse(source: BlockStream, spill: Spill, progress):
                                    **source.provenance()))
     info.meta.whole_labels = state["whole_labels"]
     info.meta.t_range = (state.get("first_t", state["last_t"]), state["last_t"])
+    if not source.time_named and source.fmt in ("csv", "snap", "parquet"):
+        info.meta.time_guess = time_guess(info.meta.columns["t"], spill.rows, 0, state["distinct"],
+                                          info.meta.t_range[0], info.meta.t_range[1], state["whole_times"])
     return (src_marks, dst_marks), info
 
 

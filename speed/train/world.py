@@ -69,13 +69,16 @@ _COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "b
                 "all_gather_into_tensor", "reduce_scatter_tensor")
 
 
+_GUARDED: list = []  # non-empty once the functions are guarded (in this process)
+
+
 def _guard_distributed() -> None:
     """Strict mode: make every collective of :mod:`torch.distributed` refuse a caller outside
     this module (torch's own internals, which call the functions of its modules directly, are
     not affected)."""
     import sys
 
-    if getattr(dist, "_speed_guarded", False):
+    if _GUARDED:
         return
     here = __file__.rsplit(".", 1)[0]
     torch_dir = os.path.dirname(torch.__file__)
@@ -95,7 +98,7 @@ def _guard_distributed() -> None:
     for name in _COLLECTIVES:
         if hasattr(dist, name):
             setattr(dist, name, guard(name, getattr(dist, name)))
-    dist._speed_guarded = True
+    _GUARDED.append(True)
 
 
 class World:

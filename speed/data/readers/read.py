@@ -205,25 +205,35 @@ def column_label(k: int, names) -> str:
     return f"'{name}' (column {k})" if name not in (None, "") else f"column {k}"
 
 
-def _check_guessed_time(ev: Events, path: Path) -> None:
-    """Warn, naming the flag, when the time column taken by default does not look like time:
-    many rows out of order in the file, or a few small whole numbers (a rating, a label)."""
-    n = len(ev)
+def time_guess(column: str, n: int, out_of_order: int, distinct: int, t_first: float, t_last: float,
+               whole: bool) -> Optional[str]:
+    """Why a time column taken by default does not look like time, in words, or None: many rows
+    out of order in the file, or a few small whole numbers (a rating, a label).  ``t_first`` and
+    ``t_last`` are the smallest and largest times, ``distinct`` their distinct values, ``whole``
+    whether every one is a whole number."""
     if n < 50:
-        return
-    t = ev.t_float()
-    distinct = int(np.count_nonzero(t[1:] != t[:-1])) + 1
+        return None
     reasons = []
-    if ev.meta.out_of_order_rows > 0.05 * (n - 1):
-        reasons.append(f"{100 * ev.meta.out_of_order_rows / (n - 1):.0f}% of its rows are earlier than the row "
-                       "before")
-    if distinct <= 10 and t[0] >= -10 and t[-1] <= 10 and np.all(t == np.round(t)):
-        reasons.append(f"it holds only {distinct} distinct small whole numbers ({t[0]:g} to {t[-1]:g}), like a "
+    if out_of_order > 0.05 * (n - 1):
+        reasons.append(f"{100 * out_of_order / (n - 1):.0f}% of its rows are earlier than the row before")
+    if distinct <= 10 and t_first >= -10 and t_last <= 10 and whole:
+        reasons.append(f"it holds only {distinct} distinct small whole numbers ({t_first:g} to {t_last:g}), like a "
                        "rating or a label")
-    if reasons:
+    return f"the time was taken from {column} by default, but {' and '.join(reasons)}" if reasons else None
+
+
+def _check_guessed_time(ev: Events, path: Path) -> None:
+    """Record (``meta.time_guess``) and warn, naming the flag, when the time column taken by
+    default does not look like time (:func:`time_guess`)."""
+    t = ev.t_float()
+    if t.size == 0:
+        return
+    distinct = int(np.count_nonzero(t[1:] != t[:-1])) + 1
+    ev.meta.time_guess = time_guess(ev.meta.columns["t"], len(ev), ev.meta.out_of_order_rows or 0, distinct,
+                                    float(t[0]), float(t[-1]), bool(np.all(t == np.round(t))))
+    if ev.meta.time_guess:
         import warnings
 
-        ev.meta.time_guess = f"the time was taken from {ev.meta.columns['t']} by default, but {' and '.join(reasons)}"
         warnings.warn(f"{path}: {ev.meta.time_guess}; if the time is in another column, pass --time-col "
                       "(time_col=)", ColumnGuessWarning, stacklevel=3)
 

@@ -44,6 +44,7 @@ class BlockStream:
         if fmt is not None and fmt not in FORMATS:
             raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", self.path)
         self.time_format, self.block_size = time_format, block_size
+        self.time_named = time_col is not None  # (a default column is checked like read_events checks it)
         cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
         if fmt == "parquet" or (fmt is None and is_parquet(self.path)):
             names = open_parquet(self.path).schema_arrow.names

@@ -226,7 +226,7 @@ class DividedStep:
         and, when ``groups`` is 4, negative sources -- then ``k`` candidates per event), and take
         the batch into the state.  Returns the scores of this process's share of the events."""
         t_start = time.perf_counter()
-        w, me, size, work = self.world, self.rank, self.size, self.work
+        me, size, work = self.rank, self.size, self.work
         net, state, dev = model.net, model.state, model.device
         key_node = plan.rows.numpy()[plan.key_row.numpy()]
         key_owner = self._owner_of(key_node)
@@ -438,8 +438,9 @@ class DividedStep:
                 # (each of its rows reaches every other rank; it receives the others')
                 self._count(ob_node.size - here.size, here.size * (self.size - 1), z.shape[1] * 4,
                             time.perf_counter() - t0)
-        state.observe(plan, torch.from_numpy(ob_node[mine]), states.index_select(0, at), lasts.index_select(0, at),
-                      z_ob)
+        # (a component reads the plan beside the embeddings: on their device)
+        state.observe(plan.to(dev) if z_ob is not None else plan, torch.from_numpy(ob_node[mine]),
+                      states.index_select(0, at), lasts.index_select(0, at), z_ob)
 
 
 def gather_scores(world, parts: List[StepScores], sizes: List[int]):
