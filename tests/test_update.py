@@ -315,3 +315,31 @@ def test_update_from_shards_takes_events_by_time_not_by_count(tmp_path, capsys):
     assert main(["update", str(tmp_path / "run2"), str(s), "--out", str(tmp_path / "run3"), "--no-progress"]) == 0
     m = json.loads((tmp_path / "run3" / "metrics.json").read_text())
     assert m["updates"][-1]["events"] == 1000 and m["data"]["num_events"] == 3010
+
+
+def test_an_update_keeps_the_static_tables_own_learning_rate(tmp_path):
+    """The update's rate is the weights'; a learned static table keeps the run's static_lr (it
+    was overwritten with the update's rate, the table's sparse group included)."""
+    from speed.train.config import UpdateConfig
+    from speed.train.online.update import LR_SCALE, OnlineUpdater
+    from speed.train.run.predictor import open_checkpoint, predictor_from
+
+    ev = speed.generate_events(80, 1500, seed=2)
+    speed.train(ev, model="tgn", epochs=1, static_memory="learned", static_lr=5e-3, lr=1e-4, memory_dim=8,
+                time_dim=8, embedding_dim=8, progress=False, out=tmp_path / "run")
+    saved, payload = open_checkpoint(tmp_path / "run")
+    pred = predictor_from(saved, payload, "end", "cpu", tmp_path / "run")
+    up = OnlineUpdater(pred, saved, payload, UpdateConfig().validate())
+    assert [g["lr"] for g in up.optimizer.dense.param_groups] == [pytest.approx(LR_SCALE * 1e-4)]
+    assert [g["lr"] for g in up.optimizer.sparse.param_groups] == [5e-3]
+
+
+def test_a_recipe_naming_no_module_is_refused(monkeypatch):
+    from speed.train import recipes
+    from speed.train.model import network
+    from speed.train.recipes import Recipe
+
+    monkeypatch.setitem(network.RECIPES, "typo", Recipe(updater="gru", embedding="atention"))
+    with pytest.raises(ValueError, match="recipe 'typo': embedding 'atention' names no module"):
+        network.build_model("typo", 10)
+    assert "typo" in recipes.RECIPES  # (the same table)

@@ -6,7 +6,7 @@ for huge pages for large arrays, and the random accesses into node state ran 3-5
 without them here (TLB misses; e.g. 83 vs 15 ns per event for two lookups, 4.5M nodes).  The Python side
 (:mod:`speed.partition.sep`) validates inputs, chooses chunk sizes and reports progress.
 
-State of the SEP stream (paper Alg. 1, DESIGN §4):
+State of the SEP stream (the SPEED paper, Alg. 1):
 
 ``code[i]``     int64, one word per node so each endpoint costs one random memory access:
                 ``p >= 0`` a non-hub living in partition ``p``; ``UNPLACED`` (-1) a non-hub

@@ -1,4 +1,4 @@
-"""Partition quality metrics (DESIGN §4.6; the shape of the paper's Tables VI and VIII)."""
+"""Partition quality metrics (the shape of the SPEED paper's Tables VI and VIII)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Building blocks of memory-based temporal GNNs (DESIGN §6, paper Fig. 6).
+"""Building blocks of memory-based temporal GNNs (the SPEED paper, Fig. 6).
 
 Each piece is a small ``nn.Module`` with one job; :mod:`speed.train.model.network` composes them
 into JODIE, DyRep, TGN and TIGE.

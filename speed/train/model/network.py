@@ -507,6 +507,24 @@ def model_defaults() -> Dict:
     return {**TrainConfig().architecture(), **MODEL_ONLY_DEFAULTS}
 
 
+#: the values a recipe's fields may take (speed.train.recipes.Recipe); anything else is refused
+RECIPE_CHOICES = {"updater": ("gru", "rnn"), "embedding": ("attention", "time_projection", "identity"),
+                  "message_other": ("memory", "attention")}
+
+
+def _check_recipe(name: str, recipe) -> None:
+    """Refuse a recipe whose field names no module (a typo would build another one silently)."""
+    for field_name, choices in RECIPE_CHOICES.items():
+        value = getattr(recipe, field_name)
+        if value not in choices:
+            raise ValueError(f"recipe {name!r}: {field_name} {value!r} names no module (choose from "
+                             f"{', '.join(choices)})")
+    for kind in recipe.state:
+        if kind not in COMPONENTS:
+            raise ValueError(f"recipe {name!r}: state {kind!r} names no component (choose from "
+                             f"{', '.join(COMPONENTS)})")
+
+
 def build_model(name: str, num_nodes: int, msg_dim: int = 0, static_nodes: Optional[int] = None,
                 **hyper) -> StatefulModel:
     """A model assembled from the modules by its recipe (:data:`speed.train.recipes.RECIPES`),
@@ -548,6 +566,7 @@ def build_model(name: str, num_nodes: int, msg_dim: int = 0, static_nodes: Optio
     memory_dim, time_dim, embedding_dim = int(h["memory_dim"]), int(h["time_dim"]), int(h["embedding_dim"])
     dropout = float(h["dropout"])
     recipe = RECIPES[name]
+    _check_recipe(name, recipe)
     if recipe.embedding == "attention":
         embedding = GraphAttentionEmbedding(memory_dim, time_dim, msg_dim, embedding_dim, dropout=dropout)
     elif recipe.embedding == "time_projection":

@@ -190,10 +190,11 @@ class OnlineUpdater:
             except (ValueError, KeyError, RuntimeError):
                 pass  # a run whose optimiser does not match (e.g. another static table): fresh moments
             _grow_optimizer_state(self.optimizer)
-            for opt in (getattr(self.optimizer, "dense", None), getattr(self.optimizer, "sparse", None),
-                        self.optimizer):
-                for group in getattr(opt, "param_groups", []) if opt is not None else []:
-                    group["lr"] = lr
+            # the update's rate is the weights'; a learned static table keeps its own (static_lr:
+            # its rows step only when their node is in a batch, so it needs a larger one)
+            dense = getattr(self.optimizer, "dense", self.optimizer)
+            for group in dense.param_groups:
+                group["lr"] = lr
         # one step for every run: the forward pass is the weights', or their DDP wrapper in a
         # parallel update (:mod:`speed.train.online.parallel`), which averages the gradients
         self.engine = Engine(self.model, self.optimizer, forward=forward)

@@ -1,4 +1,4 @@
-"""PAC: parallel training over shards (paper §II-C, Alg. 2; DESIGN §5).
+"""PAC: parallel training over shards (the SPEED paper, §II-C, Alg. 2).
 
 One process per GPU (or CPU share) trains the same model with DistributedDataParallel on the
 sub-graph of its group of parts.  The modules, one job each:
