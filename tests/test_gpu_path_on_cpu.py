@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from speed.train.pac.launch import rank_backend
+from speed.train.world import rank_backend
 from speed.train.state.memory import NodeMemory
 from speed.train.state.staging import HostStaging, staging_for
 

@@ -28,7 +28,7 @@ endpoint's owner: one more all-reduce of those rows (zeros where a process has n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np

@@ -44,8 +44,7 @@ So an event never sees itself, a simultaneous event, or any later event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch

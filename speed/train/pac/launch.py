@@ -36,7 +36,7 @@ from ..._threads import choose_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
-from ..world import WAIT_FOR_MAIN_S, World, rank_backend  # noqa: F401  (rank_backend: the launch's rule)
+from ..world import World
 
 
 class RankFailedError(RuntimeError):

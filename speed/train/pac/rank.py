@@ -23,7 +23,6 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from ..._threads import apply_threads
 from ..._util import trim_heap, tune_allocator
 from ...partition.shards import Shards
 from ..run import checkpoint as ckpt
@@ -67,9 +66,7 @@ class PacRank(RankEvaluation):
         self.world = world
         self.rank, self.is_main = world.rank, world.is_main
         self.out = None if out is None else Path(out)
-        self.device = resolve_device(config.device)
-        if config.num_threads:
-            apply_threads(config.num_threads)
+        self.device = resolve_device(config.device)  # (its threads were set by World.start)
         tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
         seed_everything(config.seed, config.deterministic)
         # the whole log: every rank streams the full-graph evaluation (its sub-graph for training
