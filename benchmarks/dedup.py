@@ -54,7 +54,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
     models_mod = sys.modules["speed.train.state.nodes"]  # where NodeStates.plan calls it
 
     models_mod.build_plan = counting
-    tr.train_epoch(1)
+    tr.training.train_epoch(1)
     for v in counts.values():
         v[:] = [0, 0, 0]
     rates = {True: [], False: []}
@@ -62,7 +62,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
         for dedup in (False, True):
             tr.model.state.dedup = dedup
             t0 = time.perf_counter()
-            log_ = tr.train_epoch(2 + 2 * r + int(dedup))
+            log_ = tr.training.train_epoch(2 + 2 * r + int(dedup))
             rates[dedup].append(log_.train_events / (time.perf_counter() - t0))
     models_mod.build_plan = build
     per = {k: {"queries_per_event": v[0] / max(v[2], 1), "keys_per_event": v[1] / max(v[2], 1)}

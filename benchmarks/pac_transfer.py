@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
 
     def score(positions: np.ndarray) -> dict:
         model = build_model(**payload["spec"])
-        model.load_state_dict(state.model)
+        model.load_weights_and_memories(state.model)
         model.state.set_edge_features(payload["edge_features"])
         model.state.reset()
         positions = np.sort(positions)

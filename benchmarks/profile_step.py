@@ -107,10 +107,10 @@ def worker(a) -> dict:
                device=a.device, state_device=a.state_device)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = Trainer(events, split, TrainConfig(**cfg))
-    tr.train_epoch(1)  # numba compilation and warm caches
+    tr.training.train_epoch(1)  # numba compilation and warm caches
     clock["stages"].clear()
     t0 = time.perf_counter()
-    log = tr.train_epoch(2)
+    log = tr.training.train_epoch(2)
     total = time.perf_counter() - t0
     stages = dict(clock["stages"])
     stages["Python and the rest"] = total - sum(stages.values())

@@ -47,28 +47,27 @@ def _latency_hook(state, bucket):  # not annotated: DDP checks a hook's annotati
 
 
 def _rank(rank, world, store, shards, variant, epochs, queue):
-    import torch
     import torch.distributed as dist
 
     from speed.partition.shards import Shards
     from speed.train.config import TrainConfig
     from speed.train.pac.averaging import local_step_hook
-    from speed.train.pac.launch import _setup
-    from speed.train.pac.rank import PacRank
+    from speed.train.pac.rank import rank_trainer
+    from speed.train.world import World
 
     cfg = TrainConfig(model="tgn", epochs=epochs, seed=0, progress=False, nproc=world, num_threads=1,
                       average_every=4 if variant == "average4" else 1).validate()
-    cfg, host = _setup(rank, world, rank, cfg, f"file://{store}")
-    r = PacRank(Shards(shards), cfg, rank, world, None, host_group=host)
+    w, cfg = World.start(rank, world, rank, cfg, f"file://{store}")
+    r = rank_trainer(Shards(shards), cfg, w).training  # the rank's training part, timed step by step
     if variant == "latency":
         r.ddp.register_comm_hook(None, _latency_hook)
     elif variant == "none":
         r.ddp.register_comm_hook(None, local_step_hook)
     times, step = [], r.engine.step
 
-    def timed(plan, collect=None):
+    def timed(*args, **kwargs):
         t0 = time.perf_counter()
-        out = step(plan, collect)
+        out = step(*args, **kwargs)
         times.append(time.perf_counter() - t0)
         return out
 

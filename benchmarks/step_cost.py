@@ -116,11 +116,11 @@ def worker(a) -> dict:
     from speed.train.step.engine import Batches
     from speed.train.step.negatives import RandomNegatives, train_seed
 
-    index = tr.train_index[:(a.skip + 2 * a.steps + 1) * a.batch]
+    index = tr.training.train_index[:(a.skip + 2 * a.steps + 1) * a.batch]
     if index.size < (a.skip + 2 * a.steps + 1) * a.batch:
-        raise SystemExit(f"{a.log}: {tr.train_index.size} training events, fewer than the "
+        raise SystemExit(f"{a.log}: {tr.training.train_index.size} training events, fewer than the "
                          f"{(a.skip + 2 * a.steps + 1) * a.batch} the window needs")
-    engine.run_epoch(tr.stream, Batches(index, a.batch), RandomNegatives(tr.neg_pool, train_seed(0, 1)),
+    engine.run_epoch(tr.training.stream, Batches(index, a.batch), RandomNegatives(tr.training.neg_pool, train_seed(0, 1)),
                      on_step=on_step)
     evs = prof.events()
     leaves = _leaves(evs)

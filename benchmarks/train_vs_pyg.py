@@ -80,11 +80,11 @@ def run_speed(a) -> dict:
     tr = Trainer(events, split, cfg)
     if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
         tr.config = replace(cfg, max_steps=a.warmup_steps)
-        tr.train_epoch(0)
+        tr.training.train_epoch(0)
         tr.config = cfg
     epochs = []
     for e in range(1, a.epochs + 1):
-        log = tr.train_epoch(e)
+        log = tr.training.train_epoch(e)
         epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss,
                        "events": log.train_events})
     if a.train_only:

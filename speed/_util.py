@@ -216,13 +216,12 @@ def _raise_if_no_room(exc: BaseException, target: Path) -> None:
         raise InputError("cannot write (is the disk full, or a file-size limit reached?)", target) from None
 
 
-# What speed writes in the folders it owns, by kind: --overwrite replaces a folder that holds
-# nothing else (a user's notes, or a run saved inside a shards folder, make it refuse).
+# What speed writes in a shards folder: --overwrite replaces a folder that holds nothing else (a
+# user's notes, or a run saved inside a shards folder, make it refuse).  A run folder's names are
+# its owner's (speed.train.run.folder.OWNED), given to atomic_dir.
 OWNED = {
     "shards folder": ("manifest.json", "events", "events.v*", "nodes.npz", "nodes.v*.npz", "sep.npz", "sep.v*.npz",
                       ".append-*", ".*.tmp-*"),
-    "run folder": ("metrics.json", "curves.png", "best.json", "best.*.safetensors", "last.json", "last.*.safetensors",
-                   "negatives.npz", "config.toml", "updates.png", "checkpoint.pt", "last.pt", ".*.tmp-*"),
 }
 
 
@@ -312,11 +311,11 @@ def check_output_dir(target, overwrite: bool, markers: Tuple[str, ...] = (), kin
                          "remove it yourself or choose another output", target)
 
 
-def check_replaceable(target, kind: str) -> None:
+def check_replaceable(target, kind: str, owned: Optional[Tuple[str, ...]] = None) -> None:
     """Refuse to replace a folder of ``kind`` that holds anything ``speed`` did not write there
-    (:data:`OWNED`): replacing removes the whole folder, and a user's file or a run saved inside
-    it would go with it."""
-    owned = OWNED.get(kind)
+    (``owned`` name patterns; by default :data:`OWNED`'s for ``kind``): replacing removes the
+    whole folder, and a user's file or a run saved inside it would go with it."""
+    owned = OWNED.get(kind) if owned is None else owned
     target = Path(target)
     if owned is None or not target.is_dir():
         return
@@ -392,7 +391,7 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def atomic_dir(target, overwrite: bool = False, markers: Tuple[str, ...] = (),
-               kind: str = "output") -> Iterator[Path]:
+               kind: str = "output", owned: Optional[Tuple[str, ...]] = None) -> Iterator[Path]:
     """Build a directory under a temporary name and move it into place on success.
 
     The temporary directory sits next to ``target`` so the final ``os.replace`` is a
@@ -410,11 +409,13 @@ def atomic_dir(target, overwrite: bool = False, markers: Tuple[str, ...] = (),
     markers, kind
         See :func:`check_output_dir`: with them, ``overwrite`` replaces only a folder
         ``speed`` wrote.
+    owned : tuple of str, optional
+        The names ``speed`` writes in such a folder (:func:`check_replaceable`).
     """
     target = Path(target)
     check_output_dir(target, overwrite, markers, kind)
     if overwrite:
-        check_replaceable(target, kind)
+        check_replaceable(target, kind, owned)
     parent = target.parent if str(target.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_leftovers(parent, target.name)

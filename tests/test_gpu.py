@@ -148,7 +148,7 @@ def test_a_training_step_never_waits_for_the_gpu(small_log, pipeline):
     cfg = TrainConfig(model="tgn", epochs=1, device="cuda", state_device="device", seed=0, progress=False,
                       num_threads=2, pipeline=pipeline, new_node_fraction=0.0).validate()
     tr = Trainer(events, split, cfg)
-    assert tr.state_on == "device"
+    assert tr.training.state_on == "device"
 
     def on_step(done):
         if done == 2:
@@ -158,8 +158,8 @@ def test_a_training_step_never_waits_for_the_gpu(small_log, pipeline):
             torch.cuda.set_sync_debug_mode("default")
 
     try:
-        stats = tr.engine.run_epoch(tr.stream, Batches(tr.train_index[:10 * 200], 200),
-                                    RandomNegatives(tr.neg_pool, train_seed(0, 1)), on_step=on_step)
+        stats = tr.engine.run_epoch(tr.training.stream, Batches(tr.training.train_index[:10 * 200], 200),
+                                    RandomNegatives(tr.training.neg_pool, train_seed(0, 1)), on_step=on_step)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert stats.steps == 10 and np.isfinite(stats.loss)

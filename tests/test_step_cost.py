@@ -53,9 +53,9 @@ def _count_steps(tr, first, last):
         elif done == last:
             count.__exit__(None, None, None)
 
-    index = tr.train_index[:(last + 1) * tr.config.batch_size]
-    tr.engine.run_epoch(tr.stream, Batches(index, tr.config.batch_size),
-                        RandomNegatives(tr.neg_pool, train_seed(0, 1)), on_step=on_step)
+    index = tr.training.train_index[:(last + 1) * tr.config.batch_size]
+    tr.engine.run_epoch(tr.training.stream, Batches(index, tr.config.batch_size),
+                        RandomNegatives(tr.training.neg_pool, train_seed(0, 1)), on_step=on_step)
     return count
 
 

@@ -37,10 +37,11 @@ def test_each_model_learns_on_a_tiny_graph(name):
     ev = periodic_log(num_items=12)
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
     tr = Trainer(ev, split, TrainConfig(model=name, lr=5e-3, epochs=8, seed=0, **SMALL))
-    losses = [tr.train_epoch(e).loss for e in range(1, 9)]
+    losses = [tr.training.train_epoch(e).loss for e in range(1, 9)]
     # chance level is 2 ln 2 = 1.386; compare the best late epoch with the first
     assert min(losses[-3:]) < losses[0] - 0.3, losses
-    val = tr.validate()
+    tr.evaluator.prepare(tr.model)
+    val, _ = tr.evaluator.evaluate(tr.model, "val")
     assert val["transductive"]["ap"] > 0.75
 
 
@@ -166,7 +167,7 @@ def test_best_and_last_share_one_checkpoint_schema(tmp_path):
     assert set(kept["eid"].tolist()) == set(best.pending[3].tolist())  # one per pending event
     assert kept["values"].shape == (kept["eid"].numel(), 2, 16)
     model = speed.build_model("tige", ev.num_nodes, memory_dim=16, time_dim=16, embedding_dim=16, neighbors=5)
-    model.load_state_dict(best.model)  # a full-graph model loads the best checkpoint as it is
+    model.load_weights_and_memories(best.model)  # a full-graph model loads the best checkpoint as it is
     (tmp_path / "broken.json").write_bytes(b"not a checkpoint")
     with pytest.raises(speed.InputError, match="broken.json: not a readable JSON file"):
         load_checkpoint(tmp_path / "broken.json")
@@ -228,7 +229,7 @@ def test_eval_max_steps_scores_the_first_batches_of_a_full_pass_and_evaluates_a_
     ev = periodic_log()
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
     tr = Trainer(ev, split, TrainConfig(model="tgn", epochs=1, seed=0, deterministic=True, **SMALL))
-    tr.train_epoch(1)
+    tr.training.train_epoch(1)
     model = tr.model
     tr.evaluator.prepare(model)
     start = model.state.backup()

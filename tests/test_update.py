@@ -221,7 +221,7 @@ def test_parallel_update_from_shards(tmp_path):
     for name, mem in updated.state.memories().items():
         torch.testing.assert_close(again.state.memories()[name].memory, mem.memory, atol=1e-5, rtol=0)
         torch.testing.assert_close(again.state.memories()[name].last_update, mem.last_update)
-    with pytest.raises(speed.InputError, match="divisor"):
+    with pytest.raises(speed.InputError, match="divides"):
         update(tmp_path / "run", s, tmp_path / "par3", nproc=3, progress=False)
     with pytest.raises(speed.InputError, match="nothing new"):
         update(tmp_path / "par2", s, tmp_path / "par4", nproc=2, progress=False)

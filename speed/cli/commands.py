@@ -149,18 +149,15 @@ def generate_command(args) -> int:
 def train_command(args) -> int:
     from dataclasses import fields
 
-    from .._util import check_output_dir
     from ..train.api import train
-    from ..train.run.checkpoint import RUN_MARKERS
     from ..train.config import TrainConfig
+    from ..train.run.folder import RunFolder
     from ..train.pac.launch import RankFailedError, under_torchrun
     from ..train.pac.validate import TransferWarning
 
     out = Path(args.out)
     _output(out, "folder", "run folder", "train")
-    if out.exists() and not (args.overwrite or args.resume) and any(out.iterdir()):
-        raise InputError("run folder already exists (pass --overwrite, or --resume to continue it)", out)
-    check_output_dir(out, True, RUN_MARKERS, "run folder")
+    RunFolder(out).check_new_training(args.overwrite, args.resume)
     inp = Path(args.input)
     if not inp.exists():
         raise InputError("file not found", inp)
@@ -181,9 +178,7 @@ def train_command(args) -> int:
         return 1
     if metrics is None:  # a non-zero rank under torchrun
         return 0
-    from ..train.config_file import dump_toml
-
-    (out / "config.toml").write_text(dump_toml(metrics["config"]))
+    RunFolder(out).write_config(metrics["config"])
     print(format_train_summary(metrics, out))
     return 0
 

@@ -74,7 +74,7 @@ def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] =
 
 def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool], reader: Optional[dict]) -> Dict:
     from ..data.readers import RESTART, BlockStream
-    from .outofcore import Spill, chunk_events, parse_size
+    from .outofcore import LogSpill, chunk_events, parse_size
 
     started = time.perf_counter()
     timer = StageTimer()
@@ -90,7 +90,7 @@ def _append_out_of_core(path, shards_path, max_memory, progress: Optional[bool],
     tmp = Path(tempfile.mkdtemp(prefix=".append-", dir=root))
     spill = None
     try:
-        spill = Spill(tmp / ".spill")
+        spill = LogSpill(tmp / ".spill")
         saved = SavedStream.load(state_path, 0)  # (continue_stream sets the capacity's floor)
         index = stored_node_index(shards, saved)
         with timer.stage("read"):

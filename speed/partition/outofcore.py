@@ -87,7 +87,7 @@ def chunk_events(max_memory: int, num_nodes: int, row_bytes: int) -> int:
 
 
 # ------------------------------------------------------------------------------ spill
-class Spill:
+class LogSpill:
     """Raw event columns in flat binary files, appended to and read back by ranges."""
 
     def __init__(self, folder: Path):
@@ -261,7 +261,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     source = BlockStream(path, **reader)
     source.check_streamable(has_split_times=split_times is not None)
     with atomic_dir(out, overwrite=overwrite, markers=SHARDS_MARKERS, kind="shards folder") as tmp:
-        spill = Spill(tmp / ".spill")
+        spill = LogSpill(tmp / ".spill")
         try:
             with timer.stage("read"):
                 marks, info = _parse(source, spill, progress)
@@ -280,7 +280,7 @@ def partition_file(path, out, max_memory, num_parts: int = DEFAULTS["num_parts"]
     return Path(out)
 
 
-def _parse(source: BlockStream, spill: Spill, progress):
+def _parse(source: BlockStream, spill: LogSpill, progress):
     """Pass 1: text to spill; id marks, order check, label kind."""
     src_marks = _IdMarks()
     dst_marks = _IdMarks()  # separate: bipartite formats number sides apart, others mark both here
@@ -346,7 +346,7 @@ def _unsorted(source: BlockStream, row: int, t, prev) -> None:
                      f"partition in memory", source.path, source.line_of(row))
 
 
-def _split(spill: Spill, val: float, test: float, times=None) -> StreamedSplit:
+def _split(spill: LogSpill, val: float, test: float, times=None) -> StreamedSplit:
     t = spill.memmap("t")
     try:
         val_time, test_time, num_train, num_val, num_test = split_points(t, val, test, times)

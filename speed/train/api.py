@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
 from pathlib import Path
 from typing import Dict, Optional
@@ -12,6 +14,7 @@ from ..errors import InputError
 from ..partition.shards import Shards
 from .config import BASELINES, TrainConfig
 from .protocols import PROTOCOLS
+from .run.folder import RunFolder
 
 
 def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
@@ -40,11 +43,30 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     dict or None
         The metrics written to ``metrics.json`` (None on non-zero torchrun ranks).
     """
-    from .pac.launch import run_parallel, torchrun_world, under_torchrun
+    from .pac.launch import refuse_in_a_starting_rank, under_torchrun
 
     config = TrainConfig(model=model, nproc=nproc, **kwargs).validate()
-    refuse_inside_shards(out)
-    parallel = config.parallel or under_torchrun()
+    if config.parallel and not under_torchrun():
+        refuse_in_a_starting_rank()
+    folder = None if out is None else RunFolder(out)
+    if folder is not None:
+        folder.check_outside_shards()
+        if config.resume:  # before any rank starts: one line, not an error in each
+            folder.require_resumable()
+    elif config.resume:
+        raise InputError("resume needs the run directory (out=...)")
+    # one run writes a folder at a time (under torchrun, rank 0 writes it)
+    holds = folder is not None and (not under_torchrun() or int(os.environ.get("RANK", "0")) == 0)
+    with folder.lock() if holds else contextlib.nullcontext():
+        return _train(data, config, folder, split, under_torchrun())
+
+
+def _train(data, config: TrainConfig, folder: Optional[RunFolder], split: Optional[Split],
+           torchrun: bool) -> Optional[Dict]:
+    from .pac.launch import run_parallel, torchrun_world
+
+    out = None if folder is None else folder.path
+    parallel = config.parallel or torchrun
     if config.model in BASELINES:
         if parallel:
             raise InputError(f"{config.model} is not trained: evaluate it without nproc or torchrun")
@@ -66,11 +88,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
         refuse_guessed_time(shards.manifest.get("input", {}).get("time_guess"), shards.path, shards=True)
         config = config.for_data(shards.manifest.get("input", {}).get("format"))
         check_hold_out(config, float(shards.manifest["split"].get("new_node_fraction", 0.0)), shards.path)
-        check_world(shards.num_parts, torchrun_world() if under_torchrun() else config.nproc)
-        if config.resume:
-            from .run.checkpoint import require_resumable
-
-            require_resumable(out)
+        check_world(shards.num_parts, torchrun_world() if torchrun else config.nproc)
         metrics = run_parallel(shards, config, out)
         if metrics:  # rank 0 (torchrun) or the launcher
             from .pac.validate import TransferWarning
@@ -131,19 +149,6 @@ def _load(data, split: Optional[Split], config: TrainConfig):
                                               else data.meta.split_times)  # e.g. TGL's ext_roll
 
 
-def refuse_inside_shards(out) -> None:
-    """A run folder is never made inside a shards folder: replacing the shards (``speed partition
-    --overwrite``) would take it along."""
-    from .._util import inside_shards
-
-    if out is None:
-        return
-    shards = inside_shards(out)
-    if shards is not None:
-        raise InputError(f"the run folder would be inside the shards folder {shards}, and go with it when the shards "
-                         "are replaced: choose an output outside it", out)
-
-
 def check_hold_out(config: TrainConfig, stored: float, path) -> None:
     """Shards keep the split they were partitioned with: a run must not ask for another hold-out."""
     if config.new_node_fraction is not None and abs(stored - config.new_node_fraction) > 1e-12:
@@ -162,18 +167,13 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     process (:func:`speed.train.online.update.update`, where the parameters are described), or with
     ``nproc`` spawned ranks over the events appended to a shards folder
     (:mod:`speed.train.online.parallel`)."""
-    refuse_inside_shards(out)
     if nproc is None:
         from .online.update import update as update_here
 
         return update_here(run, data, out, reader=reader, overwrite=overwrite, **kwargs)
-    from .._util import check_output_dir
-    from .run.checkpoint import RUN_MARKERS
     from .config import UpdateConfig
     from .online.parallel import update_parallel
 
     config = UpdateConfig(**kwargs).validate()
-    if Path(out).resolve() == Path(run).resolve():
-        raise InputError("the updated run needs its own folder (--out): the run it starts from stays as it was", out)
-    check_output_dir(Path(out), overwrite, RUN_MARKERS, "run folder")
+    RunFolder(out).check_update_output(RunFolder(run), overwrite)
     return update_parallel(run, data, out, nproc, overwrite, config)

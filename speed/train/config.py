@@ -55,6 +55,19 @@ class ConfigError(InputError):
         super().__init__(f"{param} {problem}")
 
 
+def check_device(device, auto: bool = True) -> None:
+    """The device rule of every run, trained or loaded: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
+    where CUDA is available, and ``"auto"`` (a GPU when there is one) where ``auto``."""
+    names = "'auto', 'cpu' or 'cuda[:N]'" if auto else "'cpu' or 'cuda[:N]'"
+    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda") or (auto and device == "auto")):
+        raise ConfigError("device", f"must be {names}, got {device!r}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"{device!r} requested but CUDA is not available")
+
+
 @dataclass(frozen=True)
 class Interval:
     """A field's range (after scikit-learn's ``Interval`` constraints): ``kind`` int or float,
@@ -254,14 +267,7 @@ class TrainConfig:
         refusal = RECIPES[self.model].refuses_unscored_events() if self.model in RECIPES else ""
         if self.observe != "none" and refusal:
             raise ConfigError("observe", f"is not for {self.model}, {refusal}")
-        if not isinstance(self.device, str) or (self.device not in ("auto", "cpu")
-                                                and not self.device.startswith("cuda")):
-            raise ConfigError("device", f"must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        if self.device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError("device", f"{self.device!r} requested but CUDA is not available")
+        check_device(self.device)
         return self
 
     def for_data(self, fmt: Optional[str]) -> "TrainConfig":

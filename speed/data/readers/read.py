@@ -21,6 +21,26 @@ from .text import damaged_gzip, read_fast, read_text, row_to_line
 from .textio import Column, is_gzip, is_number, is_parquet
 from .times import DATETIME
 
+def opened_as_parquet(path: Path, fmt: Optional[str], cols_in: dict) -> bool:
+    """The checks every reader makes of its input before reading it (there, a file, not empty,
+    a known ``fmt``), and whether it is read as Parquet; then ``cols_in``'s unnamed src, dst
+    and t columns take Parquet's default names (in place)."""
+    if not path.exists():
+        raise InputError("file not found", path)
+    if not path.is_file():
+        raise InputError("not a file", path)
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", path, 1)
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", path)
+    if not (fmt == "parquet" or (fmt is None and is_parquet(path))):
+        return False
+    for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
+        if cols_in[k] is None:
+            cols_in[k] = default
+    return True
+
+
 def read_events(
                 path,
                 fmt: Optional[str] = None,
@@ -84,21 +104,9 @@ def read_events(
         One line naming the file, the line and the problem.
     """
     path = Path(path)
-    if not path.exists():
-        raise InputError("file not found", path)
-    if not path.is_file():
-        raise InputError("not a file", path)
-    if path.stat().st_size == 0:
-        raise InputError("file is empty", path, 1)
-    if fmt is not None and fmt not in FORMATS:
-        raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", path)
-
     cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
     msg_cols: List[int] = []
-    if fmt == "parquet" or (fmt is None and is_parquet(path)):
-        for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
-            if cols_in[k] is None:
-                cols_in[k] = default
+    if opened_as_parquet(path, fmt, cols_in):
         col, nrows, cols, col_names = read_parquet(path, cols_in, progress)
         fmt, gz, lay, fast, text_time = "parquet", False, None, None, False
         if nrows == 0:

@@ -14,11 +14,10 @@ import pyarrow.csv as pacsv
 from ...errors import InputError
 from . import blocks
 from .columns import WHAT, check_distinct, id_column, resolve_column, time_column
-from .formats import FORMAT_SPECS, FORMATS
+from .formats import FORMAT_SPECS
 from .parquet import open_parquet, parquet_errors
-from .read import column_label, text_source
+from .read import column_label, opened_as_parquet, text_source
 from .text import CleanStream, arrow_reason, clean_tables, damaged_gzip, diagnose, row_to_line
-from .textio import is_parquet
 
 RESTART = object()  # from BlockStream.blocks(): drop the blocks so far, they come again
 
@@ -35,21 +34,11 @@ class BlockStream:
     def __init__(self, path, fmt=None, src_col=None, dst_col=None, time_col=None, label_col=None, sep=None,
                  header=None, time_format=None, block_size: int = 1 << 26):
         self.path = Path(path)
-        if not self.path.exists():
-            raise InputError("file not found", self.path)
-        if not self.path.is_file():
-            raise InputError("not a file", self.path)
-        if self.path.stat().st_size == 0:
-            raise InputError("file is empty", self.path, 1)
-        if fmt is not None and fmt not in FORMATS:
-            raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", self.path)
         self.time_format, self.block_size = time_format, block_size
         self.time_named = time_col is not None  # (a default column is checked like read_events checks it)
         cols_in = {"src": src_col, "dst": dst_col, "t": time_col, "label": label_col}
-        if fmt == "parquet" or (fmt is None and is_parquet(self.path)):
+        if opened_as_parquet(self.path, fmt, cols_in):
             names = open_parquet(self.path).schema_arrow.names
-            for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
-                cols_in[k] = default if cols_in[k] is None else cols_in[k]
             self.cols = {k: resolve_column(v, names, len(names), WHAT[k], self.path, 1) for k, v in cols_in.items()}
             check_distinct(self.cols, self.path)
             self.fmt, self.gz, self.lay, self.msg_cols, self.text_time = "parquet", False, None, [], False

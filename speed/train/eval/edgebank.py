@@ -15,7 +15,6 @@ time.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Dict, Optional
 
 import numpy as np
@@ -24,7 +23,7 @@ import torch
 from ...data.events import Events
 from ...data.split import Split
 from .evaluator import Evaluator
-from ..run.report import write_run
+from ..run.folder import RunFolder
 
 EDGEBANK_MODES = ("unlimited", "window")
 
@@ -197,7 +196,5 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
         "seconds": {"total": time.perf_counter() - started},
     }
     if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        write_run(out, metrics)
-        ev.save_negatives(Path(out) / "negatives.npz")
+        RunFolder(out).write_results(metrics, negatives=ev)
     return metrics

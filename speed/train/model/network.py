@@ -417,13 +417,13 @@ class StatefulModel:
         prefixes = self.state.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in params.items() if not k.startswith(prefixes)}, strict=False)
 
-    def state_dict(self) -> Dict[str, torch.Tensor]:
+    def weights_and_memories(self) -> Dict[str, torch.Tensor]:
         """Weights and memories in one dict (a best checkpoint's ``model``): the weights'
         entries, and ``memory.memory``, ``memory.last_update`` (and TIGE's ``left_memory.*``)."""
         return {**self.net.state_dict(), **self.state.memory_dict()}
 
-    def load_state_dict(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
-        """Load what :meth:`state_dict` wrote (memories sized to their rows; ``adopt``: the
+    def load_weights_and_memories(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
+        """Load what :meth:`weights_and_memories` wrote (memories sized to their rows; ``adopt``: the
         memories hold the given tensors themselves, see :meth:`NodeStates.load_memory_dict`)."""
         prefixes = self.state.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith(prefixes)})

@@ -19,7 +19,6 @@ test-then-train scores, put back in event order.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -40,13 +39,14 @@ def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np
     return np.where(a >= 0, a, np.where(b >= 0, b, eid % shards.num_parts))
 
 
-def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: str, out: str, config: Dict,
+def _update_rank(rank: int, world: int, init_method: str, run: str, shards_path: str, out: str, config: Dict,
                overwrite: bool) -> None:
     """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
     from ..._threads import usable_cores
     from ...partition.shards import Shards
     from ..world import World
     from . import update as online
+    from ..run.folder import RunFolder
     from ..run.predictor import open_checkpoint, predictor_from
 
     started = time.perf_counter()
@@ -59,7 +59,7 @@ def _rank_main(rank: int, world: int, init_method: str, run: str, shards_path: s
         cfg = replace(cfg, progress=False)
     run_p = Path(run)
     saved, payload = open_checkpoint(run_p)
-    metrics = json.loads((run_p / "metrics.json").read_text()) if (run_p / "metrics.json").exists() else {}
+    metrics = RunFolder(run_p).metrics()
     events = online.new_events(shards_path, metrics, None, False, float(payload["t_end"]))
     shards = Shards(shards_path)
     pred = predictor_from(saved, payload, "end", cfg.device, run_p)
@@ -119,27 +119,24 @@ def update_parallel(run, shards, out, nproc: int, overwrite: bool, config: Updat
     if not Path(shards).is_dir():
         raise InputError("a parallel update (nproc) reads its new events from a shards folder "
                          "(speed partition ... --append)", shards)
+    from ..pac.groups import check_world
+
     sh = Shards(shards)
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1 or sh.num_parts % nproc:
-        raise InputError(f"nproc must be a positive divisor of the shards' {sh.num_parts} parts, got {nproc!r}")
+    check_world(sh.num_parts, nproc)
     if config.replay:
         raise InputError("replay is not taken by a parallel update (nproc): update in one process")
     # what a rank would find wrong, said here in one line (a rank's error ends the whole job)
-    run = Path(run)
-    from ..run import checkpoint as ckpt
+    from ..run.folder import RunFolder
 
-    if not (run / ckpt.BEST).exists():
-        if (run / ckpt.OLD_BEST).exists():
-            raise InputError(ckpt.CONVERT_HINT, run)
-        raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
-    done = int(json.loads((run / "metrics.json").read_text()).get("data", {}).get("num_events", 0)) \
-        if (run / "metrics.json").exists() else 0
+    folder = RunFolder(run)
+    folder.require_finished()
+    done = int(folder.metrics().get("data", {}).get("num_events", 0))
     if sh.num_events <= done:
         raise InputError(f"the shards hold {sh.num_events:,} events and the run has taken in {done:,}: nothing new "
                          "to update with (append to them first: speed partition MORE -o SHARDS --append)", shards)
     from ..pac.launch import spawn
 
-    spawn(_rank_main, (str(run), str(shards), str(out), asdict(config), overwrite), nproc)
-    return json.loads((Path(out) / "metrics.json").read_text())
+    spawn(_update_rank, (str(run), str(shards), str(out), asdict(config), overwrite), nproc)
+    return RunFolder(out).metrics()
 
 

@@ -39,6 +39,8 @@ from ..._util import atomic_dir, full_time, jsonable, progress_bar
 from ...data.events import Events
 from ...errors import InputError
 from ..run import checkpoint as ckpt
+from ..run import folder
+from ..run.folder import RunFolder
 from ..step.engine import Engine, link_loss
 from ..step.loader import Step
 from ..eval.metrics import batch_link_metrics, ranking_metrics
@@ -53,7 +55,6 @@ REPLAY_CAPACITY = 100_000  # interactions the reservoir keeps (about 1.6 MB)
 # CollegeMsg AP 0.8535 at the run's rate (1e-4; memory only 0.8546) and 0.8668 at 10x;
 # Wikipedia 0.9552 and 0.9561.
 LR_SCALE = 10.0
-UPDATES_PLOT = "updates.png"
 
 
 # ------------------------------------------------------------------------------ the reservoir
@@ -408,17 +409,11 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
         ``metrics.json`` of the new run; its ``updates`` list ends with this increment's scores
         (``ap``, ``auc``, ``mrr`` when asked, per-window figures, seconds).
     """
-    from ..run.checkpoint import RUN_MARKERS
-
     config = UpdateConfig(**kwargs).validate()
     run, out = Path(run), Path(out)
-    if out.resolve() == run.resolve():
-        raise InputError("the updated run needs its own folder (--out): the run it starts from stays as it was", out)
-    from ..._util import check_output_dir
-
-    check_output_dir(out, overwrite, RUN_MARKERS, "run folder")
+    RunFolder(out).check_update_output(RunFolder(run), overwrite)
     saved, payload = open_checkpoint(run)
-    metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
+    metrics = RunFolder(run).metrics()
     events = new_events(data, metrics, reader, config.progress, float(payload["t_end"]))
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
@@ -444,8 +439,6 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
                   saved: ckpt.Checkpoint, payload: Dict, overwrite: bool) -> Dict:
     """Write the updated run to ``out`` (atomically): ``best.json`` from ``updater``, the
     run's ``metrics.json`` with ``entry`` added to its ``updates``, and ``updates.png``."""
-    from ..run.checkpoint import RUN_MARKERS
-
     history = list(metrics.get("updates", []))
     entry["increment"] = len(history) + 1
     entry["source"] = events.meta.source
@@ -461,16 +454,16 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
                    "updates": history, "updated_from": str(run)}
     if trained:
         new_metrics["before_updates"] = {**metrics.get("before_updates", {}), **trained}
-    with atomic_dir(out, overwrite=overwrite, markers=RUN_MARKERS, kind="run folder") as tmp:
+    with atomic_dir(out, overwrite=overwrite, markers=folder.MARKERS, kind=folder.KIND, owned=folder.OWNED) as tmp:
         _save(tmp, updater, saved, payload)
-        (tmp / "metrics.json").write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
-        plot_updates(new_metrics, tmp / UPDATES_PLOT)
-        if (run / "config.toml").exists():  # (curves.png, the training's epochs, stays with the run trained)
-            shutil.copy2(run / "config.toml", tmp / "config.toml")
+        (tmp / folder.METRICS).write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
+        plot_updates(new_metrics, tmp / folder.UPDATES_PLOT)
+        if (run / folder.CONFIG).exists():  # (curves.png, the training's epochs, stays with the run trained)
+            shutil.copy2(run / folder.CONFIG, tmp / folder.CONFIG)
     return new_metrics
 
 
-def _save(folder: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
+def _save(target: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
     """``best.json`` of the updated run: weights and node state now, the optimiser, and the
     predictor payload (with the negative pool and the replay reservoir)."""
     pred, model = updater.pred, updater.model
@@ -480,7 +473,7 @@ def _save(folder: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload:
     new_payload["replay"] = updater.reservoir.state()
     record = saved.record(optimizer=updater.optimizer.state_dict() if updater.optimizer is not None
                           else saved.optimizer, rng=[ckpt.rng_state()], num_nodes=model.num_nodes)
-    ckpt.write_checkpoint(folder / ckpt.BEST, "best", record, model=model, predictor=new_payload)
+    ckpt.write_checkpoint(target / folder.BEST, "best", record, model=model, predictor=new_payload)
 
 
 def plot_updates(metrics: Dict, path: Path) -> None:

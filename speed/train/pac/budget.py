@@ -75,13 +75,10 @@ def rank_peak_bytes(runtime: int, shards: Shards, rank_events: int, rank_state: 
     return out
 
 
-# Copies of a rank's evaluation state held at once: the evaluation model's.  The back-up of the
-# period's start (the rows the period's events touch, most of a rank's on a large log; kept for
-# the new-node pass and, of the test period, for load_run(at="test")) was a second until it was
-# spilled to disk (speed.train.state.spill); before the phases of a rank were measured one by one
-# (a census of what each holds, benchmarks/ docs) a third stood for what was then unexplained
-# (the hand-over copying every trained row twice, whole ring inserts, pages and heap left
-# resident).  A cycling rank's back-up of its last pass is spilled too, so no copy of it counts.
+# Copies of a rank's evaluation state held at once: the evaluation model's, and no other.  The
+# back-up of a period's start (the rows its events touch, kept for the new-node pass and, of the
+# test period, for load_run(at="test")) and a cycling rank's back-up of its last pass are spilled
+# to disk (speed.train.state.spill), so they take pages, not resident memory.
 EVAL_COPIES = 1
 # What a pass holds per event of its period, counted from what the census of a rank showed: on
 # every rank the new-node pass's neighbour graph as given to the sampler (4 int64/float64 columns,

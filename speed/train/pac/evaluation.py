@@ -17,14 +17,13 @@ epoch's state kept sharded where its rows are.
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
 from ..._util import trim_heap
 from ...partition.ordered import release_pages
 from ..eval.evaluator import Evaluator
-from ..loop.trainer import EpochLoop
 from ..model.network import StatefulModel
 from ..run import checkpoint as ckpt
 from ..run.predictor import predictor_payload
@@ -37,14 +36,33 @@ from ..eval.divided import DividedStep
 from .validate import local_validation, transfer_warning
 
 
-class RankEvaluation(EpochLoop):
-    """The evaluation hooks of a PAC rank (:class:`~.rank.PacRank` is the training half).
+Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
 
-    Reads the rank's ``config, shards, model, graph, world, is_main, device, out`` and
-    ``groups(epoch)``.
+
+class ShardedEvaluation:
+    """A PAC rank's evaluation: the ranks' trained state brought to its owners, every step's
+    work divided (the rank's :class:`~speed.train.loop.trainer.Trainer` is given it; the same
+    methods as :class:`~speed.train.loop.evaluation.WholeEvaluation`).
+
+    Parameters
+    ----------
+    training : RankTraining
+        The rank's training (:class:`~.rank.RankTraining`): its trained model and sub-graph,
+        its groups of parts, the world and the shards, and how a model is built.
+    events : Events
+        The whole log, mapped by every rank.
+    split : Split
+    folder : RunFolder, optional
+        Where ``best.json`` goes (rank 0 writes it; every rank its own rows).
     """
 
-    def _init_evaluation(self) -> None:
+    def __init__(self, training, events, split, folder):
+        self.training = training
+        self.config, self.shards, self.world = training.config, training.shards, training.world
+        self.is_main, self.device = self.world.is_main, training.device
+        self.events, self.split, self.folder = events, split, folder
+        self.best: Dict = {}
+        self.best_params: Optional[Dict] = None
         self._eval_model: Optional[StatefulModel] = None
         self._evaluator: Optional[Evaluator] = None
         self._val_pool: Optional[np.ndarray] = None
@@ -61,9 +79,13 @@ class RankEvaluation(EpochLoop):
             self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
                                         self.device, node_classification=False,
                                         progress=cfg.progress if self.is_main else False,
-                                        strategy=cfg.eval_negatives, keep_test_start=self.out is not None,
+                                        strategy=cfg.eval_negatives, keep_test_start=self.folder is not None,
                                         protocol=cfg.protocol_name, max_steps=cfg.eval_max_steps)
         return self._evaluator
+
+    def collector(self) -> None:
+        """Node classification is a single process's: no training embeddings are kept."""
+        return None
 
     def eval_model(self) -> StatefulModel:
         """The evaluation model: this rank's weights, memories sharded over the ranks (their
@@ -72,7 +94,7 @@ class RankEvaluation(EpochLoop):
             # building (and seeding) the model must not move this rank's RNG streams, or a
             # resumed run would diverge from an uninterrupted one
             rng = ckpt.rng_state()
-            model = self._build_model(0)
+            model = self.training.build_model(0)
             model.keep_state_on("cpu")  # the exchange runs on host memory; each step moves its rows
             self._eval_model = model.to(self.device)
             ckpt.set_rng_state(rng)
@@ -82,7 +104,7 @@ class RankEvaluation(EpochLoop):
         """Give the evaluation model fresh sharded memories and neighbour rings whose owners
         follow ``epoch``'s groups (and empty pending events); returns the owners."""
         model = self.eval_model()
-        groups = self.groups(epoch)
+        groups = self.training.groups(epoch)
         own = [own_nodes(self.shards, g) for g in groups]
         owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world.size)
         model.state.use_memories(
@@ -94,26 +116,30 @@ class RankEvaluation(EpochLoop):
 
     def prepare_eval(self, log: EpochLog) -> None:
         """Bring every rank's trained state into the sharded evaluation model (collective)."""
-        rg = self.graph
+        trained, rg = self.training.model, self.training.graph
         # the training rings are not handed over (evaluation rebuilds the rings from the log):
         # let them go before the evaluation state is made
-        self.model.state.drop_neighbors()
+        trained.state.drop_neighbors()
         self.shards.release_pages()  # the sub-graph was read from them: their pages need not stay
         release_pages(self.events)
         trim_heap()
         owner = self._shard_memories(log.epoch)
         model = self.eval_model()
-        model.load_params(self.model.params_state_dict())
+        model.load_params(trained.params_state_dict())
         rule = "last" if self.config.sync == "none" else self.config.sync
-        shard_state(self.model, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule, self.world)
+        shard_state(trained, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule, self.world)
         # the rank's own state and sub-graph are not read again before the next epoch builds them
-        self.model.state.resize(0)
+        trained.state.resize(0)
         rg.events = None
         trim_heap()  # what the hand-over freed
         self.evaluator.prepare(model)
 
+    def _params_copy(self) -> Dict:
+        return {k: v.detach().clone() for k, v in self.training.model.params_state_dict().items()}
+
     # ----------------------------------------------------------- per-epoch validation
     def validate_epoch(self, log: EpochLog) -> Optional[Dict]:
+        """This epoch's validation, on every rank; the scores on rank 0 (None elsewhere)."""
         if self.config.validation == "local":
             return self._local_validation(log)
         t0 = time.perf_counter()
@@ -121,28 +147,29 @@ class RankEvaluation(EpochLoop):
         log.seconds["exchange"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         before = self.exchange.seconds
-        scores = self.validate(log)  # every rank streams val; the figures are rank 0's
+        # every rank streams val; the figures are rank 0's
+        scores, _ = self.evaluator.evaluate(self.eval_model(), "val", selection=True)
         log.seconds["validate"] = time.perf_counter() - t0
         log.seconds["validate_exchange"] = self.exchange.seconds - before
         release_pages(self.events)  # the mapped log's val pages: read again next epoch, not held
         return scores if self.is_main else None
 
     def _local_validation(self, log: EpochLog) -> Optional[Dict]:
-        cfg = self.config
+        cfg, trained = self.config, self.training.model
         log.seconds["exchange"] = 0.0  # only a best epoch brings the state together (on_best)
         t0 = time.perf_counter()
-        backup = self.model.state.backup()  # the state at the end of training, for on_best
+        backup = trained.state.backup()  # the state at the end of training, for on_best
         if self._val_pool is None:  # the masked training events' endpoints, as negative_pool takes them
-            src_seen, dst_seen = self.shards.trained_endpoints(self.new_nodes)
+            src_seen, dst_seen = self.shards.trained_endpoints(self.training.new_nodes)
             self._seen = src_seen | dst_seen
             self._val_pool = np.flatnonzero(dst_seen if self.shards.bipartite else self._seen)
-        scores = local_validation(self.model, self.shards, self.graph, self._seen, self._val_pool, cfg.seed,
+        scores = local_validation(trained, self.shards, self.training.graph, self._seen, self._val_pool, cfg.seed,
                                   cfg.batch_size, self.device, self.world)
-        self.model.state.restore(backup)
+        trained.state.restore(backup)
         log.seconds["validate"] = time.perf_counter() - t0
         return scores
 
-    def on_best(self, log: EpochLog) -> None:
+    def on_best(self, log: EpochLog, record: Record) -> None:
         """A new best epoch, on every rank."""
         if self.config.validation == "local":
             # keep the best epoch's state, sharded; val and test run on it once, at the end
@@ -157,22 +184,22 @@ class RankEvaluation(EpochLoop):
             return
         if self.config.eval == "replay":
             self.best_params = self._params_copy()
-        best = self._best_results(log)  # every rank streams the test period
+        test, _ = self.evaluator.evaluate(self.eval_model(), "test")  # every rank streams the test period
         if self.is_main:
-            self.best = best
-        self._save_best(log.epoch)
+            self.best = {"val": log.val, "test": test}
+        self._save_best(log.epoch, record)
 
-    def final_results(self) -> Dict:
+    def final_results(self, best_epoch: int, record: Record) -> Dict:
         """On every rank; the figures on rank 0."""
         cfg = self.config
         if cfg.validation != "local":
             if cfg.eval == "replay":
-                self._replay()
+                self._replay(best_epoch, record)
             return self.best
         model = self.eval_model()
         model.load_params(self.best_params)
         if self._best_state is not None:  # a resumed run: the best epoch's state came from last.json
-            self._shard_memories(self._best_epoch())
+            self._shard_memories(best_epoch)
             model.state.restore(self._best_state)
             self._best_state = None
         if cfg.eval == "replay":
@@ -187,37 +214,33 @@ class RankEvaluation(EpochLoop):
                 transfer_warning(result["val"], self.best["val_local"], self.config.average_every)
             if warning:  # speed.train warns with it; the summary prints it
                 self.best["warnings"] = [warning]
-        self._save_best(self._best_epoch())
+        self._save_best(best_epoch, record)
         return self.best
 
-    def _replay(self) -> None:
+    def _replay(self, best_epoch: int, record: Record) -> None:
         model = self.eval_model()
         model.load_params(self.best_params)
         result = self.evaluator.replay(model)
         if self.is_main:
             self.best = result
-        self._save_best(self._best_epoch())
-
-    def _best_epoch(self) -> int:
-        """The best epoch, known to every rank (rank 0 decides)."""
-        return int(self.agree_value(self.stopping.best_epoch or 0))
+        self._save_best(best_epoch, record)
 
     # ------------------------------------------------------------------ checkpoints
-    def _save_best(self, epoch: int) -> None:
+    def _save_best(self, epoch: int, record: Record) -> None:
         """``best.json``: rank 0 writes the weights and what every rank holds whole, and each
         rank the memory and neighbour-ring rows it owns, into the same file (collective: the
         others :meth:`ShardWriter.serve`).  What each rank held before, its peak while writing
         and the bytes of rows it wrote go to ``metrics.json`` (``best_write``)."""
-        if self.out is None:
+        if self.folder is None:
             return
         writer = ShardWriter(self.world)  # the others wait while rank 0 starts the file
         with PeakWatch() as watch:
-            self._write_best(epoch, writer)
+            self._write_best(epoch, writer, record)
         release_pages(self.events)
         trim_heap()
         self.best_write = self.world.objects({**watch.as_dict(), "rows_bytes": writer.bytes_written}, wait=True)
 
-    def _write_best(self, epoch: int, writer: ShardWriter) -> None:
+    def _write_best(self, epoch: int, writer: ShardWriter, record: Record) -> None:
         model = self.eval_model()
         end = model.state.written_snapshot(writer)
         start = self.evaluator.test_start
@@ -232,32 +255,39 @@ class RankEvaluation(EpochLoop):
             if model.net.spec is not None:
                 predictor = predictor_payload(model, self.events, self.config.batch_size, test_start,
                                               end={k: v for k, v in end.items() if k != "memories"})
-            ckpt.write_checkpoint(self.out / ckpt.BEST, "best", self._record(epoch), model=model,
+            ckpt.write_checkpoint(self.folder.best, "best", record(epoch), model=model,
                                   predictor=predictor, memories=memories)
         except BaseException:
             writer.abort()  # the others are waiting to write their rows
             raise
         writer.check()
 
-    def save_last(self, epoch: int) -> None:
-        # with local validation the best epoch's state is needed at the end: kept in last.json
-        self._last_best, writer = None, None
-        if self.config.validation == "local" and self.out is not None:
+    def save_last(self, write: Callable[[Dict], None]) -> None:
+        """``write(extra)`` writes ``last.json`` (collective); with local validation the best
+        epoch's state is needed at the end, so it goes there too (every rank its own rows)."""
+        best_state, writer = None, None
+        if self.config.validation == "local" and self.folder is not None:
             if self._best_state is not None:  # a resumed run's, not evaluated yet
-                self._last_best = self._best_state if self.is_main else None
+                best_state = self._best_state if self.is_main else None
             elif self._best_in_eval_model:
                 writer = ShardWriter(self.world)
-                self._last_best = self.eval_model().state.written_snapshot(writer)
-        super().save_last(epoch)  # every rank's RNG state, then rank 0 writes
+                best_state = self.eval_model().state.written_snapshot(writer)
+        write({"best_params": self.best_params, "best_state": best_state})
         if writer is not None:
             if self.is_main:
                 writer.check()
             else:
                 writer.serve()
 
-    def _last_extra(self) -> Dict:
-        return {**super()._last_extra(), "best_state": self._last_best}
-
-    def _load_extra(self, extra: Dict) -> None:
-        super()._load_extra(extra)
+    def resume(self, best: Dict, extra: Dict) -> None:
+        self.best = best
+        self.best_params = extra.get("best_params")
         self._best_state = extra.get("best_state")
+
+    def extra_metrics(self) -> Dict:
+        # rank 0's traffic while evaluating: the rows it read from their owners, its share of
+        # the embeddings gathered from the others (every rank reads the same rows)
+        return {"evaluation_exchange": self.exchange.as_dict(),
+                # each rank's resident memory before best.json's write, its peak during it, the
+                # bytes of rows it wrote there (its own), and the write's seconds
+                **({"best_write": self.best_write} if self.best_write is not None else {})}

@@ -14,7 +14,10 @@ from ..config import ConfigError
 
 
 def check_world(num_parts: int, world: int) -> None:
-    """Groups must be equal: the number of parts must be a multiple of the number of ranks."""
+    """Groups must be equal: the number of parts must be a multiple of the number of ranks (the
+    rule of PAC training and of a parallel update alike)."""
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ConfigError("nproc", f"must be a positive number of processes, got {world!r}")
     if num_parts % world:
         raise ConfigError("nproc", f"is {world}, but the shards have {num_parts} parts, which is not a multiple "
                                    f"of {world} processes: use a number of processes that divides {num_parts} "

@@ -17,7 +17,6 @@ NCCL on its own GPU when every rank of a host has one, gloo otherwise; CPU ranks
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -36,6 +35,7 @@ from ..._threads import choose_threads
 from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
+from ..run.folder import RunFolder, kept_threads
 from ..world import World
 
 
@@ -46,20 +46,16 @@ class RankFailedError(RuntimeError):
 def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config: TrainConfig,
                out: Optional[str], teardown: bool = True, init_method: Optional[str] = None,
                threads_why: Optional[str] = None):
-    from .rank import PacRank
-
-    from ..run.checkpoint import recorded_threads
+    from .rank import rank_trainer
 
     given = bool(config.num_threads)
-    recorded = recorded_threads(out) if config.resume and out is not None else None
+    recorded = kept_threads(config, out)
     w, config = World.start(rank, world, local_rank, config, init_method, recorded)
     if threads_why is None:  # under torchrun: the rank chose its own count
         threads_why = "--threads" if given else "a GPU per rank" if w.device.type == "cuda" else \
             "the count the resumed run began with" if recorded else "this machine's cores / its ranks"
     _maybe_fault(rank)
-    rank_ = PacRank(Shards(shards_path), config, w, None if out is None else Path(out))
-    rank_.threads_why = threads_why
-    result = rank_.run()
+    result = rank_trainer(Shards(shards_path), config, w, None if out is None else Path(out), threads_why).run()
     if teardown:
         w.leave()
     return result
@@ -154,6 +150,17 @@ def torchrun_world() -> int:
     return int(os.environ["WORLD_SIZE"])
 
 
+def refuse_in_a_starting_rank() -> None:
+    """Leave at once when this process is a rank being started and importing the user's script
+    ran ``speed.train(nproc=...)`` again: the script has no ``if __name__ == "__main__":`` guard.
+    Said once, on stderr, before anything else (the run folder is the launcher's)."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        print("speed.train(nproc=...) ran again while a rank was importing your script: put the code that "
+              "calls it under `if __name__ == \"__main__\":` (ranks are spawned processes that import the "
+              "main script)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
 def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict]:
     """Run PAC with ``config.nproc`` spawned ranks, or as one rank under torchrun.
 
@@ -169,13 +176,6 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
         world = torchrun_world()
         return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
                           str(shards.path), config, None if out is None else str(out))
-    if getattr(mp.current_process(), "_inheriting", False):
-        # This process is a rank being started, and importing the user's script ran the call
-        # again: it has no `if __name__ == "__main__":` guard.  Say so, once, and leave.
-        print("speed.train(nproc=...) ran again while a rank was importing your script: put the code that "
-              "calls it under `if __name__ == \"__main__\":` (ranks are spawned processes that import the "
-              "main script)", file=sys.stderr, flush=True)
-        raise SystemExit(2)
     if out is None:
         raise InputError("a spawned parallel run needs an output directory (out=...)")
     out = Path(out)
@@ -185,13 +185,10 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
         # measured here, before the ranks start and load the machine themselves; a resumed run
         # trains on with the count it began with (the figures follow it; recorded in the config)
-        from ..run.checkpoint import recorded_threads
-
-        recorded = recorded_threads(out) if config.resume else None
-        threads, why = choose_threads(nproc, None, recorded, config.deterministic)
+        threads, why = choose_threads(nproc, None, kept_threads(config, out), config.deterministic)
         config = replace(config, num_threads=threads)
     spawn(_pac_rank, (str(shards.path), config, str(out), why), nproc)
-    return json.loads((out / "metrics.json").read_text())
+    return RunFolder(out).metrics()
 
 
 # what a rank says when another rank of its collective has gone (gloo)

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..._util import scratch_dir
+from ..run.folder import RunFolder
 from ...data.events import Events
 from ...partition.ordered import map_ordered_log, write_ordered_log
 from ...partition.shards import Shards
@@ -28,8 +28,8 @@ def shared_log(shards: Shards, out: Optional[Path], world) -> Events:
     folder = [None]
     if world.is_main:
         try:
-            base = Path(out) if out is not None and Path(out).is_dir() else Path(tempfile.gettempdir())
-            folder[0] = str(write_ordered_log(shards, scratch_dir(base, "speed-log")))
+            folder[0] = str(write_ordered_log(shards, RunFolder(out if out is not None else tempfile.gettempdir())
+                                              .scratch("speed-log")))
         finally:  # the others learn where it is, or that there is none (rank 0 then raises)
             world.broadcast_objects(folder)
     else:

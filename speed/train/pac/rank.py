@@ -1,4 +1,5 @@
-"""One rank of a PAC run: the shared engine and epoch loop, plus groups, sync and exchange.
+"""One rank of a PAC run: the trainer given its world, :class:`RankTraining` and the sharded
+evaluation (:func:`rank_trainer`).
 
 Per epoch (Alg. 2):
 
@@ -25,7 +26,6 @@ import torch
 
 from ..._util import trim_heap, tune_allocator
 from ...partition.shards import Shards
-from ..run import checkpoint as ckpt
 from ..config import TrainConfig
 from ..step.engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
 from ..step.loader import EventStream
@@ -36,19 +36,21 @@ from ..step.optim import make_optimizer
 from ..step.runtime import peak_device_bytes, peak_rss_bytes, resolve_device, seed_everything
 from ..model.build import configured_model, place_state, time_scale
 from ..model.static import merge_static, prepare_static
-from .evaluation import RankEvaluation
+from .evaluation import ShardedEvaluation
 from .groups import PartLoads, RankGraph, part_groups, part_loads, rank_graph
 from .log import shared_log
 from ...partition.ordered import release_pages
 from .averaging import WeightAverager, averaged_parameters, local_step_hook
 from .sync import SharedSync
 from ..world import World
+from ..loop.trainer import Trainer
+from ..run.folder import RunFolder
 
 
-class PacRank(RankEvaluation):
-    """One rank of a PAC run: its training (groups, the engine's epoch, sync, the collectives of
-    the loop); the evaluation hooks are :class:`~.evaluation.RankEvaluation`'s.  :meth:`run`
-    returns the metrics on rank 0 (None elsewhere).
+class RankTraining:
+    """A PAC rank's training: its groups of parts, its sub-graph, the engine's epoch over it,
+    the shared-node syncs and weight averaging (the rank's :class:`~speed.train.loop.trainer.Trainer`
+    is given it).
 
     Parameters
     ----------
@@ -56,36 +58,32 @@ class PacRank(RankEvaluation):
     config : TrainConfig
         Validated, with the device this rank uses.
     world : World
-        This rank's place in the run and every collective (:class:`~.world.World`).
-    out : path-like, optional
-        Run directory (written by rank 0).
+        This rank's place in the run and every collective (:class:`~speed.train.world.World`).
+    events : Events
+        The whole log, mapped (:func:`~.log.shared_log`): its training period gives the time
+        unit and a static memory's pre-training.
+    split : Split
     """
 
-    def __init__(self, shards: Shards, config: TrainConfig, world: World, out=None):
-        self.shards, self.config = shards, config
-        self.world = world
+    def __init__(self, shards: Shards, config: TrainConfig, world: World, events, split):
+        self.shards, self.config, self.world = shards, config, world
         self.rank, self.is_main = world.rank, world.is_main
-        self.out = None if out is None else Path(out)
         self.device = resolve_device(config.device)  # (its threads were set by World.start)
-        tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
-        seed_everything(config.seed, config.deterministic)
-        # the whole log: every rank streams the full-graph evaluation (its sub-graph for training
-        # is read from the shards' memory maps); one time-ordered copy, mapped by every rank
-        self.events = shared_log(shards, self.out, world)
-        self.split = shards.split(self.events)
-        self._train = self.split.train(self.events)
+        self.events = events
+        self.note = ""
+        self._train = split.train(events)
         self.new_nodes = shards.new_nodes if shards.new_nodes is not None else np.zeros(shards.num_nodes, bool)
         # JODIE's time unit, from rank 0's log
         self.time_scale = float(world.broadcast_objects([time_scale(self._train) if self.is_main else None])[0])
-        self.model = self._build_model(1).to(self.device)
+        self.model = self.build_model(1).to(self.device)
         net = self.model.net
         self.static = net.static  # DistTGL's static memory, or None (speed.train.model.static)
         if self.static is not None:
-            train = self.split.train_mask  # over the training period (self._train)
+            train = split.train_mask  # over the training period (self._train)
             src, dst = self._train.src[train], self._train.dst[train]
-            prepare_static(net, src, dst, negative_pool(src, dst, self.events.bipartite), config.seed,
+            prepare_static(net, src, dst, negative_pool(src, dst, events.bipartite), config.seed,
                            progress=config.progress if self.is_main else False, world=world)
-        release_pages(self.events)  # what the split and the time unit read of the mapped log
+        release_pages(events)  # what the split and the time unit read of the mapped log
         # N ranks take N times fewer steps per epoch on N times larger (averaged) batches; the
         # usual linear scaling keeps the per-epoch progress (measured on Wikipedia, TGN, P=4:
         # test AP 0.810 -> 0.836 after 2 epochs, unpartitioned 0.857).  Made before the DDP
@@ -106,11 +104,10 @@ class PacRank(RankEvaluation):
                              progress=config.progress if self.is_main else False, pipeline=config.pipeline_on(self.device),
                              staleness=config.staleness)
         self.graph: Optional[RankGraph] = None
-        self._init_evaluation()
+        self.state_on = "device"  # where the node memories live (the last epoch's choice, place_state)
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
-        self._init_loop()
 
-    def _build_model(self, num_nodes: int) -> StatefulModel:
+    def build_model(self, num_nodes: int) -> StatefulModel:
         """The configured model for ``num_nodes`` state rows, with the log's edge features: from
         the log where this rank holds it, else read in place from the shards."""
         shards = self.shards
@@ -128,7 +125,9 @@ class PacRank(RankEvaluation):
         return part_groups(self.shards.num_parts, self.world.size, self.config.seed, epoch, self.config.shuffle,
                            self._loads)
 
-    def train_epoch(self, epoch: int) -> EpochLog:
+    def train_epoch(self, epoch: int, collect: Optional[list] = None) -> EpochLog:
+        """One epoch on this rank's group of parts (``collect`` is not taken: node classification
+        is a single process's)."""
         cfg = self.config
         group = self.groups(epoch)[self.rank]
         self.graph = None  # the last epoch's sub-graph goes before this one is read
@@ -218,26 +217,6 @@ class PacRank(RankEvaluation):
         idx = batches.batch((step - 1) % n)
         return float(ev.t[idx[-1]])
 
-    # ---------------------------------------------------------------- collectives
-    def agree(self, flag: bool) -> bool:
-        """Rank 0's decision, broadcast (rank 0 may have evaluated meanwhile)."""
-        return self.world.agree(flag)
-
-    def agree_value(self, value: int) -> int:
-        """Rank 0's integer, broadcast."""
-        return self.world.agree_value(value)
-
-    def peak_rss(self) -> List[int]:
-        # (collective, called on every rank once training ends: the passes' work travels with it)
-        self.evaluation_work = self.world.objects(self.evaluator.work, wait=True)
-        return [int(p) for p in self.world.objects(peak_rss_bytes(), wait=True)]
-
-    def peak_device(self):
-        return self.world.objects(peak_device_bytes(self.device), wait=True)
-
-    def rng_states(self) -> List[Dict]:
-        return self.world.objects(ckpt.rng_state())
-
     # ------------------------------------------------------------------- report
     def data_size(self):
         """``(nodes, events)`` of the shards (every rank knows them; the log is rank 0's)."""
@@ -251,17 +230,21 @@ class PacRank(RankEvaluation):
                 **({"appended_events_not_trained": int(appended)} if appended else {})}
 
     def extra_metrics(self) -> Dict:
-        # rank 0's traffic while evaluating: the rows it read from their owners, its share of
-        # the embeddings gathered from the others (every rank reads the same rows)
-        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
-                "evaluation_exchange": self.exchange.as_dict(),
-                # every rank's work in each evaluation pass (gathered before the others leave)
-                "evaluation_work": self.evaluation_work,
-                # each rank's resident memory before best.json's write, its peak during it, the
-                # bytes of rows it wrote there (its own), and the write's seconds
-                **({"best_write": self.best_write} if self.best_write is not None else {})}
+        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes)}
 
-    def run(self) -> Optional[Dict]:
-        metrics = self.fit()
-        self.world.barrier(wait=True)  # the others wait for rank 0's final evaluation
-        return metrics
+
+def rank_trainer(shards: Shards, config: TrainConfig, world: World, out=None, threads_why: str = "") -> Trainer:
+    """A PAC rank's :class:`~speed.train.loop.trainer.Trainer`: its world, the whole log mapped
+    (every rank streams the full-graph evaluation; its sub-graph for training is read from the
+    shards' memory maps), :class:`RankTraining` and :class:`~.evaluation.ShardedEvaluation`.
+    ``Trainer.run`` returns the metrics on rank 0 (None elsewhere)."""
+    tune_allocator()  # steps allocate and free MiB-sized tensors: keep them mapped
+    seed_everything(config.seed, config.deterministic)
+    folder = None if out is None else RunFolder(out)
+    # one time-ordered copy, written by rank 0 and mapped by every rank
+    events = shared_log(shards, None if out is None else Path(out), world)
+    split = shards.split(events)
+    training = RankTraining(shards, config, world, events, split)
+    evaluation = ShardedEvaluation(training, events, split, folder)
+    return Trainer(events, split, config, out=out, world=world, training=training, evaluation=evaluation,
+                   threads_why=threads_why)

@@ -89,7 +89,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
     """
     from ..state.components import COMPONENTS
     from .gather import local_payload
-    from .sync import combine_shared
+    from .sync import combine_shared, latest_rank
 
     rank = world.rank
 
@@ -113,7 +113,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         c_s, c_l = combine_shared(states, last, rule)
         mem.write_owned(held, c_s, c_l)
         if name == "memory":  # whose pending events a shared node keeps: the rank whose state won
-            winner = torch.argmax(torch.stack(world.host_all_gather_rows(lu[:ns])), dim=0)
+            winner = latest_rank(torch.stack(world.host_all_gather_rows(lu[:ns])))
     node, other, t, eid = st.pending
     keep = ~torch.isin(node, torch.from_numpy(shared))
     if ns and winner is not None:

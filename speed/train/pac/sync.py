@@ -47,9 +47,16 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: flo
     if mode == "mean":
         w = valid.to(states.dtype).unsqueeze(-1)
         return (states * w).sum(0) / w.sum(0), latest.max(0).values
-    winner = torch.argmax(latest, dim=0)  # first maximum: the lowest rank wins ties
+    winner = latest_rank(latest)
     cols = torch.arange(states.shape[1], device=states.device)
     return states[winner, cols], last[winner, cols]
+
+
+def latest_rank(last: torch.Tensor) -> torch.Tensor:
+    """Which rank's state of each shared node wins, from their times ``last`` (W, S): the
+    latest, ties to the lowest rank (argmax returns the first maximum).  The pending events of
+    a shared node go with its state: the hand-over to the owners keeps the winner's."""
+    return torch.argmax(last, dim=0)
 
 
 def _words(x: torch.Tensor) -> torch.Tensor:

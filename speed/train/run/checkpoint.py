@@ -28,21 +28,11 @@ import numpy as np
 import torch
 
 from ...errors import InputError
+# the folder's names and refusals are its owner's
+from .folder import BEST, CONVERT_HINT, KIND, LAST, MARKERS, NO_LAST, OLD_BEST, OLD_LAST, OWNED
 from .serial import load_tree, save_tree
 
 FORMAT = 2  # 2: safetensors and JSON (1: one torch pickle per checkpoint)
-BEST = "best.json"
-LAST = "last.json"
-# the pickled checkpoints of format 1, read only by convert_run(trust_pickle=True)
-OLD_BEST = "checkpoint.pt"
-OLD_LAST = "last.pt"
-# a folder holding one of these is a run folder: --overwrite may reuse it
-RUN_MARKERS = ("metrics.json", LAST, BEST, OLD_LAST, OLD_BEST)
-NO_LAST = ("no checkpoint here to resume from (a run stopped before its first epoch ended keeps none: start it "
-           "again without --resume)")
-CONVERT_HINT = ("a run folder of an earlier version of speed, whose checkpoints are pickles (opening one can run "
-                "code): convert it with `speed convert-run OLD NEW --trust-pickle`, only if you trust where it came "
-                "from")
 
 
 @dataclass
@@ -134,7 +124,7 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
         does not hold them all (a PAC run's, sharded over the ranks and brought to the writer).
     """
     if kind == "best":
-        held = model.net.state_dict() if memories is not None else model.state_dict()
+        held = model.net.state_dict() if memories is not None else model.weights_and_memories()
         state = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                  for k, v in {**held, **(memories or {})}.items()}
         pending = model.state.pending_events()
@@ -147,33 +137,6 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
     if predictor is not None:
         extra["predictor"] = predictor
     return Checkpoint(kind=kind, model=state, pending=pending, extra=extra, **record).save(path)
-
-
-def require_resumable(out) -> Path:
-    """``out/last.json`` exists: a cheap check a launcher makes before any rank starts, so
-    ``--resume`` on the wrong folder is a one-line error (exit 2), not a failure inside every
-    rank.  The ranks still read it fully (:func:`load_checkpoint`)."""
-    if out is None:
-        raise InputError("resume needs the run directory (out=...)")
-    path = Path(out) / LAST
-    if not path.exists():
-        if (Path(out) / OLD_LAST).exists():
-            raise InputError(CONVERT_HINT, Path(out))
-        raise InputError(NO_LAST, path)
-    return path
-
-
-def recorded_threads(out) -> Optional[int]:
-    """The thread count a run in ``out`` trained with, from its ``last.json`` (read without its
-    tensors), or None: ``--resume`` trains on with it, since the figures follow the thread count."""
-    import json
-
-    try:
-        doc = json.loads((Path(out) / LAST).read_text())
-        n = doc["value"]["config"].get("num_threads")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def load_checkpoint(path) -> Checkpoint:
@@ -214,7 +177,7 @@ def convert_run(old, new, trust_pickle: bool = False) -> Path:
                          "(trust_pickle=True) only for a folder you trust", old)
     if not (old / OLD_BEST).exists() and not (old / OLD_LAST).exists():
         raise InputError(f"no {OLD_BEST} or {OLD_LAST} here: not a run folder of an earlier version", old)
-    with atomic_dir(new, overwrite=False, markers=RUN_MARKERS, kind="run folder") as tmp:
+    with atomic_dir(new, overwrite=False, markers=MARKERS, kind=KIND, owned=OWNED) as tmp:
         for name in sorted(os.listdir(old)):
             src = old / name
             if name in (OLD_BEST, OLD_LAST):

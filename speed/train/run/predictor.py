@@ -21,7 +21,6 @@ before it, because the memory already holds later events.
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -33,6 +32,8 @@ from ..._util import first_copies, full_time, release_arrays, tune_allocator
 from ...data.events import Events
 from ...errors import InputError
 from . import checkpoint as ckpt
+from .folder import RunFolder
+from ..config import check_device
 from ..model.network import StatefulModel, TemporalGNN, build_model
 from ..state.nodes import NodeStates
 from ...data.node_index import NodeIndex
@@ -548,17 +549,7 @@ def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
 
 def open_checkpoint(run):
     """A run's best checkpoint and its predictor payload (InputErrors name what is missing)."""
-    run = Path(run)
-    if not run.is_dir():
-        raise InputError("not a run directory" if run.exists() else "no such run directory", run)
-    path = run / ckpt.BEST
-    if not path.exists():
-        model = _run_model(run)
-        if model is not None and model.startswith("edgebank"):
-            raise InputError(f"{model} is a baseline with no trained model to load", run)
-        if (run / ckpt.OLD_BEST).exists():
-            raise InputError(ckpt.CONVERT_HINT, run)
-        raise InputError(f"no {ckpt.BEST} here: not a finished `speed train` run", run)
+    path = RunFolder(run).require_finished()
     saved = ckpt.load_checkpoint(path)
     payload = saved.extra.get("predictor") if isinstance(saved.extra, dict) else None
     if not payload or payload.get("format") != PAYLOAD_FORMAT:
@@ -576,12 +567,9 @@ def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", r
     for another."""
     if payload.get("adopted"):
         raise ValueError("this opened checkpoint already made a predictor, which holds its arrays: open it again")
-    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
-        raise InputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device {device!r} requested but CUDA is not available")
+    check_device(device, auto=False)
     tune_allocator()  # updates step like training: keep MiB-sized blocks mapped
-    path = None if run is None else run / ckpt.BEST
+    path = None if run is None else RunFolder(run).best
     # the node rows come from the checkpoint's arrays, mapped copy-on-write and held as they are
     # (adopt): opening a run costs the rows a command touches, not every node's (a model built for
     # spec["num_nodes"] rows would first fill them all with zeros)
@@ -592,10 +580,10 @@ def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", r
     model.state.set_edge_features(payload["edge_features"])
     if at == "end":
         model.state.load_structures(payload["end"], adopt=True)
-        model.load_state_dict(saved.model, adopt=True)
+        model.load_weights_and_memories(saved.model, adopt=True)
         t_last = payload["t_end"]
     else:
-        model.load_state_dict(saved.model, adopt=True)
+        model.load_weights_and_memories(saved.model, adopt=True)
         if payload["test_start"] is None:
             raise InputError("this run kept no state at the start of its test period", path)
         model.state.restore(payload["test_start"]["state"])
@@ -604,10 +592,3 @@ def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", r
     model = model.to(torch.device(device))
     index = NodeIndex(payload["node_ids"], model.num_nodes, payload["num_src_ids"], sides=payload.get("is_src"))
     return Predictor(model, index, t_last, payload["next_eid"], payload["batch_size"], saved.config, run)
-
-
-def _run_model(run: Path) -> Optional[str]:
-    try:
-        return json.loads((run / "metrics.json").read_text()).get("model")
-    except (OSError, ValueError):
-        return None

@@ -9,14 +9,10 @@ from typing import Dict
 from ..._util import atomic_file, jsonable
 
 
-def write_run(out: Path, metrics: Dict) -> None:
-    """``metrics.json`` and ``curves.png`` (loss and validation AP per epoch), atomically."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_file(out / "metrics.json") as tmp:
+def write_metrics(path: Path, metrics: Dict) -> None:
+    """``metrics.json``, atomically (the run folder says where: :class:`~.folder.RunFolder`)."""
+    with atomic_file(path) as tmp:
         tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
-    if metrics.get("epochs"):  # baselines are not trained: no curves
-        plot_curves(metrics, out / "curves.png")
 
 
 def plot_curves(metrics: Dict, path: Path) -> None:

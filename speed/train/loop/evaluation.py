@@ -1,0 +1,109 @@
+"""Evaluation in one process: the trained model itself continues on the full graph.
+
+:class:`WholeEvaluation` is what a single-process :class:`~.trainer.Trainer` is given; a PAC
+rank is given :class:`speed.train.pac.evaluation.ShardedEvaluation`, with the same methods.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, Optional
+
+import torch
+
+from ...data.events import Events
+from ..config import TrainConfig
+from ..eval.evaluator import Evaluator
+from ..model.network import StatefulModel
+from ..run import checkpoint as ckpt
+from ..run.folder import RunFolder
+from ..run.predictor import predictor_payload
+from ..step.engine import EpochLog
+
+Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
+
+
+class WholeEvaluation:
+    """Validation, test and ``best.json`` of a model trained in this process.
+
+    Parameters
+    ----------
+    model : StatefulModel
+        The model training steps; evaluation continues it (its node state is the training's).
+    evaluator : Evaluator
+    config : TrainConfig
+    events : Events
+        The whole log (the predictor payload of ``best.json`` keeps its node ids).
+    folder : RunFolder, optional
+        Where ``best.json`` goes.
+    """
+
+    def __init__(self, model: StatefulModel, evaluator: Evaluator, config: TrainConfig, events: Events,
+                 folder: Optional[RunFolder]):
+        self.model, self.evaluator, self.config, self.events, self.folder = model, evaluator, config, events, folder
+        self.best: Dict = {}
+        self.best_params: Optional[Dict] = None
+        self._z_train: Optional[list] = None  # the epoch's training embeddings (node classification)
+        self._val_z = None
+
+    def collector(self) -> Optional[list]:
+        """A list for this epoch's training embeddings when node classification scores them."""
+        self._z_train = [] if self.evaluator.with_node_classification else None
+        return self._z_train
+
+    def validate_epoch(self, log: EpochLog) -> Dict:
+        """This epoch's validation scores: the model, holding the training stream's neighbours,
+        takes the protocol's neighbour graph (:meth:`Evaluator.prepare`) and continues through
+        the validation period."""
+        log.seconds["exchange"] = 0.0  # nothing to bring together
+        t0 = time.perf_counter()
+        self.evaluator.prepare(self.model)
+        scores, res = self.evaluator.evaluate(self.model, "val", collect_z=self._z_train is not None, selection=True)
+        self._val_z = res.z_src
+        log.seconds["validate"] = time.perf_counter() - t0
+        return scores
+
+    def on_best(self, log: EpochLog, record: Record) -> None:
+        """A new best epoch: score the test period and save the checkpoint."""
+        if self.config.eval == "replay":
+            self.best_params = {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
+        test, res = self.evaluator.evaluate(self.model, "test", collect_z=self._z_train is not None)
+        best = {"val": log.val, "test": test}
+        if self._z_train is not None:
+            nc = self.evaluator.node_classification(torch.cat(self._z_train).numpy(), self._val_z, res.z_src)
+            if nc is not None:
+                best["node_classification"] = nc
+        self.best = best
+        self._save_best(log.epoch, record)
+
+    def final_results(self, best_epoch: int, record: Record) -> Dict:
+        """The reported results: those of the best epoch, or a replay with its weights."""
+        if self.config.eval == "replay":
+            self.model.load_params(self.best_params)
+            self.best = self.evaluator.replay(self.model)
+            self._save_best(best_epoch, record)  # the checkpoint holds the state these results came from
+        return self.best
+
+    def _save_best(self, epoch: int, record: Record) -> None:
+        """``best.json``: weights and the full-graph node state after the log, at the best epoch."""
+        if self.folder is None:
+            return
+        model, predictor = self.model, None
+        if model.net.spec is not None:  # built by build_model, so load_run can build it again
+            start = self.evaluator.test_start
+            if start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
+                start = {"t": start["t"], "state": model.state.whole_backup(start["state"])}
+            predictor = predictor_payload(model, self.events, self.config.batch_size, start)
+        ckpt.write_checkpoint(self.folder.best, "best", record(epoch), model=model, predictor=predictor)
+
+    # ------------------------------------------------------------------ last.json
+    def save_last(self, write: Callable[[Dict], None]) -> None:
+        """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation."""
+        write({"best_params": self.best_params})
+
+    def resume(self, best: Dict, extra: Dict) -> None:
+        self.best = best
+        self.best_params = extra.get("best_params")
+
+    def extra_metrics(self) -> Dict:
+        return {}
