@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..model.network import RowLayout
+from ..model.queries import QueryLayout
 from ..state.batch_plan import BatchPlan, DyRepPlan
 
 
@@ -200,15 +201,6 @@ class DividedStep:
             orig_pe=pe, orig_sel=sel, orig_rows=rows)
 
     @staticmethod
-    def _query_positions(n: int, lo: int, hi: int, groups: int, k: int) -> np.ndarray:
-        """Positions among a plan's queries of the events ``[lo, hi)``: each of the ``groups``
-        groups of ``n`` (sources, destinations, negatives), then their ``k`` candidates each."""
-        pos = [g * n + np.arange(lo, hi) for g in range(groups)]
-        if k:
-            pos.append(groups * n + np.arange(lo * k, hi * k))
-        return np.concatenate(pos) if pos else np.empty(0, dtype=np.int64)
-
-    @staticmethod
     def _keys_of_queries(plan, uq: np.ndarray) -> np.ndarray:
         """The keys the distinct queries ``uq`` read (their own and their neighbours'), ascending."""
         own = plan.uq_key.numpy()[uq]
@@ -219,12 +211,11 @@ class DividedStep:
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
-    def __call__(self, model, plan: BatchPlan, n: int, groups: int, k: int = 0, collect: bool = False,
+    def __call__(self, model, plan: BatchPlan, step: QueryLayout, collect: bool = False,
                  score: bool = True) -> StepScores:
-        """Run one evaluation step of ``model`` on the host plan ``plan`` (``n`` events; its
-        queries are ``groups`` groups of ``n`` -- sources, destinations, negative destinations
-        and, when ``groups`` is 4, negative sources -- then ``k`` candidates per event), and take
-        the batch into the state.  Returns the scores of this process's share of the events."""
+        """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
+        by ``step``), and take the batch into the state.  Returns the scores of this process's
+        share of the events."""
         t_start = time.perf_counter()
         me, size, work = self.rank, self.size, self.work
         net, state, dev = model.net, model.state, model.device
@@ -249,15 +240,16 @@ class DividedStep:
         work.keys += int(keys.size)
 
         # ---- my share of the events: its distinct queries and the key states they read
+        n = step.m
         bounds = shares(n, size)
         lo, hi = int(bounds[me]), int(bounds[me + 1])
         out = StepScores(events=hi - lo)
         q_inv = plan.q_inv.numpy()
-        positions = self._query_positions(n, lo, hi, groups, k)
+        positions = step.positions(lo, hi)
         uq = np.unique(q_inv[positions])
         need = self._keys_of_queries(plan, uq)
         if size > 1:
-            t_states, t_lasts = self._fetch_keys(plan, n, groups, k, need, keys, key_owner, states, lasts)
+            t_states, t_lasts = self._fetch_keys(plan, step, need, keys, key_owner, states, lasts)
         else:
             t_states, t_lasts = states, lasts  # every key is mine, in key order
             need = keys
@@ -268,19 +260,14 @@ class DividedStep:
         z_uq = net.embed_keys(qplan, t_states, t_lasts, static, invariant=True)
         z = z_uq.index_select(0, torch.from_numpy(np.searchsorted(uq, q_inv[positions])).to(dev))
         m = hi - lo
+        mine = step.share(m)  # this share's queries, laid out as a step's
         if score and m:
-            z_src, z_dst = z[:m], z[m:2 * m]
-            events = RowLayout.contiguous(lo, m)  # each pair at its event's place in the batch
-            out.pos = net.score(z_src, z_dst, events)
-            if groups >= 3:
-                neg_src = z[3 * m:4 * m] if groups == 4 else z_src
-                out.neg = net.score(neg_src, z[2 * m:3 * m], events)
-            if k:
-                zc = z[groups * m:groups * m + m * k]
-                out.mrr = net.score(z_src.repeat_interleave(k, dim=0), zc,
-                                    RowLayout.contiguous(lo * k, m * k)).reshape(m, k)
+            # each pair at its event's place in the batch, each candidate at its own
+            k = step.k
+            out.pos, out.neg, out.mrr = mine.score(net.score, z, RowLayout.contiguous(lo, m),
+                                                   RowLayout.contiguous(lo * k, m * k) if k else None)
         if collect and m:
-            out.z_src = z[:m]
+            out.z_src = z[mine.src]
         work.scored += m
 
         # ---- take the batch in: each owner stores its endpoints' states
@@ -355,10 +342,10 @@ class DividedStep:
             offset += pos.numel()
         return s_all, l_all
 
-    def _fetch_keys(self, plan, n, groups, k, need, keys, key_owner, states, lasts):
+    def _fetch_keys(self, plan, step: QueryLayout, need, keys, key_owner, states, lasts):
         """Round 2: the key states each share of queries reads, from the keys' owners."""
         w, me, size = self.world, self.rank, self.size
-        bounds = shares(n, size)
+        bounds = shares(step.m, size)
         q_inv = plan.q_inv.numpy()
         kpos = np.full(key_owner.size, -1, dtype=np.int64)
         kpos[keys] = np.arange(keys.size)
@@ -368,7 +355,7 @@ class DividedStep:
                 send_counts.append(0)
                 recv_counts.append(0)
                 continue
-            pos_r = self._query_positions(n, int(bounds[r]), int(bounds[r + 1]), groups, k)
+            pos_r = step.positions(int(bounds[r]), int(bounds[r + 1]))
             need_r = self._keys_of_queries(plan, np.unique(q_inv[pos_r])) if pos_r.size else np.empty(0, np.int64)
             out = need_r[key_owner[need_r] == me]
             send_idx.append(kpos[out])

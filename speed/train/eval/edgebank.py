@@ -23,6 +23,7 @@ import torch
 from ...data.events import Events
 from ...data.split import Split
 from .evaluator import Evaluator
+from ..model.queries import QueryLayout
 from ..run.folder import RunFolder
 
 EDGEBANK_MODES = ("unlimited", "window")
@@ -129,19 +130,12 @@ class _WholeStep:
 
     world = None
 
-    def __call__(self, bank: "EdgeBank", plan, n: int, groups: int, k: int = 0, collect: bool = False,
-                 score: bool = True):
+    def __call__(self, bank: "EdgeBank", plan, step: QueryLayout, collect: bool = False, score: bool = True):
         from .divided import StepScores
 
-        out = StepScores(events=n)
-        if score and n:
-            z = bank.compute(plan)[0]
-            out.pos = bank.score(z[:n], z[n:2 * n])
-            if groups >= 3:
-                out.neg = bank.score(z[3 * n:4 * n] if groups == 4 else z[:n], z[2 * n:3 * n])
-            if k:
-                zc = z[groups * n:groups * n + n * k]
-                out.mrr = bank.score(z[:n].repeat_interleave(k, dim=0), zc).reshape(n, k)
+        out = StepScores(events=step.m)
+        if score and step.m:
+            out.pos, out.neg, out.mrr = step.score(bank.score, bank.compute(plan)[0])
         bank.absorb(plan)
         return out
 

@@ -107,8 +107,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
-            groups = 2 + (step.neg_dst is not None) + (step.neg_src is not None)
-            parts.append(divider(model, step.plan, n, groups, k, collect=collect_z, score=negatives is not None))
+            parts.append(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None))
             sizes.append(n)
             bar.update(n)
             done += n

@@ -68,6 +68,7 @@ from ..recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
 from ..state.batch_plan import BatchPlan, PlanNeeds
 from ..state.components import COMPONENTS
 from ..state.nodes import NodeStates, as_numpy
+from .queries import QueryLayout
 from .static import StaticMemory
 
 
@@ -269,9 +270,9 @@ class TemporalGNN(nn.Module):
         states, last_update)``.  Steps 1-2 above; what DDP wraps.  (The positives and the
         negatives go through the decoder apart: one pass over both would be fewer operators, but
         matrix products of another height round differently, and every figure would move.)"""
-        n = int(num_events)
         z, states, lasts = self.compute(plan, rows, message_inputs)
-        return self.score(z[:n], z[n:2 * n]), self.score(z[:n], z[2 * n:3 * n]), z, states, lasts
+        pos, neg, _ = QueryLayout(int(num_events)).score(self.score, z)
+        return pos, neg, z, states, lasts
 
     def score(self, z_src: torch.Tensor, z_dst: torch.Tensor, layout: Optional["RowLayout"] = None) -> torch.Tensor:
         """Logits of the pairs ``(z_src[i], z_dst[i])``; ``layout`` (:class:`RowLayout`): each
@@ -399,10 +400,10 @@ class StatefulModel:
         ranking candidates), then take the batch in: the evaluation's and the predictor's step
         without a loss.  Returns the embeddings of ``cat([src, dst, *extra nodes])``."""
         t = as_numpy(t).astype(np.float64)
-        groups = [(as_numpy(src), t), (as_numpy(dst), t)] + \
-            [(as_numpy(n), as_numpy(q).astype(np.float64)) for n, q in (extra or [])]
-        plan = self.plan(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]),
-                         events=(src, dst, t, eid))
+        lay = QueryLayout(len(t), neg_dst=False)
+        more = [(as_numpy(n), as_numpy(q).astype(np.float64)) for n, q in (extra or [])]
+        plan = self.plan(np.concatenate([lay.nodes(as_numpy(src), as_numpy(dst))] + [n for n, _ in more]),
+                         np.concatenate([lay.times(t)] + [q for _, q in more]), events=(src, dst, t, eid))
         z, states, lasts = self.compute(plan)
         self.absorb(plan, states, lasts, z)
         return z

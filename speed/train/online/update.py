@@ -42,6 +42,7 @@ from ..run import checkpoint as ckpt
 from ..run import folder
 from ..run.folder import RunFolder
 from ..step.engine import Engine, link_loss
+from ..model.queries import QueryLayout
 from ..step.loader import Step
 from ..eval.metrics import batch_link_metrics, ranking_metrics
 from ..run.predictor import Predictor, open_checkpoint, payload_of, predictor_from
@@ -310,27 +311,27 @@ class OnlineUpdater:
         cfg, model = self.config, self.model
         m = src.size
         neg = pool[self.rng.integers(0, pool.size, size=m)]
-        groups = [src, dst, neg]
         k = cfg.mrr_negatives if (cfg.mrr and score) else 0
-        if k:
-            groups.append(pool[self.rng.integers(0, pool.size, size=m * k)])
+        lay = QueryLayout(m, k=k)
+        # each event's k candidates at its own time (they were tiled over the batch's times)
+        nodes = [lay.nodes(src, dst, neg, candidates=pool[self.rng.integers(0, pool.size, size=m * k)] if k else None)]
+        times = [lay.times(t)]
         r = 0
         if self.optimizer is not None and cfg.replay and self.reservoir.src.size:
             r = max(1, int(round(cfg.replay * m)))
             rs, rd = self.reservoir.draw(r, self.rng)
-            groups += [rs, rd, pool[self.rng.integers(0, pool.size, size=r)]]
-        nodes = np.concatenate(groups)
-        times = np.concatenate([np.tile(t, 3 + k)] + ([np.full(3 * r, t[-1])] if r else []))
-        plan = model.plan(nodes, times, events=(src, dst, t, eid))
+            nodes += [rs, rd, pool[self.rng.integers(0, pool.size, size=r)]]
+            times.append(np.full(3 * r, t[-1]))
+        plan = model.plan(np.concatenate(nodes), np.concatenate(times), events=(src, dst, t, eid))
         model.eval()
         batch = Step(0, np.arange(m), False, (src, dst, t, eid), None, neg, plan)
         self._last_batch = batch  # what an idle step runs its forward pass on
 
         def ranked(z):  # each event against its k candidates, before the weights change
-            return model.score(z[:m].repeat_interleave(k, dim=0), z[3 * m:3 * m + m * k]).reshape(m, k)
+            return lay.score(model.score, z, which=("cand",))[2]
 
-        def replayed(z):  # earlier interactions, scored at the step's time, never written to memory
-            at = (3 + k) * m
+        def replayed(z):  # earlier interactions after the step's queries, at its time, never written to memory
+            at = lay.end
             zs, zd, zn = z[at:at + r], z[at + r:at + 2 * r], z[at + 2 * r:at + 3 * r]
             return cfg.replay * link_loss(model.score(zs, zd), model.score(zs, zn))
 

@@ -35,6 +35,7 @@ from . import checkpoint as ckpt
 from .folder import RunFolder
 from ..config import check_device
 from ..model.network import StatefulModel, TemporalGNN, build_model
+from ..model.queries import QueryLayout
 from ..state.nodes import NodeStates
 from ...data.node_index import NodeIndex
 
@@ -296,7 +297,7 @@ class Predictor:
         for i in range(0, s.numel(), _CHUNK):
             n = min(_CHUNK, s.numel() - i)
             z = self._model.embed(torch.cat([s[i:i + n], d[i:i + n]]), torch.cat([t[i:i + n], t[i:i + n]]))
-            out.append(self._model.score(z[:n], z[n:]).cpu())
+            out.append(QueryLayout(n, neg_dst=False).score(self._model.score, z, which=("pos",))[0].cpu())
         x = torch.cat(out) if out else torch.empty(0)
         return (x if logits else torch.sigmoid(x)).numpy()
 
@@ -348,16 +349,14 @@ class Predictor:
             return groups
 
         def scored(i: int, j: int, z: torch.Tensor):
-            m = j - i
-            pos.append(self._model.score(z[:m], z[m:2 * m]).cpu().numpy())
-            at = 2 * m
-            if neg_rows is not None:
-                neg.append(self._model.score(z[3 * m:4 * m], z[2 * m:3 * m]).cpu().numpy())
-                at = 4 * m
-            if cand_rows is not None:
-                k = cand_rows.shape[1]
-                cand.append(self._model.score(z[:m].repeat_interleave(k, dim=0), z[at:at + m * k])
-                            .reshape(m, k).cpu().numpy())
+            drawn = neg_rows is not None
+            lay = QueryLayout(j - i, neg_dst=drawn, neg_src=drawn, k=0 if cand_rows is None else cand_rows.shape[1])
+            p, n, c = lay.score(self._model.score, z)
+            pos.append(p.cpu().numpy())
+            if n is not None:
+                neg.append(n.cpu().numpy())
+            if c is not None:
+                cand.append(c.cpu().numpy())
 
         self._take((src, dst, t) + (() if msg is None else (msg,)), progress, extra, scored, desc="score")
         cat = (lambda xs: np.concatenate(xs) if xs else None)

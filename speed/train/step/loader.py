@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ...data.events import Events
+from ..model.queries import QueryLayout
 
 
 class EventStream:
@@ -46,6 +47,10 @@ class EventStream:
         self.dst = np.ascontiguousarray(events.dst, dtype=np.int64)
         self.t = np.ascontiguousarray(events.t_float(), dtype=np.float64)
         self.eid = np.ascontiguousarray(events.eid, dtype=np.int64)
+
+    def layout(self, k: int = 0) -> QueryLayout:
+        """Where the step's queries sit (``k``: ranking candidates per event after them)."""
+        return QueryLayout(len(self), self.neg_dst is not None, self.neg_src is not None, k)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])
@@ -79,6 +84,10 @@ class Step:
     def __init__(self, index, positions, ended, events, neg_src, neg_dst, plan):
         self.index, self.positions, self.ended = index, positions, ended
         self.events, self.neg_src, self.neg_dst, self.plan = events, neg_src, neg_dst, plan
+
+    def layout(self, k: int = 0) -> QueryLayout:
+        """Where the step's queries sit (``k``: ranking candidates per event after them)."""
+        return QueryLayout(len(self), self.neg_dst is not None, self.neg_src is not None, k)
 
     def __len__(self) -> int:
         return int(self.positions.size)
@@ -152,8 +161,8 @@ class PlanLoader:
         src, dst, t, eid = self.stream.batch(positions)
         n = positions.size
         neg_src, neg_dst = self.negatives(n) if self.negatives is not None else (None, None)
-        groups = [src, dst] + ([neg_dst] if neg_dst is not None else []) + ([neg_src] if neg_src is not None else [])
-        nodes, times = np.concatenate(groups), np.tile(t, len(groups))
+        nodes = QueryLayout.nodes(src, dst, neg_dst, neg_src)
+        times = QueryLayout(n, neg_dst is not None, neg_src is not None).times(t)
         if self.extra_queries is not None:
             more_nodes, more_times = self.extra_queries(positions, t)
             nodes, times = np.concatenate([nodes, more_nodes]), np.concatenate([times, more_times])
