@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -492,3 +492,38 @@ def captured_fds() -> Iterator[list]:
                 os.close(fd)
             sink.seek(0)
             captured.append(sink.read().decode(errors="replace"))
+
+
+class Registered:
+    """The names of a registry as they are when asked: a row added to the registry (a protocol,
+    a recipe, a sync rule) is a choice of its option at once, in the config and the CLI alike."""
+
+    def __init__(self, *names: Callable[[], Iterable[str]]):
+        self._names = names
+
+    def _now(self) -> Tuple[str, ...]:
+        return tuple(n for names in self._names for n in names())
+
+    def __iter__(self):
+        return iter(self._now())
+
+    def __contains__(self, value) -> bool:
+        return value in self._now()
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __getitem__(self, i):
+        return self._now()[i]
+
+    def __eq__(self, other) -> bool:
+        return self._now() == tuple(other) if isinstance(other, (tuple, list, Registered)) else NotImplemented
+
+    def __hash__(self):
+        return id(self)
+
+    def __add__(self, other) -> Tuple[str, ...]:
+        return self._now() + tuple(other)
+
+    def __repr__(self) -> str:
+        return repr(self._now())

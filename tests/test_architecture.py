@@ -298,3 +298,242 @@ def test_the_documented_module_map_names_every_module():
     named = set(re.findall(r"\b(\w+\.py)\b", "".join(sections.values())))
     existing = {p.name for p in ROOT.rglob("*.py")}
     assert named <= existing, f"named but absent: {sorted(named - existing)}"
+
+
+# ------------------------------------------------------------- what the document cites exists
+REPO = ROOT.parent
+# names the document cites that are not speed's (PyG's, Python's, torch's)
+EXTERNAL = {"TGNMemory", "LastNeighborLoader", "DeprecationWarning", "nn.Module"}
+
+
+def defined_at_top(path: Path, name: str) -> bool:
+    """``name`` is a function, class or assigned name at the top level of the file."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def resolve_path(text: str):
+    """A path as the document writes it: from the repository's root, or from ``speed/`` or
+    ``speed/train/`` (``pac/sharded.py``), or a file name unique in the package."""
+    for base in (REPO, ROOT, ROOT / "train"):
+        if (base / text).exists():
+            return base / text
+    named = [p for p in ROOT.rglob(text)] if "/" not in text else []
+    return named[0] if named else None
+
+
+def top_level_names():
+    """Every class, function and assigned name at a module's top level, with its module."""
+    out = {}
+    for mod, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+                [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
+            for n in names:
+                out.setdefault(n, []).append(mod)
+    return out
+
+
+def resolve_dotted(text: str, names) -> bool:
+    """``Class.member``, ``module.name`` (a module under ``speed``/``speed.train``, as the
+    document shortens them) or ``speed.name``: the object exists."""
+    import importlib
+
+    parts = text.split(".")
+    if parts[0] == "speed":
+        obj, rest = importlib.import_module("speed"), parts[1:]
+    else:
+        obj, rest = None, parts
+        for prefix in ("speed.", "speed.train.", "speed.train.run.", "speed.train.pac.", "speed.data."):
+            for cut in range(len(parts) - 1, 0, -1):
+                try:
+                    obj, rest = importlib.import_module(prefix + ".".join(parts[:cut])), parts[cut:]
+                    break
+                except ImportError:
+                    continue
+            if obj is not None:
+                break
+        if obj is None:
+            owners = names.get(parts[0], [])
+            if len(owners) != 1:
+                return False
+            obj, rest = getattr(importlib.import_module(owners[0]), parts[0]), parts[1:]
+    for part in rest:
+        if not hasattr(obj, part) and part not in getattr(obj, "__dataclass_fields__", {}):
+            return False
+        obj = getattr(obj, part, None)
+    return True
+
+
+def doc_citations(text: str):
+    """``(kind, cited)`` for what the document names in backticks: ``file.py:name``, a path
+    (``.py`` or a folder ending in ``/``), a dotted name, or a class or constant name."""
+    out = []
+    for cited in re.findall(r"`([^`\s]+)`", text):
+        cited = cited.rstrip(",;").removesuffix("()")
+        if cited in EXTERNAL or cited.startswith(("-", "[", "@", "speed-tig")):
+            continue
+        if re.fullmatch(r"[\w/]+\.py:\w+", cited):
+            out.append(("file:name", cited))
+        elif re.fullmatch(r"[\w/]+(\.py|/)", cited):
+            out.append(("path", cited))
+        elif re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", cited) and not re.search(r"\.(json|png|npz|toml|csv)$",
+                                                                                       cited):
+            out.append(("dotted", cited))
+        elif re.fullmatch(r"[A-Z]\w*", cited):
+            out.append(("name", cited))
+    return out
+
+
+def broken_citations(text: str):
+    names = top_level_names()
+    broken = []
+    for kind, cited in doc_citations(text):
+        if kind == "file:name":
+            file, name = cited.split(":")
+            path = resolve_path(file)
+            ok = path is not None and defined_at_top(path, name)
+        elif kind == "path":
+            ok = resolve_path(cited.rstrip("/")) is not None
+        elif kind == "dotted":
+            ok = resolve_dotted(cited, names)
+        else:
+            ok = cited in names
+        if not ok:
+            broken.append(cited)
+    return broken
+
+
+def test_every_name_the_architecture_document_cites_exists():
+    """Every ``file.py:name``, path, ``Class.member``, ``module.name`` and class or constant
+    name in docs/architecture.md points at code that exists."""
+    text = DOC.read_text()
+    assert len(doc_citations(text)) > 60  # the check reads the document's citations
+    broken = broken_citations(text)
+    assert not broken, f"docs/architecture.md cites what is not there: {', '.join(broken)}"
+
+
+def test_the_citation_check_finds_stale_names():
+    text = ("`models.py:build_model` `speed/train/model/network.py:build_model` `speed/train/eval/negatives.py:"
+            "NegativeSampler` `NodeStates.recent_interactions` `NodeStates.no_such_verb` `pac/sharded.py` "
+            "`pac/gone.py` `RunFolder` `EpochLoop` `config.SYNC_RULES` `config.model`")
+    assert broken_citations(text) == ["models.py:build_model", "speed/train/eval/negatives.py:NegativeSampler",
+                                      "NodeStates.no_such_verb", "pac/gone.py", "EpochLoop", "config.model"]
+
+
+# --------------------------------------------------- no class calls what only a subclass defines
+def class_table():
+    """Every class of the package: ``name -> (module, bases' names, names it defines)``; a
+    class defines its methods, its class attributes and what its methods assign on ``self``."""
+    table = {}
+    for mod, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                table.setdefault(node.name, []).append((mod, node))
+    return table
+
+
+def self_calls(cls: ast.ClassDef):
+    """``(line, name)`` of every ``self.name(...)`` call in the class's own methods."""
+    out = []
+    for item in cls.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(item):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                    out.append((node.lineno, node.func.attr))
+    return out
+
+
+def is_stub(fn) -> bool:
+    """A method whose body (past its docstring) only raises NotImplementedError: a hook left for
+    a subclass to fill, not a definition."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.dump(body[0])
+
+
+def own_names(cls: ast.ClassDef):
+    names = set()
+    for item in cls.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not is_stub(item):
+                names.add(item.name)
+            for node in ast.walk(item):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                        and isinstance(node.value, ast.Name) and node.value.id == "self":
+                    names.add(node.attr)
+        elif isinstance(item, ast.Assign):
+            names |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            names.add(item.target.id)
+    return names
+
+
+def calls_into_subclasses(table):
+    """``"module:line Class.name"`` where a class calls ``self.name()`` that neither it nor any
+    class it derives from defines (in the package, or an outside base by its attributes), but a
+    class deriving from it does."""
+    import importlib
+
+    def bases(node):
+        return [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
+
+    def ancestors(name, seen=None):
+        seen = set() if seen is None else seen
+        for mod, node in table.get(name, []):
+            for b in bases(node):
+                if b and b not in seen:
+                    seen.add(b)
+                    ancestors(b, seen)
+        return seen
+
+    found = []
+    for name, entries in table.items():
+        for mod, node in entries:
+            calls = self_calls(node)
+            if not calls:
+                continue
+            defined = own_names(node)
+            outside = False
+            for a in ancestors(name):
+                if a in table:
+                    defined |= set().union(*(own_names(n) for _, n in table[a]))
+                else:
+                    outside = True
+            subclasses = [n for other, es in table.items() if name in ancestors(other) for _, n in es]
+            below = set().union(*(own_names(n) for n in subclasses)) if subclasses else set()
+            for line, called in calls:
+                if called in defined or called not in below:
+                    continue
+                if outside:  # an outside base (nn.Module, ...) may define it
+                    try:
+                        if hasattr(getattr(importlib.import_module(mod), name), called):
+                            continue
+                    except Exception:
+                        pass
+                found.append(f"{mod}:{line} {name}.{called}")
+    return found
+
+
+def test_no_class_calls_a_method_only_its_subclass_defines():
+    """Behaviour is composed, not filled in: a class never calls up into a subclass (a template
+    whose hooks only a subclass defines)."""
+    found = calls_into_subclasses(class_table())
+    assert not found, "calls into a subclass: " + "; ".join(found)
+
+
+def test_the_subclass_check_finds_template_hooks():
+    src = ("class Loop:\n    def fit(self):\n        self.train_epoch()\n        self.announce()\n"
+           "    def announce(self):\n        pass\n    def train_epoch(self):\n        raise NotImplementedError\n"
+           "class Rank(Loop):\n    def train_epoch(self):\n        self.announce()\n")
+    table = {}
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ClassDef):
+            table.setdefault(node.name, []).append(("m", node))
+    assert calls_into_subclasses(table) == ["m:3 Loop.train_epoch"]

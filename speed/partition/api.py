@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from .._util import StageTimer
+from .._util import Registered, StageTimer
 from ..data.events import Events
 from ..errors import InputError
 from . import _kernels, baselines
@@ -86,7 +86,7 @@ REGISTRY: Dict[str, Method] = {m.name: m for m in (
     Method("kl", _staged(lambda e, n, p, pr: baselines.kl(e, n, p["seed"])), ("seed",), vertex_cut=False),
     Method("metis", _staged(lambda e, n, p, pr: baselines.metis(e, n, p["seed"])), ("seed",), vertex_cut=False),
 )}
-METHODS = tuple(REGISTRY)
+METHODS = Registered(lambda: REGISTRY)  # as the registry is now (a row added is a method at once)
 VERTEX_CUT = tuple(m.name for m in REGISTRY.values() if m.vertex_cut)  # may replicate nodes
 
 

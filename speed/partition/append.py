@@ -61,20 +61,25 @@ ADVICE = {"edge_cut_increase": 0.10, "replication_increase": 0.10, "appended_fra
 
 class ChunkSource:
     """The new events, in shard ids, read by ranges: ``columns(lo, hi)`` gives ``src, dst``
-    (int64), ``t`` (the stored time dtype) and ``label``/``msg`` when the shards store them."""
+    (int64), ``t`` (the stored time dtype) and ``label``/``msg`` when the shards store them;
+    :func:`chunks` reads them ``chunk`` events at a time."""
 
     num_events: int
+    chunk: int = _CHUNK
 
     def columns(self, lo: int, hi: int) -> Dict[str, np.ndarray]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def chunks(self, desc: Optional[str] = None, progress: Optional[bool] = None,
-               size: int = _CHUNK) -> Iterator[Tuple[int, int, Dict[str, np.ndarray]]]:
-        with progress_bar(self.num_events, desc or "append", progress=progress if desc else False) as bar:
-            for lo in range(0, self.num_events, size):
-                hi = min(self.num_events, lo + size)
-                yield lo, hi, self.columns(lo, hi)
-                bar.update(hi - lo)
+
+def chunks(source: ChunkSource, desc: Optional[str] = None,
+           progress: Optional[bool] = None) -> Iterator[Tuple[int, int, Dict[str, np.ndarray]]]:
+    """``(lo, hi, columns)`` of ``source``'s events, ``source.chunk`` at a time."""
+    n = source.num_events
+    with progress_bar(n, desc or "append", progress=progress if desc else False) as bar:
+        for lo in range(0, n, source.chunk):
+            hi = min(n, lo + source.chunk)
+            yield lo, hi, source.columns(lo, hi)
+            bar.update(hi - lo)
 
 
 class ArraySource(ChunkSource):
@@ -124,7 +129,7 @@ def continue_stream(saved: SavedStream, source: ChunkSource, num_nodes: int, num
         beta, t_ref, span = stream.decay
         if beta and t_last > t_ref:
             stream.cent *= math.exp(beta * (t_ref - t_last) / span)
-        for _, _, c in source.chunks():
+        for _, _, c in chunks(source):
             t = np.asarray(c["t"], dtype=np.float64)
             _kernels.centrality_add(c["src"], c["dst"], t, beta, max(t_last, t_ref), span, stream.cent)
             present[c["src"]] = True
@@ -134,16 +139,16 @@ def continue_stream(saved: SavedStream, source: ChunkSource, num_nodes: int, num
     with timer.stage("assign"):
         dropped_before = stream.dropped
         stream.floor = FLOOR * (saved.num_partitioned + source.num_events)
-        for lo, hi, c in source.chunks("SEP assign", progress):
+        for lo, hi, c in chunks(source, "SEP assign", progress):
             stream.feed(c["src"], c["dst"], event_part[lo:hi])
         node_parts = stream.finish(num_parts)
         if math.isfinite(stream.balance):
-            spread_shared_chunks(lambda: ((c["src"], c["dst"], event_part[lo:hi]) for lo, hi, c in source.chunks()),
+            spread_shared_chunks(lambda: ((c["src"], c["dst"], event_part[lo:hi]) for lo, hi, c in chunks(source)),
                                  node_parts, num_parts, loads=saved.assigned)
     with timer.stage("metrics"):
         nb = _kernels.num_buckets(num_parts)
         counts = np.zeros(nb, dtype=np.int64)
-        for lo, hi, c in source.chunks():
+        for lo, hi, c in chunks(source):
             _, per_bucket = _kernels.bucket_counts(c["src"], c["dst"], node_parts, num_parts, 0)
             counts += per_bucket
             part = event_part[lo:hi]
@@ -362,7 +367,7 @@ def write_version(shards: Shards, saved: SavedStream, source: ChunkSource, node_
         specs["part"] = (np.dtype(np.int32), ())
         bid = np.empty(min(_CHUNK, max(n, 1)), dtype=_kernels.bucket_dtype(P))
         with BucketColumns(tmp / seg_dir, stats["bucket_counts"], specs) as cols:
-            for lo, hi, c in source.chunks("write shards", progress):
+            for lo, hi, c in chunks(source, "write shards", progress):
                 _kernels.bucket_ids(c["src"], c["dst"], node_parts, P, bid[:hi - lo])
                 chunk = {k: c[k] for k in specs if k in c}
                 chunk["eid"] = np.arange(first_eid + lo, first_eid + hi, dtype=np.int64)

@@ -59,9 +59,6 @@ class SpillSource(ChunkSource):
             out[name] = self.spill.read(name, lo, hi).astype(dtype, copy=False)
         return out
 
-    def chunks(self, desc=None, progress=None, size=None):
-        return super().chunks(desc, progress, self.chunk)
-
 
 def append_out_of_core(path, shards_path, max_memory, progress: Optional[bool] = None,
                        reader: Optional[dict] = None) -> Dict:

@@ -18,21 +18,26 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from ..data.split import DEFAULT_TEST, DEFAULT_VAL
+from .._util import Registered
 from ..errors import InputError
 from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.eval.negatives, which needs torch).
 EVAL_STRATEGIES = ("random", "historical", "inductive")
-from .recipes import AGGREGATORS, MESSAGES, MODELS, RECIPES, STATIC_KINDS  # noqa: E402  (the model table; no torch)
+from .recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS  # noqa: E402  (the model table; no torch)
 # the protocol table; no torch
-from .protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, PROTOCOLS, protocol_for_format  # noqa: E402
+from .protocols import DEFAULT_PROTOCOL, PROTOCOLS, protocol_for_format  # noqa: E402
 
 # Baselines evaluated like the models but never trained (speed.train.eval.edgebank).
 BASELINES = ("edgebank", "edgebank-window")
 
-# How shared nodes' memories are combined (speed.train.pac.sync), and "none" to leave them apart.
-SYNC_RULES = ("last", "mean")
-SYNC_MODES = SYNC_RULES + ("none",)
+# How shared nodes' memories are combined: each rule's name and what it does; its function is in
+# speed.train.pac.sync.COMBINE.  "none" (SYNC_MODES) leaves them apart.
+SYNC_RULES: Dict[str, str] = {"last": "the latest state wins (ties: the lowest rank)",
+                              "mean": "the mean of the ranks' states, at the latest time"}
+
+
+SYNC_MODES = Registered(lambda: SYNC_RULES, lambda: ("none",))
 EVAL_MODES = ("assemble", "replay")
 SUBGRAPH_MODES = SUBGRAPHS
 GROUPINGS = ("balanced", "random")
@@ -123,7 +128,7 @@ class TrainConfig:
     """
 
     model: str = _opt("tgn", "model, or a memorisation baseline (EdgeBank, unlimited or time-window memory)",
-                      choices=MODELS + BASELINES)
+                      choices=Registered(lambda: RECIPES, lambda: BASELINES))
     epochs: int = _opt(10, "maximum epochs", interval=POSITIVE_INT)
     batch_size: int = _opt(200, "events per batch", interval=POSITIVE_INT)
     lr: float = _opt(1e-4, "Adam learning rate", interval=POSITIVE)
@@ -166,10 +171,10 @@ class TrainConfig:
                                          "new-node pass), DyGLib's (the same, with historical and inductive "
                                          "negatives), or TGB's (transductive, ranked against hist_rnd candidates, "
                                          "selected on val MRR); default tgn, or tgb for a TGB dataset",
-                                   choices=PROTOCOL_NAMES)
+                                   choices=Registered(lambda: PROTOCOLS))
     eval_negatives: str = _opt("random", "evaluation negatives (Poursafaei et al. 2022): random destinations, or "
                                          "historical / inductive edges (DyGLib's protocol; training negatives stay "
-                                         "random)", choices=EVAL_STRATEGIES)
+                                         "random)", choices=Registered(lambda: EVAL_STRATEGIES))
     pipeline: Optional[bool] = _opt(None, "plan the next batch (sampling, negatives, pending events, features, "
                                           "copies to the device) in a background thread while this one computes "
                                           "(after MSPipe); default: on with a GPU (1.3-1.7x the events/s on an H100), "

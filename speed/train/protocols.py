@@ -99,7 +99,6 @@ PROTOCOLS: Dict[str, Protocol] = {p.name: p for p in (
              strategies=("random",), ranking="hist_rnd", select_on="mrr", default_candidates=100, title="TGB",
              transductive=True, ranking_pool="id_range", formats=("tgb",)),
 )}
-PROTOCOL_NAMES = tuple(PROTOCOLS)
 DEFAULT_PROTOCOL = "tgn"
 
 

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import dyglib, jodie, snap, tgl
+from ..._util import Registered
 from .textio import Column, Layout
 
 # extras(path, layout, t, msg) -> {"msg": ..., "split_times": ...}: what a format reads beside its columns
@@ -68,4 +69,4 @@ FORMAT_SPECS: Dict[str, FormatSpec] = {f.name: f for f in (
     FormatSpec("csv", lambda fields, sep: True, header=None, columns=FIRST_THREE),
     FormatSpec("parquet", None, header=True, columns=FIRST_THREE),
 )}
-FORMATS = tuple(FORMAT_SPECS)
+FORMATS = Registered(lambda: FORMAT_SPECS)  # as the table is now (a row added is a format at once)

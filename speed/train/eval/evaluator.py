@@ -29,8 +29,8 @@ from ..state.spill import Spill
 from ..step.loader import EventStream, PlanLoader
 from .divided import DividedStep, Work, gather_scores
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
-from .negatives import FixedNegatives, NegativeSampler, edge_negatives, eval_seed, hist_rnd_candidates, \
-    random_candidates, random_destinations
+from .negatives import STRATEGIES, FixedNegatives, NegativeSampler, Period, eval_seed, hist_rnd_candidates, \
+    random_candidates
 from ..protocols import PROTOCOLS
 
 PERIODS = ("val", "test")
@@ -273,12 +273,10 @@ class Evaluator:
             dst_pool = self.dst_pool if use_log else np.unique(ev.dst[idx])
             if n == 0:
                 self._negatives[key] = (None, np.empty(0, dtype=np.int64))
-            elif strategy == "random":
-                self._negatives[key] = (None, random_destinations(dst_pool, n, seed))
             else:
-                self._negatives[key] = edge_negatives(ev.src[idx], ev.dst[idx], ev.t_float()[idx], self.batch_size,
-                                                      strategy, seed, src_pool, dst_pool, ref,
-                                                      self._last_observed(period))
+                self._negatives[key] = STRATEGIES[strategy](Period(
+                    ev.src[idx], ev.dst[idx], ev.t_float()[idx], self.batch_size, seed, src_pool, dst_pool, ref,
+                    self._last_observed(period)))
         return self._negatives[key]
 
     def negatives(self, period: str, new_nodes: bool = False, strategy: Optional[str] = None) -> FixedNegatives:

@@ -11,11 +11,16 @@ Evaluation negatives follow the reference code of each protocol (:mod:`speed.tra
 
 They are seeded per period (:func:`eval_seed`), so every model and run on the same data scores
 the same negatives.  Training negatives are drawn in :mod:`speed.train.step.negatives`.
+
+:data:`STRATEGIES` maps each evaluation strategy (``config.EVAL_STRATEGIES``, ``--eval-negatives``)
+to its drawing: a new strategy is its name there, its function here, and the protocol rows that
+offer it (``Protocol.strategies``).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -233,3 +238,51 @@ def hist_rnd_candidates(src: np.ndarray, dst: np.ndarray, t: np.ndarray, dst_poo
         rows.append(np.concatenate([chosen, _distinct_from(rng, dst_pool, k - num_hist,
                                                            np.concatenate([true, seen]))]))
     return _padded(rows, src.size, k, dst)
+
+
+@dataclass(frozen=True)
+class Period:
+    """What a strategy draws a period's negatives from.
+
+    Attributes
+    ----------
+    src, dst, t : ndarray, shape (n,)
+        The events to find negatives for, time-sorted.
+    batch_size : int
+        Events per evaluation batch.
+    seed : sequence of int
+        The period's seed (:func:`eval_seed`, and whether it is the new-node pass).
+    src_pool, dst_pool : int64 ndarray
+        Distinct sources and destinations of the sampler's data.
+    ref : tuple of 3 ndarrays
+        The sampler's data ``(src, dst, t)``, time-sorted.
+    last_observed : float
+        The end of what the model has observed before the period.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    batch_size: int
+    seed: object
+    src_pool: np.ndarray
+    dst_pool: np.ndarray
+    ref: tuple
+    last_observed: float
+
+
+def _random(p: Period) -> Tuple[Optional[np.ndarray], np.ndarray]:
+    return None, random_destinations(p.dst_pool, p.src.size, p.seed)
+
+
+def _edges(strategy: str) -> Callable[[Period], Tuple[np.ndarray, np.ndarray]]:
+    def draw(p: Period):
+        return edge_negatives(p.src, p.dst, p.t, p.batch_size, strategy, p.seed, p.src_pool, p.dst_pool, p.ref,
+                              p.last_observed)
+    return draw
+
+
+# Each evaluation strategy: ``draw(period) -> (neg_src or None, neg_dst)``, int64 (n,) each (None:
+# each event keeps its own source).
+STRATEGIES: Dict[str, Callable[[Period], Tuple[Optional[np.ndarray], np.ndarray]]] = {
+    "random": _random, "historical": _edges("historical"), "inductive": _edges("inductive")}

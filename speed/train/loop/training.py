@@ -23,7 +23,7 @@ from ..model.static import prepare_static
 from ..run.folder import RunFolder, kept_threads
 from ..step.engine import Batches, Engine, EpochLog
 from ..step.loader import EventStream
-from ..step.negatives import RandomNegatives, negative_pool, train_seed
+from ..step.negatives import negative_pool, train_seed, training_negatives
 from ..step.optim import make_optimizer
 from ..step.runtime import resolve_device, seed_everything
 from ..world import World
@@ -71,7 +71,7 @@ class StreamTraining:
         if cut:
             index = index[:cfg.max_steps * cfg.batch_size]
         stats = self.engine.run_epoch(self.stream, Batches(index, cfg.batch_size),
-                                      RandomNegatives(self.neg_pool, train_seed(cfg.seed, epoch)),
+                                      training_negatives(self.neg_pool, train_seed(cfg.seed, epoch)),
                                       desc=f"epoch {epoch}", collect=collect)
         n = int(index.size)
         return EpochLog(epoch=epoch, train_seconds=stats.seconds, train_events=n,

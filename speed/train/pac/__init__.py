@@ -5,7 +5,7 @@ sub-graph of its group of parts.  The modules, one job each:
 
 * :mod:`.groups` -- which parts a rank trains on each epoch, and its sub-graph in local ids;
 * :mod:`.sync` -- the shared-node sync rules (``last``, ``mean``, ``none``); a new rule is a
-  branch of :func:`~.sync.combine_shared` and a name in ``config.SYNC_RULES``;
+  function in :data:`~.sync.COMBINE` and a name in ``config.SYNC_RULES``;
 * :mod:`.averaging` -- local SGD (``average_every``): weights averaged every K steps;
 * :mod:`.gather` -- a rank's node rows in global ids, and a padded gather of scores;
 * :mod:`.sharded` -- the owners of each node's rows while evaluating, the trained state brought

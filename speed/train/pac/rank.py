@@ -31,7 +31,7 @@ from ..step.engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
 from ..step.loader import EventStream
 from ..model.network import StatefulModel
 from ..state.features import MappedFeatures
-from ..step.negatives import RandomNegatives, negative_pool, train_seed
+from ..step.negatives import negative_pool, train_seed, training_negatives
 from ..step.optim import make_optimizer
 from ..step.runtime import peak_device_bytes, peak_rss_bytes, resolve_device, seed_everything
 from ..model.build import configured_model, place_state, time_scale
@@ -148,7 +148,7 @@ class RankTraining:
         full = self.world.all_max(Batches(index, cfg.batch_size).num_batches)  # every rank: the same steps
         cut = bool(cfg.max_steps) and cfg.max_steps < full  # the same on every rank
         batches = CyclingBatches(index, cfg.batch_size, min(full, cfg.max_steps) if cut else full)
-        negatives = RandomNegatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
+        negatives = training_negatives(negative_pool(ev.src, ev.dst, ev.bipartite), train_seed(cfg.seed, epoch, self.rank))
         periodic = [0.0, 0]  # seconds and rounds of the in-epoch syncs
         sync = SharedSync(self.model, rg.num_shared, cfg.sync, self.world)
 

@@ -95,14 +95,11 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
 
     ns = int(num_shared)
     st = local_payload(trained, nodes)
-    mems = target.state.memories()
     winner = None
     sent = received = 0
     held = shared[owner[shared] == rank]  # the shared nodes this rank owns, in the ranks' common order
     for name, (s, lu) in st.memories.items():
-        mem = mems[name]
-        mem.reset_state()
-        mem.write_owned(nodes[ns:], s[ns:].float(), lu[ns:])
+        target.state.write_owned(name, nodes[ns:], s[ns:].float(), lu[ns:], reset=True)
         if ns == 0:
             continue
         packed = _pack(s[:ns], lu[:ns])
@@ -111,7 +108,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         received += sum(p.numel() for p in parts) * 4
         states, last = _unpack(torch.stack(parts))  # (world, S_held, d), (world, S_held)
         c_s, c_l = combine_shared(states, last, rule)
-        mem.write_owned(held, c_s, c_l)
+        target.state.write_owned(name, held, c_s, c_l)
         if name == "memory":  # whose pending events a shared node keeps: the rank whose state won
             winner = latest_rank(torch.stack(world.host_all_gather_rows(lu[:ns])))
     node, other, t, eid = st.pending

@@ -1,10 +1,10 @@
 """Shared-node sync: make the state of the nodes every rank holds agree across ranks.
 
-The rule (:func:`combine_shared`): for each shared node the state with the largest
+The rules (:func:`combine_shared`): for each shared node the state with the largest
 ``last_update`` wins (``last``; ties: the lowest rank), or the mean of the ranks' states
 (``mean``); a rank never takes in a state later than its own clock (ranks move through time at
-their own pace).  To add a rule: a name in :data:`speed.train.config.SYNC_RULES` and a branch of
-:func:`combine_shared`.
+their own pace).  To add a rule: its name in :data:`speed.train.config.SYNC_RULES` and its
+function in :data:`COMBINE` (a rule but ``last`` syncs every shared row each time).
 
 :class:`SharedSync` applies ``last`` sending only what changed: a rank offers the shared rows
 it wrote since the last sync (they have pending events), those it took from another rank at
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
 
-from ..config import SYNC_RULES  # the rules combine_shared applies ("none" never combines)
+from .. import config  # config.SYNC_RULES: the rules' names ("none" never combines)
 from ..model.network import StatefulModel
 
 
@@ -39,17 +39,29 @@ def combine_shared(states: torch.Tensor, last: torch.Tensor, mode: str, now: flo
     rank that is behind in time never takes in another rank's state from its own future; its own
     state (rank ``own``) always takes part.  Returns ``(states (S, d), last (S,))``.
     """
+    if mode not in config.SYNC_RULES or mode not in COMBINE:
+        raise ValueError(f"unknown sync rule {mode!r} (choose from {', '.join(config.SYNC_RULES)})")
     valid = last <= now
     valid[own] = True
     latest = torch.where(valid, last, torch.full_like(last, -float("inf")))
-    if mode not in SYNC_RULES:
-        raise ValueError(f"unknown sync rule {mode!r} (choose from {', '.join(SYNC_RULES)})")
-    if mode == "mean":
-        w = valid.to(states.dtype).unsqueeze(-1)
-        return (states * w).sum(0) / w.sum(0), latest.max(0).values
+    return COMBINE[mode](states, last, valid, latest)
+
+
+def _latest_wins(states, last, valid, latest):
     winner = latest_rank(latest)
     cols = torch.arange(states.shape[1], device=states.device)
     return states[winner, cols], last[winner, cols]
+
+
+def _mean(states, last, valid, latest):
+    w = valid.to(states.dtype).unsqueeze(-1)
+    return (states * w).sum(0) / w.sum(0), latest.max(0).values
+
+
+# Each rule of config.SYNC_RULES: ``rule(states (W, S, d), last (W, S), valid (W, S), latest (W, S))
+# -> (states (S, d), last (S,))``, ``valid`` the states that may take part (not later than the
+# receiving rank's clock, and its own) and ``latest`` their times (-inf where not valid).
+COMBINE: Dict[str, Callable] = {"last": _latest_wins, "mean": _mean}
 
 
 def latest_rank(last: torch.Tensor) -> torch.Tensor:
@@ -111,7 +123,8 @@ class SharedSync:
         The rank's model; its first ``num_shared`` rows are the shared nodes, in the same order
         on every rank.
     num_shared : int
-    mode : {"last", "mean", "none"}
+    mode : str
+        A rule of :data:`speed.train.config.SYNC_RULES`, or "none".
     world : World
         The ranks; rows travel over its device group (where the state is held).
     """
@@ -131,7 +144,8 @@ class SharedSync:
         if self.mode == "none" or ns == 0 or w.size == 1:
             return time.perf_counter() - start
         dev = state.device
-        changed = self.mode == "mean" or state.generation != self.generation
+        # only "last" can be synced from the rows that changed (see the module docstring)
+        changed = self.mode != "last" or state.generation != self.generation
         offer = np.union1d(state.rows_with_pending(ns), self.adopted)
         # one small collective: every rank's count, and whether any asks for a full sync
         head = torch.tensor([offer.size, int(changed)], dtype=torch.long, device=w.device)
@@ -166,8 +180,8 @@ class SharedSync:
         self.adopted = np.empty(0, dtype=np.int64)
         self.refused = {}
 
-    def _mean(self, got, names, mine, ids, now: float) -> np.ndarray:
-        """``mean``: every rank offered every row, in id order."""
+    def _every_row(self, got, names, mine, ids, now: float) -> np.ndarray:
+        """A rule but ``last``: every rank offered every row, in id order."""
         w, state = self.world, self.model.state
         col, writes = 2, {}
         for k in names:
@@ -175,7 +189,7 @@ class SharedSync:
             last = torch.stack([g[:, col:col + 2].contiguous().view(torch.float64).reshape(-1) for g in got])
             states = torch.stack([g[:, col + 2:col + 2 + d] for g in got])
             col += 2 + d
-            s, lu = combine_shared(states.to(state.device), last.to(state.device), "mean", now=now, own=w.rank)
+            s, lu = combine_shared(states.to(state.device), last.to(state.device), self.mode, now=now, own=w.rank)
             writes[k] = (s, lu)
         state.write_memories(ids, writes)
         return np.empty(0, dtype=np.int64)
@@ -183,8 +197,8 @@ class SharedSync:
     def _combine(self, got, names, mine, ids, now: float, full: bool) -> np.ndarray:
         """Apply the rule to the offers received (and the refused ones kept); returns the rows
         that took another rank's state."""
-        if self.mode == "mean":
-            return self._mean(got, names, mine, ids, now)
+        if self.mode != "last":
+            return self._every_row(got, names, mine, ids, now)
         w, state = self.world, self.model.state
         dev = state.device
         me = w.rank

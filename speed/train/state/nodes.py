@@ -354,6 +354,15 @@ class NodeStates:
         for k, (values, last) in memories.items():
             mems[k].write(n_id, values.to(mems[k].device), last.to(mems[k].device))
 
+    def write_owned(self, name: str, nodes: np.ndarray, values: torch.Tensor, last: torch.Tensor,
+                    reset: bool = False) -> None:
+        """Store rows of nodes this rank owns in the sharded memory ``name`` (``nodes`` int64
+        global ids; :class:`~.sharded.ShardedMemory`), first zeroing it when ``reset``."""
+        mem = self.memories()[name]
+        if reset:
+            mem.reset_state()
+        mem.write_owned(nodes, values, last)
+
     def rows(self, n_id: torch.Tensor) -> StateRows:
         """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
         pending = self._pending_of(as_numpy(n_id))

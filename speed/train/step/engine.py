@@ -303,10 +303,7 @@ class Engine:
         def barrier(index: int, pass_ended: bool) -> bool:
             return (pass_ended and index + 1 < total) or sync_due(index + 1, sync_every)
 
-        def draw(n: int):
-            return None, negatives.draw(n, 1)[:, 0]
-
-        loader = PlanLoader(model, stream, batches, draw, pipeline=self.pipeline, staleness=self.staleness,
+        loader = PlanLoader(model, stream, batches, negatives.next_edges, pipeline=self.pipeline, staleness=self.staleness,
                             barrier=barrier, on_pass_start=model.state.reset_structures, observed=observed)
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:

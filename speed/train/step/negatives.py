@@ -1,7 +1,9 @@
 """Training negatives: one random destination per event, drawn from the pool of the training
 events' destinations (items of a bipartite log, every endpoint otherwise), as TGN does.
 
-To add a training strategy: subclass :class:`NegativeSampler`.  The evaluation's negatives, which
+To add a training strategy: subclass :class:`NegativeSampler` (taking ``(pool, seed)``) and make
+it :data:`TRAINING_SAMPLER`: every training run, one process or a PAC rank, draws through
+:func:`training_negatives`.  The evaluation's negatives, which
 follow each protocol's reference code, are in :mod:`speed.train.eval.negatives`.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 from typing import Sequence, Union
 
 import numpy as np
-import torch
 
 
 Seed = Union[int, Sequence[int]]
@@ -38,19 +39,13 @@ def negative_pool(src: np.ndarray, dst: np.ndarray, bipartite: bool) -> np.ndarr
 
 
 class NegativeSampler:
-    """Draws negative destinations; subclasses choose how."""
+    """Where a stream's negatives come from, step after step: what the loader asks of it is
+    :meth:`next_edges`."""
 
-    def draw(self, n: int, k: int = 1) -> np.ndarray:  # pragma: no cover - interface
-        """``(n, k)`` int64 node ids."""
-        raise NotImplementedError
-
-    def draw_tensor(self, n: int, k: int = 1, device=None) -> torch.Tensor:
-        return torch.from_numpy(self.draw(n, k)).to(device)
-
-    def next_edges(self, n: int):
+    def next_edges(self, n: int):  # pragma: no cover - interface
         """Negatives of the next ``n`` events: ``(src or None, dst)``, int64 (n,); None keeps
         each event's own source (destination corruption, as in training)."""
-        return None, self.draw(n, 1)[:, 0]
+        raise NotImplementedError
 
 
 class RandomNegatives(NegativeSampler):
@@ -71,4 +66,18 @@ class RandomNegatives(NegativeSampler):
         self.rng = np.random.default_rng(seed)
 
     def draw(self, n: int, k: int = 1) -> np.ndarray:
+        """``(n, k)`` int64 node ids."""
         return self.pool[self.rng.integers(0, self.pool.size, size=(n, k))]
+
+    def next_edges(self, n: int):
+        return None, self.draw(n, 1)[:, 0]
+
+
+# What every training run draws its negatives with (a NegativeSampler taking ``(pool, seed)``).
+TRAINING_SAMPLER = RandomNegatives
+
+
+def training_negatives(pool: np.ndarray, seed: Seed) -> NegativeSampler:
+    """The training negatives of one epoch of one rank (a single process is rank 0): a
+    :data:`TRAINING_SAMPLER` over ``pool`` seeded with ``seed`` (:func:`train_seed`)."""
+    return TRAINING_SAMPLER(pool, seed)
