@@ -73,10 +73,12 @@ import sys
 import time
 from pathlib import Path
 
+from speed.train.recipes import RECIPES  # (no torch: the table alone)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SAMPLE = ROOT / "data" / "sample.csv"
-MODELS = ("jodie", "dyrep", "tgn", "tige")
+MODELS = tuple(RECIPES)  # every model
 SECTIONS = ("env", "throughput", "single", "state", "pac", "pac_speed", "predictor", "pyg", "profile", "sweep")
 LOSS_RTOL = 1e-2
 AP_ATOL = 0.01

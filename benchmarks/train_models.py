@@ -32,10 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from speed.train.recipes import RECIPES  # (no torch: the table alone)
+
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "data"
 DATASETS = {"wikipedia": SHARED / "wikipedia.csv", "collegemsg": SHARED / "CollegeMsg.txt"}
-MODELS = ("jodie", "dyrep", "tgn", "tige")
+MODELS = tuple(RECIPES)  # every model
 BASELINES = ("edgebank", "edgebank-window")
 STRATEGIES = ("random", "historical", "inductive")
 

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from speed.train.recipes import MODELS
 
 WORKER_TIMEOUT = 120  # seconds a test waits for a worker's result, and a collective may wait
 
@@ -160,7 +161,7 @@ def local_sgd_worker(rank, world, store_file, every, queue):
 
 
 # the combinations the sharded-evaluation test checks: (model, protocol, negatives)
-SHARDED_CASES = [(m, p, s) for m in ("jodie", "dyrep", "tgn", "tige")
+SHARDED_CASES = [(m, p, s) for m in MODELS
                  for p, s in (("tgn", "random"), ("dyglib", "random"), ("dyglib", "historical"),
                               ("dyglib", "inductive"), ("tgb", "random"))]
 

@@ -20,13 +20,12 @@ def _one_line_error(capsys, code, *needles):
         assert n in err, err
     return err
 
+from conftest import generated_shards  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def good_shards(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bad")
-    log = speed.write_generated(tmp / "log.csv", 100, 2000, seed=0)
-    assert main(["partition", str(log), "-o", str(tmp / "s"), "--parts", "2", "--topk", "5", "--no-progress"]) == 0
-    return tmp / "s"
+    return generated_shards(tmp_path_factory.mktemp("bad"), 100, 2000, 0, 2, "--topk", "5")
 
 
 def _copy(src, dst):

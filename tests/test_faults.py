@@ -25,13 +25,12 @@ SPEED = [sys.executable, "-m", "speed"]
 def _cli(args, **kw):
     return subprocess.run(SPEED + [str(a) for a in args], capture_output=True, text=True, timeout=300, **kw)
 
+from conftest import generated_shards  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("faults")
-    log = speed.write_generated(tmp / "log.csv", 400, 30_000, seed=3)
-    assert main(["partition", str(log), "-o", str(tmp / "s"), "--parts", "2", "--no-progress"]) == 0
-    return tmp / "s"
+    return generated_shards(tmp_path_factory.mktemp("faults"), 400, 30_000, 3, 2)
 
 
 def _children(pid: int):

@@ -1,8 +1,11 @@
-"""Property test of the readers: whatever the bytes, the outcome is events or one InputError.
+"""Property test of the readers: whatever the bytes, the outcome is events or one InputError,
+and a valid log is read.
 
 Random bytes, and mutations of a valid log (truncated lines, stray quotes, NULs, huge fields,
 mixed delimiters, a damaged or random gzip stream).  Any other exception, a hang or an
-abort fails the test.
+abort fails the test.  Valid variants of the log (any subset of its rows, CRLF or LF, with or
+without a last newline, gzipped or not, Parquet intact) must be read, event for event: a reader
+that refused everything would fail them.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ def mutated_log(draw):
     return bytes(data)
 
 
-def _read(tmp_path, data: bytes, name: str):
+def _read(tmp_path, data: bytes, name: str, must_read: bool = False):
     path = tmp_path / name
     path.write_bytes(data)
     try:
         ev = read_events(path, progress=False)
     except InputError as exc:
+        assert not must_read, f"a valid log was refused: {exc}"
         assert "\n" not in str(exc), str(exc)  # one line
         return None
     assert isinstance(ev, Events)
@@ -59,6 +63,42 @@ def _read(tmp_path, data: bytes, name: str):
 
 _SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                       HealthCheck.too_slow])
+
+
+_ROWS = _VALID.splitlines()[1:]
+
+
+@st.composite
+def valid_log(draw):
+    """A valid variant of the log and its rows: a subset of the rows in order, LF or CRLF, with or
+    without the last line's newline."""
+    keep = sorted(draw(st.sets(st.integers(0, len(_ROWS) - 1), min_size=1)))
+    eol = draw(st.sampled_from(["\n", "\r\n"]))
+    text = eol.join(["src,dst,t,f0"] + [_ROWS[i] for i in keep]) + (eol if draw(st.booleans()) else "")
+    return text.encode(), keep
+
+
+@settings(max_examples=60, **_SETTINGS)
+@given(log=valid_log(), zipped=st.booleans())
+def test_valid_variants_are_read(tmp_path, log, zipped):
+    data, keep = log
+    ev = _read(tmp_path, gzip.compress(data) if zipped else data, "valid.csv.gz" if zipped else "valid.csv",
+               must_read=True)
+    rows = np.array([[float(x) for x in _ROWS[i].split(",")] for i in keep])
+    assert len(ev) == len(keep)
+    np.testing.assert_array_equal(ev.t_float(), rows[:, 2])
+    np.testing.assert_array_equal(ev.node_ids[ev.src], rows[:, 0].astype(np.int64))
+    np.testing.assert_array_equal(ev.node_ids[ev.dst], rows[:, 1].astype(np.int64))
+    path = tmp_path / "valid_streamed.csv"
+    path.write_bytes(data)
+    blocks = [b for b in BlockStream(path).blocks() if b is not RESTART]
+    assert sum(len(b["src"]) for b in blocks) == len(keep)
+
+
+def test_the_unmutated_inputs_are_read(tmp_path):
+    assert len(_read(tmp_path, _VALID.encode(), "valid.csv", must_read=True)) == 40
+    assert len(_read(tmp_path, gzip.compress(_VALID.encode()), "valid.csv.gz", must_read=True)) == 40
+    assert len(_read(tmp_path, _PARQUET, "valid.parquet", must_read=True)) == 30
 
 
 @settings(max_examples=60, **_SETTINGS)
@@ -120,7 +160,10 @@ def test_damaged_parquet(tmp_path, cut, flips, junk):
     for at in flips:
         raw[at] ^= 0xA5
     data = bytes(raw[:cut]) if cut < len(raw) else bytes(raw)
-    _read(tmp_path, b"PAR1" + junk + data[4:] if junk else data, "log.parquet")
+    ev = _read(tmp_path, b"PAR1" + junk + data[4:] if junk else data, "log.parquet",
+               must_read=not flips and not junk and cut >= len(raw))
+    if ev is not None and not flips and not junk and cut >= len(raw):
+        assert len(ev) == 30
 
 
 @settings(max_examples=20, **_SETTINGS)

@@ -18,6 +18,7 @@ import torch
 
 import speed
 from speed.train import TrainConfig, Trainer
+from speed.train.recipes import MODELS
 from speed.train.model.build import state_placement
 from speed.train.state.memory import NodeMemory
 
@@ -58,7 +59,7 @@ def _speed(*args, **kw):
                           **kw)
 
 
-@pytest.mark.parametrize("model", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("model", MODELS)
 def test_training_on_gpu_matches_cpu(small_log, model):
     cpu, _ = _fit(small_log, model, "cpu")
     gpu, tr = _fit(small_log, model, "cuda")

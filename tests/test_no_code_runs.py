@@ -20,8 +20,8 @@ from speed.train.run import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample.csv"
-TINY = dict(epochs=1, batch_size=200, memory_dim=8, time_dim=8, embedding_dim=8, progress=False, num_threads=1,
-            deterministic=True)
+from conftest import TINY  # noqa: E402  (the tests' one small model)
+RUN = {**TINY, "epochs": 1, "deterministic": True}
 
 
 class Payload:
@@ -44,7 +44,7 @@ def trained(tmp_path_factory):
     (root / "more.csv").write_text("\n".join([lines[0]] + lines[cut:]) + "\n")
     assert main(["partition", str(root / "base.csv"), "-o", str(root / "shards"), "--parts", "2",
                  "--no-progress"]) == 0
-    speed.train(str(root / "shards"), model="jodie", out=root / "run", **TINY)
+    speed.train(str(root / "shards"), model="jodie", out=root / "run", **RUN)
     assert main(["partition", str(root / "more.csv"), "-o", str(root / "shards"), "--append", "--no-progress"]) == 0
     return root
 
@@ -133,7 +133,7 @@ def test_a_stray_tgb_pickle_in_a_shards_folder_is_never_opened(trained, tmp_path
     assert main(["train", str(tgb), "--out", str(tmp_path / "r2"), "--no-progress"]) == 2
     assert "--format tgb" in capsys.readouterr().err
     with pytest.raises(speed.InputError, match="--format tgb"):
-        speed.train(str(tgb), out=tmp_path / "r3", **TINY)
+        speed.train(str(tgb), out=tmp_path / "r3", **RUN)
     assert not marker.exists()
 
 

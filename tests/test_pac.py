@@ -17,17 +17,12 @@ from speed.train.config import ConfigError
 from speed.train.pac import RankFailedError, check_world, combine_shared, part_groups
 from speed.train.recipes import MODELS
 
-TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
-            num_threads=1)
+from conftest import TINY, generated_shards  # noqa: E402  (TINY: the tests' one small model)
 
 
 @pytest.fixture(scope="module")
 def shards4(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pac")
-    log = speed.write_generated(tmp / "log.csv", 300, 3000, seed=1)
-    assert main(["partition", str(log), "-o", str(tmp / "s4"), "--parts", "4", "--topk", "5",
-                 "--no-progress"]) == 0
-    return tmp / "s4"
+    return generated_shards(tmp_path_factory.mktemp("pac"), 300, 3000, 1, 4, "--topk", "5")
 
 
 def test_groups_are_a_deterministic_partition_of_the_parts():
@@ -341,7 +336,7 @@ def test_local_sgd_run_averages_every_k_steps_and_at_the_end(shards4, tmp_path):
         steps = e["ranks"][0]["steps"]
         assert steps >= 4  # so some averages happened inside the epoch
         assert [r["average_rounds"] for r in e["ranks"]] == [-(-steps // 3)] * 2
-    assert m["config"]["average_every"] == 3 and 0.0 <= m["test"]["transductive"]["ap"] <= 1.0
+    assert m["config"]["average_every"] == 3 and [e["epoch"] for e in m["epochs"]] == [1, 2]
 
 
 def test_local_validation_keeps_the_test_exact(shards4, tmp_path):
@@ -526,7 +521,7 @@ def test_two_ranks_train_on_edge_features_read_in_place(feature_shards, tmp_path
     kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **TINY)
     m = speed.train(feature_shards, validation="local", out=tmp_path / "run", **kw)
     again = speed.train(feature_shards, validation="local", out=tmp_path / "again", **kw)
-    assert m["data"]["msg_dim"] == 3 and 0 < m["test"]["transductive"]["ap"] <= 1
+    assert m["data"]["msg_dim"] == 3
     assert m["test"] == again["test"] and m["epochs"][0]["val"] == again["epochs"][0]["val"]
 
 

@@ -13,8 +13,8 @@ from speed.train.eval.metrics import link_metrics
 from speed.data.node_index import NodeIndex
 from speed.train.run.checkpoint import load_checkpoint
 
-TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
-            num_threads=1, epochs=1, seed=0)
+from conftest import TINY  # noqa: E402  (the tests' one small model)
+RUN = {**TINY, "epochs": 1, "seed": 0}
 
 
 def _log(rng, n=2000, msg_dim=0, string_ids=False):
@@ -45,7 +45,7 @@ def _rescore_test(pred, events, run):
                                          ("dyrep", {})])
 def test_scores_on_the_test_period_equal_the_runs_own_evaluation(tmp_path, model, extra):
     events = _log(np.random.default_rng(1), **extra)
-    m = speed.train(events, model=model, out=tmp_path, **TINY)
+    m = speed.train(events, model=model, out=tmp_path, **RUN)
     pred = speed.load_run(tmp_path, at="test")
     got = _rescore_test(pred, events, tmp_path)
     assert got["ap"] == pytest.approx(m["test"]["transductive"]["pooled"]["ap"], abs=1e-9)
@@ -64,7 +64,7 @@ def test_scores_on_the_test_period_equal_the_runs_own_evaluation(tmp_path, model
 
 def test_replay_evaluation_checkpoint_matches_its_metrics(tmp_path):
     events = _log(np.random.default_rng(2))
-    m = speed.train(events, model="tgn", out=tmp_path, eval="replay", **{**TINY, "epochs": 2})
+    m = speed.train(events, model="tgn", out=tmp_path, eval="replay", **{**RUN, "epochs": 2})
     got = _rescore_test(speed.load_run(tmp_path, at="test"), events, tmp_path)
     assert got["ap"] == pytest.approx(m["test"]["transductive"]["pooled"]["ap"], abs=1e-9)
 
@@ -72,7 +72,7 @@ def test_replay_evaluation_checkpoint_matches_its_metrics(tmp_path):
 def test_parallel_run_checkpoint_matches_its_metrics(tmp_path):
     log = speed.write_generated(tmp_path / "log.csv", 300, 3000, seed=1)
     assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "4", "--no-progress"]) == 0
-    m = speed.train(tmp_path / "s", model="tgn", nproc=2, out=tmp_path / "run", **TINY)
+    m = speed.train(tmp_path / "s", model="tgn", nproc=2, out=tmp_path / "run", **RUN)
     events = speed.load_shards(tmp_path / "s").events()
     got = _rescore_test(speed.load_run(tmp_path / "run", at="test"), events, tmp_path / "run")
     assert got["ap"] == pytest.approx(m["test"]["transductive"]["pooled"]["ap"], abs=1e-9)
@@ -82,7 +82,7 @@ def test_parallel_run_checkpoint_matches_its_metrics(tmp_path):
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run")
     events = _log(np.random.default_rng(3))
-    speed.train(events, model="tgn", out=tmp / "run", **TINY)
+    speed.train(events, model="tgn", out=tmp / "run", **RUN)
     return tmp / "run", events
 
 
@@ -117,7 +117,7 @@ def test_update_embed_score_and_their_refusals(run):
 
 def test_edge_features_are_required_when_the_model_uses_them(tmp_path):
     events = _log(np.random.default_rng(4), n=800, msg_dim=3)
-    speed.train(events, model="tgn", out=tmp_path, **TINY)
+    speed.train(events, model="tgn", out=tmp_path, **RUN)
     pred = speed.load_run(tmp_path)
     t = pred.t_last + 1
     with pytest.raises(speed.InputError, match="uses 3 edge features"):
@@ -153,7 +153,7 @@ def test_jodie_format_run_keeps_users_and_items_apart(tmp_path):
     (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
     events = speed.read_events(tmp_path / "log.csv")
     assert events.meta.format == "jodie"
-    speed.train(events, model="jodie", out=tmp_path / "run", **TINY)
+    speed.train(events, model="jodie", out=tmp_path / "run", **RUN)
     pred = speed.load_run(tmp_path / "run")
     assert pred.index.per_side
     with pytest.raises(speed.InputError, match="side="):

@@ -79,7 +79,8 @@ def test_a_new_model_trains_saves_and_loads_as_a_run(monkeypatch, tmp_path):
                          num_threads=1).validate()
     model = build_model("counted", ev.num_nodes, memory_dim=8, time_dim=8, embedding_dim=8)
     metrics = Trainer(ev, split, config, model=model, out=tmp_path / "run").fit()
-    assert 0.0 <= metrics["test"]["transductive"]["ap"] <= 1.0
+    assert metrics["best_epoch"] == 1
+    assert set(metrics["test"]) == {"transductive"}  # no held-out nodes: no inductive figures
     pred = load_run(tmp_path / "run")
     assert pred.net.name == "counted"
     counts = pred.state.memory_dict()["batch_count.memory"][:, 0]

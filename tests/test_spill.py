@@ -11,7 +11,7 @@ import speed
 from speed.train import TrainConfig, Trainer
 from speed.train.state import spill as S
 
-TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100)
+from conftest import TINY, generated_shards  # noqa: E402  (TINY: the tests' one small model)
 
 
 @pytest.fixture
@@ -65,8 +65,7 @@ def test_reading_back_goes_a_window_at_a_time(small_windows):
 def _fit(log):
     events = speed.read_events(log, progress=False)
     split = speed.chronological_split(events, seed=0)
-    cfg = TrainConfig(model="tige", epochs=1, deterministic=True, seed=0, progress=False, num_threads=1,
-                      **TINY).validate()
+    cfg = TrainConfig(model="tige", epochs=1, deterministic=True, seed=0, **TINY).validate()
     return Trainer(events, split, cfg).fit()
 
 
@@ -80,17 +79,12 @@ def test_an_evaluation_that_spills_its_period_start_gives_the_same_figures(tmp_p
 
 
 def test_a_cycling_rank_that_spills_its_pass_gives_the_same_run(tmp_path, monkeypatch):
-    from speed.cli import main
-
-    log = speed.write_generated(tmp_path / "log.csv", 300, 3000, seed=1)
-    assert main(["partition", str(log), "-o", str(tmp_path / "s"), "--parts", "2", "--topk", "5",
-                 "--no-progress"]) == 0
-    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, progress=False, num_threads=1,
-              **(TINY | {"batch_size": 60}))
-    kept = speed.train(tmp_path / "s", out=tmp_path / "kept", **kw)
+    shards = generated_shards(tmp_path, 300, 3000, 1, 2, "--topk", "5")
+    kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, **(TINY | {"batch_size": 60}))
+    kept = speed.train(shards, out=tmp_path / "kept", **kw)
     monkeypatch.setenv("SPEED_SPILL_MIN_BYTES", "0")  # the spawned ranks spill every array
     monkeypatch.setenv("SPEED_SPILL_WINDOW_BYTES", "4096")
-    spilled = speed.train(tmp_path / "s", out=tmp_path / "spilled", **kw)
+    spilled = speed.train(shards, out=tmp_path / "spilled", **kw)
     ranks = kept["epochs"][0]["ranks"]
     assert any(1 < r["passes"] != int(r["passes"]) for r in ranks)  # a rank restored its last pass
     assert [e["loss"] for e in spilled["epochs"]] == [e["loss"] for e in kept["epochs"]]

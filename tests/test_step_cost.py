@@ -15,6 +15,7 @@ from speed.train.step.engine import Batches
 from speed.train.step.losses import link_loss
 from speed.train.step.negatives import RandomNegatives, train_seed
 from speed.train.step.optim import FlatAdam
+from speed.train.recipes import MODELS
 
 # calls that make the host wait for a GPU when their input is on one (item(), float(t), int(t),
 # bool(t) all end in _local_scalar_dense)
@@ -59,7 +60,7 @@ def _count_steps(tr, first, last):
     return count
 
 
-@pytest.mark.parametrize("model", ["jodie", "dyrep", "tgn", "tige"])
+@pytest.mark.parametrize("model", MODELS)
 def test_a_training_step_calls_nothing_that_waits_for_the_device(model):
     """item(), float(t), nonzero, unique ... in a step would each stop a GPU's queue: none."""
     count = _count_steps(_trainer(model), 3, 8)

@@ -12,8 +12,8 @@ from speed.train.eval.metrics import ranking_metrics
 pd = pytest.importorskip("pandas")  # TGB's processed table is a pandas pickle (the dgl extra has pandas)
 
 NAME = "tgbl-fixture"
-TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
-            num_threads=1, epochs=1, seed=0)
+from conftest import TINY  # noqa: E402  (the tests' one small model)
+RUN = {**TINY, "epochs": 1, "seed": 0}
 
 
 def make_tgb(root, n=1200, k=12, seed=0):
@@ -59,7 +59,7 @@ def test_read_tgb_keeps_ids_split_and_stored_negatives(tmp_path):
 
 def test_training_ranks_test_events_against_the_stored_negatives(tmp_path):
     folder, (u, i, ts, _, test_time) = make_tgb(tmp_path)
-    m = speed.train(speed.read_tgb(folder), model="tgn", out=tmp_path / "run", **TINY)
+    m = speed.train(speed.read_tgb(folder), model="tgn", out=tmp_path / "run", **RUN)
     assert m["data"]["num_test_events"] == int((ts > test_time).sum())
     assert m["protocol"] == "tgb" and "inductive" not in m["test"]  # TGB's protocol is transductive
     ev = speed.read_tgb(folder)

@@ -15,8 +15,8 @@ from speed.train.api import update
 from speed.train.online.update import OnlineUpdater
 from speed.train.run.predictor import open_checkpoint, predictor_from
 
-TINY = dict(memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, batch_size=100, progress=False,
-            num_threads=1, epochs=1, seed=0)
+from conftest import TINY  # noqa: E402  (the tests' one small model)
+RUN = {**TINY, "epochs": 1, "seed": 0}
 
 
 def _log(rng, n, t0=0.0, msg_dim=0, nodes=(60, 80)):
@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("update")
     rng = np.random.default_rng(3)
     base = _log(rng, 2000, msg_dim=3)
-    speed.train(base, model="tgn", out=root / "run", **TINY)
+    speed.train(base, model="tgn", out=root / "run", **RUN)
     new = _log(rng, 1000, t0=2e5, msg_dim=3, nodes=(70, 90))
     return root, base, new
 
@@ -111,7 +111,7 @@ def test_updated_run_is_complete_and_the_old_one_unchanged(trained, tmp_path):
         assert "test" not in mm and "epochs" not in mm and mm["before_updates"]["test"] == trained_m["test"]
     assert m3["data"]["t_max"] == float(second.t[-1]) and not (tmp_path / "run3" / "curves.png").exists()
     # a new training run in an updated run's folder leaves none of the update's files
-    speed.train(base, model="tgn", out=tmp_path / "run3", **TINY)
+    speed.train(base, model="tgn", out=tmp_path / "run3", **RUN)
     assert not (tmp_path / "run3" / "updates.png").exists()
 
 
@@ -129,7 +129,7 @@ def test_passes_take_each_event_into_the_memory_once(trained):
 def test_update_with_a_learned_static_table_grows_it_for_new_nodes(tmp_path):
     rng = np.random.default_rng(5)
     base = _log(rng, 1500)
-    speed.train(base, model="tgn", out=tmp_path / "run", static_memory="learned", **TINY)
+    speed.train(base, model="tgn", out=tmp_path / "run", static_memory="learned", **RUN)
     new = _log(rng, 500, t0=2e5, nodes=(90, 120))
     m = update(tmp_path / "run", new, tmp_path / "run2", progress=False)
     assert m["updates"][0]["new_nodes"] > 0
@@ -205,14 +205,14 @@ def test_parallel_update_from_shards(tmp_path):
     split the new events, and RUN2's state is the run's end state continued, memory only, with the
     trained weights."""
     s = _base_and_more(tmp_path, 4000, 3000, 60, 100, "--topk", "5")
-    speed.train(s, model="tgn", out=tmp_path / "run", **TINY)
+    speed.train(s, model="tgn", out=tmp_path / "run", **RUN)
     assert main(["partition", str(tmp_path / "more.csv"), "-o", str(s), "--append", "--no-progress"]) == 0
     one = update(tmp_path / "run", s, tmp_path / "single", progress=False)["updates"][0]
     par1 = update(tmp_path / "run", s, tmp_path / "par1", nproc=1, progress=False)["updates"][0]
     assert par1["ap"] == pytest.approx(one["ap"], abs=1e-12) and par1["auc"] == pytest.approx(one["auc"], abs=1e-12)
     par2 = update(tmp_path / "run", s, tmp_path / "par2", nproc=2, progress=False)["updates"][0]
     assert par2["nproc"] == 2 and sum(par2["rank_events"]) == 1000 == par2["events"] and min(par2["rank_events"]) > 0
-    assert 0 <= par2["ap"] <= 1 and len(par2["windows"]) == 10
+    assert len(par2["windows"]) == 10 and sum(w["events"] for w in par2["windows"]) == 1000
     updated = speed.load_run(tmp_path / "par2")
     again = speed.load_run(tmp_path / "run")
     again.net.load_state_dict({k: v for k, v in updated.net.state_dict().items()})
@@ -237,7 +237,7 @@ def test_two_updates_into_one_out_exactly_one_succeeds(tmp_path):
     import sys
 
     s = _base_and_more(tmp_path, 3000, 2500, 40, 60)
-    speed.train(s, model="jodie", out=tmp_path / "run", **TINY)
+    speed.train(s, model="jodie", out=tmp_path / "run", **RUN)
     argv = [sys.executable, "-m", "speed", "update", str(tmp_path / "run"), str(tmp_path / "more.csv"), "--out",
             str(tmp_path / "u"), "--no-progress"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -23,8 +23,9 @@ from speed.train.pac import sync
 from speed.train.step import negatives as train_negatives
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
-TRAIN = dict(epochs=1, batch_size=100, memory_dim=8, time_dim=8, embedding_dim=8, neighbors=3, progress=False,
-             num_threads=1, seed=0)
+from conftest import TINY  # noqa: E402
+
+TRAIN = {**TINY, "epochs": 1, "seed": 0}
 
 
 def log(num_events=800, seed=0):
