@@ -15,6 +15,8 @@ from speed.train.config import TrainConfig
 from speed.train.step.engine import Batches, Engine
 from speed.train.step.negatives import RandomNegatives, negative_pool
 from speed.train.protocols import PROTOCOLS
+from speed.train.config import BASELINES
+from speed.data.readers.formats import FORMAT_SPECS
 from speed.train.step.loader import EventStream
 from speed.train.model.network import build_model
 from speed.train.run.predictor import load_run
@@ -91,8 +93,10 @@ def test_a_new_model_trains_saves_and_loads_as_a_run(monkeypatch, tmp_path):
     assert pred.score([0], [1]).shape == (1,)
 
 
-REGISTRY_NAMES = set(recipes.RECIPES) | set(PROTOCOLS) | set(components.COMPONENTS)
-REGISTRY_FILES = {"recipes.py", "protocols.py", "components.py"}
+REGISTRY_NAMES = set(recipes.RECIPES) | set(PROTOCOLS) | set(components.COMPONENTS) | set(BASELINES) | \
+    set(FORMAT_SPECS)
+# the rows themselves, and config.py, where the baselines' names are registered
+REGISTRY_FILES = {"recipes.py", "protocols.py", "components.py", "formats.py", "config.py"}
 
 
 def name_comparisons(tree):

@@ -39,7 +39,7 @@ import numpy as np
 from .._util import StageTimer, atomic_dir, full_time, progress_bar
 from ..data import _kernels as data_kernels
 from ..data.meta import EventsMeta
-from ..data.readers import RESTART, BlockStream
+from ..data.readers import FORMAT_SPECS, RESTART, BlockStream
 from ..data.readers.read import time_guess
 from ..data.split import DEFAULT_NEW_NODE_FRACTION, DEFAULT_TEST, DEFAULT_VAL, check_fractions, held_out_nodes, \
     SplitPoints, split_points
@@ -323,7 +323,7 @@ def _parse(source: BlockStream, spill: LogSpill, progress):
                                    **source.provenance()))
     info.meta.whole_labels = state["whole_labels"]
     info.meta.t_range = (state.get("first_t", state["last_t"]), state["last_t"])
-    if not source.time_named and source.fmt in ("csv", "snap", "parquet"):
+    if not source.time_named and not FORMAT_SPECS[source.fmt].names_time:
         info.meta.time_guess = time_guess(info.meta.columns["t"], spill.rows, 0, state["distinct"],
                                           info.meta.t_range[0], info.meta.t_range[1], state["whole_times"])
     return (src_marks, dst_marks), info

@@ -75,7 +75,7 @@ def _train(data, config: TrainConfig, folder: Optional[RunFolder], split: Option
         events, split = _load(data, split, config)
         config = config.for_data(events.meta.format)
         split.require_trainable(events.meta.source)
-        return run_edgebank(events, split, config, out, mode="unlimited" if config.model == "edgebank" else "window")
+        return run_edgebank(events, split, config, out, mode=BASELINES[config.model])
     if parallel:
         path = data.path if isinstance(data, Shards) else data
         if isinstance(data, Events) or not Path(path).is_dir():

@@ -29,7 +29,8 @@ from .recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS  # noqa: E402 
 from .protocols import DEFAULT_PROTOCOL, PROTOCOLS, protocol_for_format  # noqa: E402
 
 # Baselines evaluated like the models but never trained (speed.train.eval.edgebank).
-BASELINES = ("edgebank", "edgebank-window")
+# (each name: EdgeBank's memory mode, speed.train.eval.edgebank.run_edgebank)
+BASELINES: Dict[str, str] = {"edgebank": "unlimited", "edgebank-window": "window"}
 
 # How shared nodes' memories are combined: each rule's name and what it does; its function is in
 # speed.train.pac.sync.COMBINE.  "none" (SYNC_MODES) leaves them apart.

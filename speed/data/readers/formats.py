@@ -46,6 +46,13 @@ class FormatSpec:
         What the format reads beside its columns (companion files, a split), see ``Extras``.
     out_of_core : callable, optional
         Refuses, with an :class:`~speed.InputError`, what the streaming reader cannot do.
+    names_time : bool
+        The format says which column is time (a plain CSV's third column is only a guess, checked
+        to look like time: ``meta.time_guess``).
+    whitespace : bool
+        Fields are separated by runs of spaces and tabs (SNAP).
+    columnar : bool
+        A columnar binary file (Parquet), read by pyarrow, never sniffed as text.
     """
 
     name: str
@@ -56,17 +63,22 @@ class FormatSpec:
     features_from: Optional[int] = None
     extras: Optional[Extras] = None
     out_of_core: Optional[OutOfCore] = None
+    names_time: bool = False
+    whitespace: bool = False
+    columnar: bool = False
 
 
 FIRST_THREE = (lambda ncols: (0, 1, 2, None))
 
 FORMAT_SPECS: Dict[str, FormatSpec] = {f.name: f for f in (
     FormatSpec("dyglib", dyglib.detect, header=True, columns=dyglib.columns, extras=dyglib.extras,
-               out_of_core=dyglib.out_of_core),
-    FormatSpec("tgl", tgl.detect, header=True, columns=tgl.columns, extras=tgl.extras, out_of_core=tgl.out_of_core),
-    FormatSpec("jodie", jodie.detect, header=True, columns=jodie.columns, bipartite=True, features_from=4),
-    FormatSpec("snap", snap.detect, header=False, columns=FIRST_THREE),
+               out_of_core=dyglib.out_of_core, names_time=True),
+    FormatSpec("tgl", tgl.detect, header=True, columns=tgl.columns, extras=tgl.extras, out_of_core=tgl.out_of_core,
+               names_time=True),
+    FormatSpec("jodie", jodie.detect, header=True, columns=jodie.columns, bipartite=True, features_from=4,
+               names_time=True),
+    FormatSpec("snap", snap.detect, header=False, columns=FIRST_THREE, whitespace=True),
     FormatSpec("csv", lambda fields, sep: True, header=None, columns=FIRST_THREE),
-    FormatSpec("parquet", None, header=True, columns=FIRST_THREE),
+    FormatSpec("parquet", None, header=True, columns=FIRST_THREE, columnar=True),
 )}
 FORMATS = Registered(lambda: FORMAT_SPECS)  # as the table is now (a row added is a format at once)

@@ -33,7 +33,7 @@ def opened_as_parquet(path: Path, fmt: Optional[str], cols_in: dict) -> bool:
         raise InputError("file is empty", path, 1)
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})", path)
-    if not (fmt == "parquet" or (fmt is None and is_parquet(path))):
+    if not (FORMAT_SPECS[fmt].columnar if fmt is not None else is_parquet(path)):
         return False
     for k, default in zip(("src", "dst", "t"), FORMAT_SPECS["parquet"].columns(0)):
         if cols_in[k] is None:
@@ -166,7 +166,7 @@ def read_events(
     ev.meta.out_of_order_rows = out_of_order
     if lay is not None and text_time:
         ev.meta.time_text = "iso"
-    if time_col is None and fmt in ("csv", "snap", "parquet"):
+    if time_col is None and not FORMAT_SPECS[fmt].names_time:
         _check_guessed_time(ev, path)
     if lay is not None:
         ev.meta.update(first_data_line=lay.first_data_line, gzip=gz)

@@ -35,7 +35,7 @@ def sniff(path: Path, gz: bool, fmt: Optional[str], sep: Optional[str], header: 
     given = sep is not None
     if sep is None:
         sep = "," if "," in first else "\t" if "\t" in first else ";" if ";" in first else " "
-        if sep == "\t" and fmt in (None, "snap") and is_snap(first.split(), " ") and len(first.split("\t")) != \
+        if sep == "\t" and (fmt is None or FORMAT_SPECS[fmt].whitespace) and is_snap(first.split(), " ") and len(first.split("\t")) != \
                 len(first.split()):
             sep = " "  # a SNAP file mixing tabs and spaces: whitespace-separated
     fields = split_fields(first, sep)

@@ -1,6 +1,6 @@
 """PAC: parallel training over shards (the SPEED paper, §II-C, Alg. 2).
 
-One process per GPU (or CPU share) trains the same model with DistributedDataParallel on the
+One process per GPU (or CPU share) trains the same model with DDP (the world's wrapper) on the
 sub-graph of its group of parts.  The modules, one job each:
 
 * :mod:`.groups` -- which parts a rank trains on each epoch, and its sub-graph in local ids;

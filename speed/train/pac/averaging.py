@@ -33,8 +33,8 @@ def local_step_hook(state, bucket):
     return fut
 
 
-def averaged_parameters(ddp: torch.nn.parallel.DistributedDataParallel) -> List[torch.nn.Parameter]:
-    """The parameters DDP synchronises (those it was told to ignore, e.g. a learned static
+def averaged_parameters(ddp: torch.nn.Module) -> List[torch.nn.Parameter]:
+    """The parameters the DDP wrapper ``ddp`` (:meth:`~speed.train.world.World.wrap`) synchronises (those it was told to ignore, e.g. a learned static
     table merged by :func:`speed.train.model.static.merge_static`, are left out)."""
     ignore = getattr(ddp, "parameters_to_ignore", set())
     return [p for name, p in ddp.module.named_parameters() if p.requires_grad and name not in ignore]

@@ -192,7 +192,7 @@ class Engine:
     forward : callable, optional
         Runs the forward pass, ``forward(plan, rows, message_inputs, num_events) -> (pos, neg,
         z, states, lasts)``: the weights ``model.net`` (default) or their
-        ``DistributedDataParallel`` wrapper.
+        DDP wrapper.
     progress : bool, optional
         A progress bar per epoch.
     pipeline : bool
