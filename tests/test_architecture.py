@@ -537,3 +537,28 @@ def test_the_subclass_check_finds_template_hooks():
         if isinstance(node, ast.ClassDef):
             table.setdefault(node.name, []).append(("m", node))
     assert calls_into_subclasses(table) == ["m:3 Loop.train_epoch"]
+
+
+# ---------------------------------------------------------------------- one meaning per name
+def definitions():
+    """``name -> [module, ...]`` of every top-level class and every private top-level function."""
+    out = {}
+    for mod, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) or (isinstance(node, ast.FunctionDef) and node.name.startswith("_")
+                                                  and not node.name.startswith("__")):
+                out.setdefault(node.name, []).append(mod)
+    return out
+
+
+def test_no_two_modules_define_a_class_or_private_function_of_one_name():
+    """A class name means one class (there were two ``Spill``), and a module's private helper is
+    not copied into another (there were two ``_rank_main``, two ``_pack``)."""
+    twice = {name: mods for name, mods in definitions().items() if len(mods) > 1}
+    assert not twice, f"defined in more than one module: {twice}"
+
+
+def test_torch_distributed_is_set_up_in_the_world_module_alone():
+    users = sorted(mod for mod, path in modules().items()
+                   if re.search(r"\b(init_process_group|DistributedDataParallel)\b", path.read_text()))
+    assert users == ["speed.train.world"], users

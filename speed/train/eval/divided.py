@@ -37,6 +37,7 @@ import torch
 from ..model.network import RowLayout
 from ..model.queries import QueryLayout
 from ..state.batch_plan import BatchPlan, DyRepPlan
+from ..state.sharded import pack_rows, unpack_rows
 
 
 @dataclass
@@ -99,16 +100,6 @@ class StepScores:
 def shares(n: int, size: int) -> np.ndarray:
     """Bounds of ``size`` contiguous shares of ``n`` events: share ``r`` is ``[b[r], b[r+1])``."""
     return np.array([n * r // size for r in range(size + 1)], dtype=np.int64)
-
-
-def _pack(s: torch.Tensor, lu: torch.Tensor) -> torch.Tensor:
-    """Rows of states (float32 (n, d)) and times (float64 (n,)) as float32 (n, d + 2), bit-exact."""
-    return torch.cat([s.to(torch.float32), lu.to(torch.float64).contiguous().view(torch.float32).reshape(-1, 2)], 1)
-
-
-def _unpack(x: torch.Tensor):
-    d = x.shape[-1] - 2
-    return x[..., :d], x[..., d:].contiguous().view(torch.float64).reshape(x.shape[:-1])
 
 
 class DividedStep:
@@ -321,9 +312,9 @@ class DividedStep:
         ids = np.concatenate(send_ids) if send_ids else np.empty(0, dtype=np.int64)
         s_send, l_send = state.held_rows(ids)
         t0 = time.perf_counter()
-        got = w.host_exchange(_pack(s_send, l_send), send_counts, recv_counts)
+        got = w.host_exchange(pack_rows(s_send, l_send), send_counts, recv_counts)
         self._count(got.shape[0], ids.size, got.shape[1] * 4, time.perf_counter() - t0)
-        s_in, l_in = _unpack(got)
+        s_in, l_in = unpack_rows(got)
         # put the received rows in their places among mine (each rank's, ascending by position)
         owner_rows = row_owner[rows]
         here = np.flatnonzero(owner_rows == me)
@@ -362,11 +353,11 @@ class DividedStep:
             send_counts.append(out.size)
             recv_counts.append(int(np.count_nonzero(key_owner[need] == r)))
         idx = torch.from_numpy(np.concatenate(send_idx) if send_idx else np.empty(0, dtype=np.int64))
-        packed = _pack(states.index_select(0, idx.to(states.device)), lasts.index_select(0, idx.to(lasts.device)))
+        packed = pack_rows(states.index_select(0, idx.to(states.device)), lasts.index_select(0, idx.to(lasts.device)))
         t0 = time.perf_counter()
         got = w.host_exchange(packed.cpu(), send_counts, recv_counts)
         self._count(got.shape[0], int(idx.numel()), got.shape[1] * 4, time.perf_counter() - t0)
-        s_in, l_in = _unpack(got)
+        s_in, l_in = unpack_rows(got)
         d = states.shape[1]
         t_states = torch.empty(need.size, d, dtype=states.dtype, device=states.device)
         t_lasts = torch.empty(need.size, dtype=lasts.dtype, device=lasts.device)

@@ -456,7 +456,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
     if trained:
         new_metrics["before_updates"] = {**metrics.get("before_updates", {}), **trained}
     with atomic_dir(out, overwrite=overwrite, markers=folder.MARKERS, kind=folder.KIND, owned=folder.OWNED) as tmp:
-        _save(tmp, updater, saved, payload)
+        _save_updated(tmp, updater, saved, payload)
         (tmp / folder.METRICS).write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
         plot_updates(new_metrics, tmp / folder.UPDATES_PLOT)
         if (run / folder.CONFIG).exists():  # (curves.png, the training's epochs, stays with the run trained)
@@ -464,7 +464,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
     return new_metrics
 
 
-def _save(target: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
+def _save_updated(target: Path, updater: OnlineUpdater, saved: ckpt.Checkpoint, payload: Dict) -> None:
     """``best.json`` of the updated run: weights and node state now, the optimiser, and the
     predictor payload (with the negative pool and the replay reservoir)."""
     pred, model = updater.pred, updater.model

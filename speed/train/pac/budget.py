@@ -1,7 +1,7 @@
 """``speed plan``: what a parallel run would put on each rank, without training.
 
 It runs the same grouping (:func:`~.groups.part_groups`) and sub-graph construction
-(:func:`~.groups.rank_graph`) as :class:`~.rank.PacRank`, so its figures are the ones a real
+(:func:`~.groups.rank_graph`) as :class:`~.rank.RankTraining`, so its figures are the ones a real
 run records in ``metrics.json``.
 """
 

@@ -25,6 +25,8 @@ from typing import Dict, Sequence
 import numpy as np
 import torch
 
+from ..state.sharded import pack_rows, unpack_rows
+
 
 def owners(num_nodes: int, shared: np.ndarray, own: Sequence[np.ndarray], world: int) -> np.ndarray:
     """The rank that holds each node's rows during evaluation.
@@ -48,16 +50,6 @@ def owners(num_nodes: int, shared: np.ndarray, own: Sequence[np.ndarray], world:
         out[ids] = r
     out[shared] = (np.arange(shared.size) % world).astype(dtype)
     return out
-
-
-def _pack(s: torch.Tensor, lu: torch.Tensor) -> torch.Tensor:
-    """Rows of states (float32 (n, d)) and times (float64 (n,)) as float32 (n, d + 2), bit-exact."""
-    return torch.cat([s.to(torch.float32), lu.to(torch.float64).contiguous().view(torch.float32).reshape(-1, 2)], 1)
-
-
-def _unpack(x: torch.Tensor):
-    d = x.shape[-1] - 2
-    return x[..., :d], x[..., d:].contiguous().view(torch.float64).squeeze(-1)
 
 
 def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.ndarray, owner: np.ndarray,
@@ -102,11 +94,11 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         target.state.write_owned(name, nodes[ns:], s[ns:].float(), lu[ns:], reset=True)
         if ns == 0:
             continue
-        packed = _pack(s[:ns], lu[:ns])
+        packed = pack_rows(s[:ns], lu[:ns])
         parts = world.host_exchange_by_owner(packed, owner[shared].astype(np.int64))
         sent += packed.numel() * 4
         received += sum(p.numel() for p in parts) * 4
-        states, last = _unpack(torch.stack(parts))  # (world, S_held, d), (world, S_held)
+        states, last = unpack_rows(torch.stack(parts))  # (world, S_held, d), (world, S_held)
         c_s, c_l = combine_shared(states, last, rule)
         target.state.write_owned(name, held, c_s, c_l)
         if name == "memory":  # whose pending events a shared node keeps: the rank whose state won

@@ -242,7 +242,8 @@ class SharedSync:
             own_s, own_l = state.rows(nodes).memories[k]
             own = _Offers(nodes, torch.full_like(nodes, me), own_l.to(dev), own_s.to(dev))
             every = _Offers.cat([own, cand])
-            # winner per node: the latest time, then the lowest rank (stable sorts, last key first)
+            # winner per node: latest_rank's rule (the latest time, then the lowest rank) over offers
+            # that differ in number per node, so by sorting (stable sorts, last key first)
             o = torch.argsort(every.rank, stable=True)
             o = o[torch.argsort(-every.last[o], stable=True)]
             o = o[torch.argsort(every.node[o], stable=True)]

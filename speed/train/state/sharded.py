@@ -30,6 +30,19 @@ def _local_index(owner: np.ndarray, mine: np.ndarray) -> np.ndarray:
     return local
 
 
+
+def pack_rows(states: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """Rows of states (float32 (n, d)) and their times (float64 (n,)) as one float32 (n, d + 2)
+    tensor, bit for bit: how rows travel between ranks in one collective."""
+    return torch.cat([states.to(torch.float32),
+                      last.to(torch.float64).contiguous().view(torch.float32).reshape(-1, 2)], 1)
+
+
+def unpack_rows(x: torch.Tensor):
+    """:func:`pack_rows`'s ``(states (..., d), last (...))`` back, from float32 (..., d + 2)."""
+    d = x.shape[-1] - 2
+    return x[..., :d], x[..., d:].contiguous().view(torch.float64).reshape(x.shape[:-1])
+
 class Exchange:
     """Counts what the ranks send each other when reading sharded rows."""
 
