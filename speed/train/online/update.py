@@ -313,7 +313,7 @@ class OnlineUpdater:
         neg = pool[self.rng.integers(0, pool.size, size=m)]
         k = cfg.mrr_negatives if (cfg.mrr and score) else 0
         lay = QueryLayout(m, k=k)
-        # each event's k candidates at its own time (they were tiled over the batch's times)
+        # each event's k candidates at its own time, as the evaluator queries them (the layout's times)
         nodes = [lay.nodes(src, dst, neg, candidates=pool[self.rng.integers(0, pool.size, size=m * k)] if k else None)]
         times = [lay.times(t)]
         r = 0
