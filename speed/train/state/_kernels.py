@@ -95,3 +95,87 @@ def pending_counts(nodes, times, start, cnt, pend_t):
                 hi = mid
         out[b] = lo - start[i]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_ranks(values):
+    """The rank of each of the distinct int64 ``values`` in ascending order (LSD radix sort, 11
+    bits a pass, over the bits the values span: no comparisons, O(n) a pass)."""
+    n = values.shape[0]
+    rank = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return rank
+    lo = values.min()
+    span = np.uint64(values.max() - lo)
+    order = np.arange(n)
+    tmp = np.empty(n, dtype=np.int64)
+    shift = np.uint64(0)
+    count = np.empty(2049, dtype=np.int64)
+    while True:
+        count[:] = 0
+        for a in range(n):
+            d = ((np.uint64(values[order[a]] - lo)) >> shift) & np.uint64(2047)
+            count[d + np.uint64(1)] += 1
+        for d in range(2048):
+            count[d + 1] += count[d]
+        for a in range(n):
+            i = order[a]
+            d = ((np.uint64(values[i] - lo)) >> shift) & np.uint64(2047)
+            tmp[count[d]] = i
+            count[d] += 1
+        order, tmp = tmp, order
+        shift += np.uint64(11)
+        if shift >= np.uint64(64) or (span >> shift) == np.uint64(0):
+            break
+    for a in range(n):
+        rank[order[a]] = a
+    return rank
+
+
+@numba.njit(cache=True, nogil=True)
+def unique_first_inverse(keys):
+    """``np.unique(keys, return_index=True, return_inverse=True)`` for int64 ``keys``, the same
+    three arrays: the distinct values ascending, each one's first position, and each key's
+    place among them.  Distinct keys are found by hashing (O(n)) and only they are sorted, so a
+    step's memory keys (many slots of one hub) cost their distinct count, not their number."""
+    n = keys.shape[0]
+    cap = 16
+    bits = 4
+    while cap < 2 * n:
+        cap <<= 1
+        bits += 1
+    mask = cap - 1
+    slot_key = np.empty(cap, dtype=np.int64)
+    slot_id = np.full(cap, -1, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
+    u = 0
+    for i in range(n):
+        key = keys[i]
+        h = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+        while True:
+            j = slot_id[h]
+            if j == -1:
+                slot_id[h] = u
+                slot_key[h] = key
+                first[u] = i
+                ids[i] = u
+                u += 1
+                break
+            if slot_key[h] == key:
+                ids[i] = j
+                break
+            h = (h + 1) & mask
+    distinct = np.empty(u, dtype=np.int64)
+    for a in range(u):
+        distinct[a] = keys[first[a]]
+    rank = _sorted_ranks(distinct)
+    values = np.empty(u, dtype=np.int64)
+    firsts = np.empty(u, dtype=np.int64)
+    for a in range(u):
+        values[rank[a]] = distinct[a]
+        firsts[rank[a]] = first[a]
+    inverse = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        inverse[i] = rank[ids[i]]
+    return values, firsts, inverse

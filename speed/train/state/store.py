@@ -128,7 +128,7 @@ class MessageStore:
         node = np.asarray(node, dtype=np.int64)
         if node.size == 0:
             return
-        uniq = np.unique(node)
+        uniq = _kernels.unique_first_inverse(node)[0]  # np.unique(node), by hashing
         row, o_other, o_t, o_eid = self.gather(uniq)
         keep = o_t >= before
         all_node = np.concatenate([uniq[row[keep]], node])
