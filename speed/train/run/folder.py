@@ -207,6 +207,8 @@ class RunFolder:
                     made = False  # another run's folder: not ours to remove
                     raise InputError(f"another run is writing this {KIND}; wait for it to end, or choose another "
                                      "output", self.path) from None
+                except OSError:  # a file system without advisory locks (some network mounts): unlocked
+                    pass
             yield
             ok = True
         finally:
