@@ -7,20 +7,17 @@ Rooms, lowest first (a module imports its own room and the rooms before it):
 * ``model/`` -- the weights (modules, networks, a static memory) and building a run's model;
 * ``step/`` -- one training step and one epoch: loader, engine, training negatives, optimiser,
   a process's device and seeds;
-* ``run/`` -- a run's files: checkpoints, the report, the Predictor, applying a run to files;
+* ``run/`` -- a run's files: the folder's owner, checkpoints, the report, the Predictor, applying
+  a run to files;
 * ``eval/`` -- full-graph evaluation: protocols' negatives, metrics, EdgeBank;
-* ``loop/`` -- the epoch loop and the single-process trainer;
-* ``pac/`` -- parallel training: groups, sync, gather, a rank, the launcher;
+* ``loop/`` -- the one trainer (its epoch loop), given its world, its training and its
+  evaluation; a single process's training and evaluation;
+* ``pac/`` -- parallel training: groups, sync, gather, a rank's training and its sharded
+  evaluation, the launcher;
 * ``online/`` -- updating a run with new events, in one process or in parallel;
 * ``api`` -- ``speed.train`` and ``speed.update``.
 
-Where things go:
-
-* a model -- a row of :data:`speed.train.recipes.RECIPES` (new kinds of module in
-  :mod:`speed.train.model.modules`, built in :func:`speed.train.model.network.build_model`);
-* a hyperparameter -- a field of :class:`speed.train.config.TrainConfig` (the CLI follows);
-* a training negative strategy -- a :class:`speed.train.step.negatives.NegativeSampler`;
-* a sync rule -- :mod:`speed.train.pac.sync`.
+Where things go: docs/architecture.md's "Where to add" table (each row shown by a test).
 """
 
 import importlib
