@@ -92,3 +92,14 @@ def test_an_updates_ranking_candidates_are_embedded_at_their_events_time(tmp_pat
     for times, te in seen:
         lay = QueryLayout(te.size, k=k)
         np.testing.assert_array_equal(times[lay.candidates], np.repeat(te, k))
+
+
+def test_the_queries_after_the_events_are_the_layouts_tail():
+    m, k = 5, 2
+    lay = QueryLayout(m, neg_dst=True, neg_src=True, k=k)
+    src, dst, nd, ns = (np.arange(m) + 100 * g for g in range(4))
+    cand = np.arange(m * k).reshape(m, k) + 1000
+    t = np.arange(m, dtype=np.float64)
+    nodes, times = lay.after_events(t, nd, ns, cand)
+    assert (nodes == QueryLayout.nodes(src, dst, nd, ns, cand)[2 * m:]).all()
+    assert (times == lay.times(t)[2 * m:]).all() and times.dtype == np.float64

@@ -121,6 +121,14 @@ class QueryLayout:
             parts.append(np.repeat(t, self.k))
         return np.concatenate(parts)
 
+    def after_events(self, t: np.ndarray, neg_dst: Optional[np.ndarray] = None, neg_src: Optional[np.ndarray] = None,
+                     candidates: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """``(nodes, times)`` of the queries after the events' own ``[src, dst]`` (a step that
+        places the events first itself: :meth:`StatefulModel.step_events`)."""
+        empty = np.empty(0, dtype=np.int64)
+        nodes = QueryLayout.nodes(empty, empty, neg_dst, neg_src, candidates)
+        return nodes, self.times(t)[2 * self.m:]
+
     # ------------------------------------------------------------------ scoring
     def score(self, score: Callable, z, pairs=None, candidates=None, which: Sequence[str] = ("pos", "neg", "cand")
               ) -> Tuple:

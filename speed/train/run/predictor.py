@@ -340,17 +340,15 @@ class Predictor:
             cand_rows = self._rows(candidates.reshape(-1), "dst").cpu().numpy().reshape(candidates.shape)
         pos, neg, cand = [], [], []
 
-        def extra(i: int, j: int, t_batch: np.ndarray):
-            groups = []
-            if neg_rows is not None:
-                groups += [(neg_rows[1][i:j], t_batch), (neg_rows[0][i:j], t_batch)]
-            if cand_rows is not None:
-                groups.append((cand_rows[i:j].reshape(-1), np.repeat(t_batch, cand_rows.shape[1])))
-            return groups
+        drawn, k = neg_rows is not None, 0 if cand_rows is None else cand_rows.shape[1]
+
+        def extra(i: int, j: int, t_batch: np.ndarray):  # the queries after the events' own
+            lay = QueryLayout(j - i, neg_dst=drawn, neg_src=drawn, k=k)
+            return [lay.after_events(t_batch, neg_rows[1][i:j] if drawn else None, neg_rows[0][i:j] if drawn else None,
+                                     cand_rows[i:j] if k else None)]
 
         def scored(i: int, j: int, z: torch.Tensor):
-            drawn = neg_rows is not None
-            lay = QueryLayout(j - i, neg_dst=drawn, neg_src=drawn, k=0 if cand_rows is None else cand_rows.shape[1])
+            lay = QueryLayout(j - i, neg_dst=drawn, neg_src=drawn, k=k)
             p, n, c = lay.score(self._model.score, z)
             pos.append(p.cpu().numpy())
             if n is not None:
