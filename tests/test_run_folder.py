@@ -91,3 +91,19 @@ def test_scratch_space_lies_in_the_run_folder_when_it_exists(tmp_path):
     run.path.mkdir()
     inside = run.scratch("speed-log")
     assert inside.parent == run.path and inside.name.startswith(".speed-log.tmp-")
+
+
+def test_a_new_run_replaces_every_file_of_the_old_one_and_says_what_it_wrote(tmp_path, capsys):
+    log = tmp_path / "log.csv"
+    speed.write_generated(log, 60, 1500, seed=2)
+    out = tmp_path / "run"
+    args = ["train", str(log), "--out", str(out), "--epochs", "1", "--memory-dim", "8", "--time-dim", "8",
+            "--embedding-dim", "8", "--no-progress", "--threads", "1", "--batch-size", "100"]
+    assert main(args) == 0
+    assert (out / "best.json").exists()
+    (out / "updates.png").write_bytes(b"an updated run's plot")
+    capsys.readouterr()
+    assert main(args + ["--overwrite", "--max-steps", "2"]) == 0  # every epoch cut: no best epoch
+    said = capsys.readouterr().out
+    assert not (out / "best.json").exists() and not list(out.glob("best.*")) and not (out / "updates.png").exists()
+    assert said.strip().splitlines()[-1] == f"wrote {out}/metrics.json, curves.png, last.json, negatives.npz, config.toml"

@@ -123,12 +123,19 @@ def _candidates_text(tt: dict, k: int) -> str:
     return f"{k} candidates per event, none a true edge"
 
 
+def _wrote(out: Path) -> str:
+    """``wrote RUN/metrics.json, curves.png, ...``: the run's files as they are in its folder."""
+    from ..train.run.folder import RunFolder
+
+    files = RunFolder(out).files()
+    return f"wrote {out}/{', '.join(files)}" if files else f"wrote nothing to {out}"
+
+
 def format_train_summary(m: dict, out: Path) -> str:
     """A human-readable summary of a training run (or of a baseline's evaluation)."""
     lines = []
     if m.get("edgebank"):
         head = f"{m['model']} ({m['edgebank']['mode']} memory, not trained)"
-        files = "metrics.json, negatives.npz, config.toml"
     else:
         lines.append(f"{'epoch':>5}  {'loss':>7}  {'val AP':>7}  {'val AUC':>7}  {'events/s':>9}  {'seconds':>7}")
         for e in m["epochs"]:
@@ -139,7 +146,6 @@ def format_train_summary(m: dict, out: Path) -> str:
                          + (f"  cut after {e['train_events']:,} events (--max-steps)" if e.get("cut") else ""))
         lines.append("")
         head = f"best epoch {m['best_epoch']} ({m['model']})"
-        files = "metrics.json, curves.png, best.json, last.json, negatives.npz, config.toml"
     d = m.get("data", {})
     if d.get("num_events"):
         cols = f" ({', '.join(f'{k} {v}' for k, v in d['columns'].items())})" if d.get("columns") else ""
@@ -180,7 +186,7 @@ def format_train_summary(m: dict, out: Path) -> str:
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no best.json was written")
-        lines.append(f"wrote {out}/metrics.json, curves.png, last.json")
+        lines.append(_wrote(out))
         return "\n".join(lines)
     tt, ti = m["test"]["transductive"], m["test"].get("inductive")
     how = {"per_batch": "mean over batches", "pooled": "pooled"}.get(tt.get("aggregate"), "pooled")
@@ -214,7 +220,7 @@ def format_train_summary(m: dict, out: Path) -> str:
         lines.append(f"node classification AUROC {m['node_classification']['auroc']:.4f} (test)")
     for message in m.get("warnings", []):
         lines.append(f"warning: {message}")
-    lines.append(f"wrote {out}/{files}")
+    lines.append(_wrote(out))
     return "\n".join(lines)
 
 

@@ -43,8 +43,9 @@ MARKERS = (METRICS, LAST, BEST, OLD_LAST, OLD_BEST)
 # every name speed writes here: --overwrite replaces a folder that holds nothing else
 OWNED = (METRICS, CURVES, BEST, "best.*.safetensors", LAST, "last.*.safetensors", NEGATIVES, CONFIG, UPDATES_PLOT,
          OLD_BEST, OLD_LAST, ".*.tmp-*")
-# files of an updated run that a new training run in its folder would leave stale
-STALE_AFTER_TRAINING = (UPDATES_PLOT,)
+# what a run leaves in its folder, in the order a summary names them (the files of a new training
+# run replace all of them: those it does not write again would describe another run)
+RESULTS = (METRICS, CURVES, BEST, "best.*.safetensors", LAST, "last.*.safetensors", NEGATIVES, CONFIG, UPDATES_PLOT)
 
 NO_LAST = ("no checkpoint here to resume from (a run stopped before its first epoch ended keeps none: start it "
            "again without --resume)")
@@ -151,10 +152,20 @@ class RunFolder:
         return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
     # ------------------------------------------------------------------ writing
+    def files(self) -> list:
+        """The names of the run's files in the folder now (``RESULTS``' order; a checkpoint's
+        tensor files go under its ``.json``)."""
+        return [n for n in RESULTS if "*" not in n and (self.path / n).is_file()]
+
     def clear_stale(self) -> None:
-        """Remove the files a replaced run wrote that a new training run does not write again."""
-        for name in STALE_AFTER_TRAINING:
-            (self.path / name).unlink(missing_ok=True)
+        """A new training run replaces the folder's run: remove every file of the earlier one
+        (a run whose epochs are all cut writes no ``best.json``, and one that was never updated
+        no ``updates.png``: the old ones would stay and describe another run).  Scratch folders
+        (``.*.tmp-*``) stay: a rank may be using one."""
+        for pattern in RESULTS:
+            for p in self.path.glob(pattern):
+                if p.is_file():
+                    p.unlink(missing_ok=True)
 
     def write_results(self, metrics: Dict, negatives=None) -> None:
         """``metrics.json``, ``curves.png`` (loss and validation per epoch; a baseline trains no
