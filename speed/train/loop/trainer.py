@@ -34,6 +34,7 @@ from ..run.folder import RunFolder
 from ..step.engine import EarlyStopping, EpochLog, epoch_line
 from ..step.runtime import peak_device_bytes, peak_rss_bytes
 from ..world import World
+from .training import local_parts
 
 
 class Trainer:
@@ -69,8 +70,6 @@ class Trainer:
                  threads_why: Optional[str] = None):
         self.folder = None if out is None else RunFolder(out)
         if training is None:
-            from .training import local_parts
-
             world, config, training, evaluation, threads_why = local_parts(events, split, config, model, self.folder)
         self.events, self.split, self.config = events, split, config
         self.world = world if world is not None else World.alone()
