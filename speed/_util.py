@@ -513,15 +513,6 @@ class Registered:
     def __len__(self) -> int:
         return len(self._now())
 
-    def __getitem__(self, i):
-        return self._now()[i]
-
-    def __eq__(self, other) -> bool:
-        return self._now() == tuple(other) if isinstance(other, (tuple, list, Registered)) else NotImplemented
-
-    def __hash__(self):
-        return id(self)
-
     def __add__(self, other) -> Tuple[str, ...]:
         return self._now() + tuple(other)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from pathlib import Path
 from typing import Dict, Optional
@@ -43,7 +42,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     dict or None
         The metrics written to ``metrics.json`` (None on non-zero torchrun ranks).
     """
-    from .pac.launch import refuse_in_a_starting_rank, under_torchrun
+    from .pac.launch import refuse_in_a_starting_rank, torchrun_rank, under_torchrun
 
     config = TrainConfig(model=model, nproc=nproc, **kwargs).validate()
     if config.parallel and not under_torchrun():
@@ -56,7 +55,7 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     elif config.resume:
         raise InputError("resume needs the run directory (out=...)")
     # one run writes a folder at a time (under torchrun, rank 0 writes it)
-    holds = folder is not None and (not under_torchrun() or int(os.environ.get("RANK", "0")) == 0)
+    holds = folder is not None and (not under_torchrun() or torchrun_rank() == 0)
     with folder.lock() if holds else contextlib.nullcontext():
         return _train(data, config, folder, split, under_torchrun())
 

@@ -150,6 +150,10 @@ def torchrun_world() -> int:
     return int(os.environ["WORLD_SIZE"])
 
 
+def torchrun_rank() -> int:
+    return int(os.environ["RANK"])
+
+
 def refuse_in_a_starting_rank() -> None:
     """Leave at once when this process is a rank being started and importing the user's script
     ran ``speed.train(nproc=...)`` again: the script has no ``if __name__ == "__main__":`` guard.
@@ -174,7 +178,7 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
         # a worker would train on alone.  It ends with the agent instead (Linux).
         die_with_parent(os.getppid())
         world = torchrun_world()
-        return _rank_main(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)),
+        return _rank_main(torchrun_rank(), world, int(os.environ.get("LOCAL_RANK", 0)),
                           str(shards.path), config, None if out is None else str(out))
     if out is None:
         raise InputError("a spawned parallel run needs an output directory (out=...)")

@@ -68,9 +68,6 @@ class RunFolder:
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
 
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
     @property
     def best(self) -> Path:
         return self.path / BEST
@@ -137,7 +134,7 @@ class RunFolder:
     def model_name(self) -> Optional[str]:
         """The model the run trained, from ``metrics.json`` (None when unreadable)."""
         try:
-            return json.loads((self.path / METRICS).read_text()).get("model")
+            return self.metrics().get("model")
         except (OSError, ValueError, AttributeError):
             return None
 
