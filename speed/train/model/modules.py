@@ -226,7 +226,9 @@ class GraphAttentionEmbedding(nn.Module):
         # the edge part through linearity: the edge weight per head (H, c, F), the query through
         # it (B, H, F), against each slot's features (B, k, F)
         w_edge = self.edge.weight.view(h, c, -1)
-        q_edge = torch.einsum("bhc,hcf->bhf", q, w_edge)
+        # per head, (B, c) @ (c, F): einsum would do this bmm too, between permutes and reshapes
+        # that double its operators forward and back
+        q_edge = torch.bmm(q.transpose(0, 1), w_edge).transpose(0, 1)
         enc = time_enc(nbr_dt)  # empty slots get weight 0 below
         parts = [(nbr_e, q_edge[..., :self.msg_dim])] if self.msg_dim else []
         parts.append((enc, q_edge[..., self.msg_dim:]))
@@ -245,7 +247,7 @@ class GraphAttentionEmbedding(nn.Module):
             out = (alpha.unsqueeze(-1) * value).sum(1)
         # Σ_j α_ij f_ij per head (B, H, F), then the edge weight
         pooled = torch.cat([torch.bmm(alpha.transpose(1, 2), feat) for feat, _ in parts], dim=-1)
-        out = out + torch.einsum("bhf,hcf->bhc", pooled, w_edge)
+        out = out + torch.bmm(pooled.transpose(0, 1), w_edge.transpose(1, 2)).transpose(0, 1)
         return out.reshape(b, self.out_dim) + self.root(s)
 
 

@@ -142,10 +142,18 @@ class QueryLayout:
         def call(a, b, layout):
             return score(a, b) if layout is None else score(a, b, layout)
 
-        z_src = z[self.src]
-        pos = call(z_src, z[self.dst], pairs) if "pos" in which else None
-        neg = call(z[self.neg_src], z[self.neg_dst], pairs) if self.has_neg_dst and "neg" in which else None
+        rest = z.shape[0] - self.end
+        if rest < 0:
+            raise ValueError(f"{self} needs {self.end} embeddings, got {z.shape[0]}")
+        # one split, not a slice per group: its backward is one cat, where each slice's pads
+        # its gradient to the whole of z and the engine adds the padded copies
+        parts = z.split([self.m] * self.groups + [self.m * self.k, rest])
+        z_src = parts[0]
+        pos = call(z_src, parts[1], pairs) if "pos" in which else None
+        neg = None
+        if self.has_neg_dst and "neg" in which:
+            neg = call(parts[3] if self.has_neg_src else z_src, parts[2], pairs)
         cand = None
         if self.k and "cand" in which:
-            cand = call(z_src.repeat_interleave(self.k, dim=0), z[self.candidates], candidates).reshape(self.m, self.k)
+            cand = call(z_src.repeat_interleave(self.k, dim=0), parts[self.groups], candidates).reshape(self.m, self.k)
         return pos, neg, cand
