@@ -117,3 +117,22 @@ def apply_threads(n: int) -> None:
     except (ImportError, ValueError):
         pass
     torch.set_num_threads(int(n))
+
+
+def for_new_thread():
+    """A function that gives the thread calling it this thread's numba pool size.
+
+    numba's thread count is per thread: a thread it was never set in runs its parallel kernels
+    (neighbour sampling) on every core, beside the cores this process's share already uses.
+    Call this in the parent, and what it returns first thing in the child."""
+    try:
+        import numba
+
+        n = numba.get_num_threads()
+    except ImportError:
+        return lambda: None
+
+    def apply() -> None:
+        numba.set_num_threads(n)
+
+    return apply

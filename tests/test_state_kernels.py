@@ -4,7 +4,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import numba
+
 from speed.train.state._kernels import unique_first_inverse
+from speed.train.state.sampler import RecentNeighborSampler
 
 INT64 = np.iinfo(np.int64)
 
@@ -32,3 +35,62 @@ def test_unique_by_hashing_on_a_steps_keys():
     got = unique_first_inverse(keys)
     want = np.unique(keys, return_index=True, return_inverse=True)
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def _rings_in_time_order(k, undirected, held, nodes, times, rings):
+    """The sampler's meaning, one query at a time in time order (pure Python): before each query
+    the held events strictly earlier than its time enter the rings (a ring keeps its node's latest
+    ``k``); its answer is its ring's entries earlier than its time, newest first.  ``held``: a
+    list of (src, dst, t, eid), consumed; ``rings``: node -> list of (nbr, t, eid), oldest first."""
+    out = [None] * len(nodes)
+
+    def flush(before):
+        while held and held[0][2] < before:
+            a, b, t, e = held.pop(0)
+            rings.setdefault(a, []).append((b, t, e))
+            if undirected and a != b:
+                rings.setdefault(b, []).append((a, t, e))
+            for n in (a, b):
+                rings[n] = rings.get(n, [])[-k:]
+
+    for i in sorted(range(len(nodes)), key=lambda i: times[i]):
+        flush(times[i])
+        out[i] = [x for x in rings.get(nodes[i], [])[::-1] if x[1] < times[i]]
+    return out
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 80), st.integers(1, 4), st.booleans(), st.integers(1, 25),
+       st.integers(0, 2**31 - 1), st.booleans())
+def test_parallel_ring_sampling_is_the_time_ordered_one(n, e, k, undirected, batch, seed, earlier):
+    """Queries answered in parallel (none waiting for another's insertions) get what answering
+    them one by one in time order gives, whatever the thread count: equal times, self-loops,
+    directed rings, repeated nodes, and queries earlier than what a ring already holds (DyRep's
+    message-time queries, ``earlier``)."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    t = np.sort(rng.integers(0, e // 3 + 2, e)).astype(np.float64)
+    sampler = RecentNeighborSampler(n, k, undirected=undirected)
+    held, rings = [], {}
+    threads = numba.get_num_threads()
+    try:
+        for step, s in enumerate(range(0, e, batch)):
+            sl = slice(s, s + batch)
+            sampler.push(src[sl], dst[sl], t[sl], np.arange(s, min(e, s + batch)))
+            held += list(zip(src[sl].tolist(), dst[sl].tolist(), t[sl].tolist(), range(s, min(e, s + batch))))
+            q_nodes = np.concatenate([src[sl], dst[sl], rng.integers(0, n, 3)])
+            q_t = np.concatenate([t[sl], t[sl], rng.choice(t[sl], 3)])
+            if earlier and s:
+                q_t[-3:] = rng.uniform(t[0] - 1, t[s - 1] + 1, 3)
+            numba.set_num_threads(1 + step % threads)
+            got = sampler.sample_arrays(q_nodes, q_t)
+            want = _rings_in_time_order(k, undirected, held, q_nodes.tolist(), q_t.tolist(), rings)
+            for b, w in enumerate(want):
+                m = got[3][b]
+                assert m.tolist() == [True] * len(w) + [False] * (k - len(w))
+                assert [(int(x), float(y), int(z)) for x, y, z in zip(got[0][b][m], got[1][b][m], got[2][b][m])] == \
+                    [(int(x), float(y), int(z)) for x, y, z in w]
+                assert not got[0][b][~m].any() and not got[1][b][~m].any() and (got[2][b][~m] == -1).all()
+            assert sampler.held == len(held)
+    finally:
+        numba.set_num_threads(threads)

@@ -40,48 +40,114 @@ def ring_flush(hold_src, hold_dst, hold_t, hold_e, lo, hi, before, nbr, nbr_t, n
     return j
 
 
-@numba.njit(cache=True, nogil=True)
-def ring_sample(nodes, times, order, hold_src, hold_dst, hold_t, hold_e, lo, hi, nbr, nbr_t, nbr_e, head, count,
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hash_slot(key, bits):
+    """Slot of int64 ``key`` in an open-addressing table of ``2**bits`` slots (Fibonacci hashing:
+    the product's high bits, which every bit of the key reaches)."""
+    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def ring_sample(nodes, times, hold_src, hold_dst, hold_t, hold_e, lo, hi, nbr, nbr_t, nbr_e, head, count,
                 undirected, out_n, out_t, out_e, out_mask):
-    """Answer queries ``(nodes[b], times[b])`` in the time order ``order``: before each, the held
-    events strictly earlier than its time enter the rings; then the ring's entries with
-    ``t < time`` are its neighbours, most recent first.  Returns the new held start.
+    """Answer queries ``(nodes[b], times[b])`` as if in time order, each after the held events
+    strictly earlier than its time entered the rings: the latest ``k`` entries of its ring then,
+    those with ``t < time``, most recent first.  Returns the new held start (the held events
+    earlier than the latest query are in the rings afterwards).
+
+    The queries run in parallel (``prange``), none waiting for another's insertions: the held
+    events earlier than every query enter the rings first; those between the earliest and the
+    latest query are indexed by ring owner (a hash table of per-owner lists, newest first), and
+    each query reads its node's list (the ones before its time) ahead of its ring, as the ring
+    would hold them after those insertions.  Then the rest enter the rings.
 
     Outputs are (B, k) arrays filled left to right; ``out_mask`` marks real entries and unused
-    slots keep node 0, time 0, eid -1.  A query earlier than an answered one (DyRep's
-    message-time queries) only reads: entries at or after its time are skipped.
+    slots keep node 0, time 0, eid -1.  A query earlier than entries already in its ring
+    (DyRep's message-time queries) only reads: entries at or after its time are skipped.
     """
+    nq = nodes.shape[0]
     k = nbr.shape[1]
-    j = lo
-    for a in range(order.shape[0]):
-        b = order[a]
-        q = times[b]
-        if j < hi and hold_t[j] < q:
-            j = ring_flush(hold_src, hold_dst, hold_t, hold_e, j, hi, q, nbr, nbr_t, nbr_e, head, count, undirected)
+    if nq == 0:
+        return lo
+    q_min = times[0]
+    q_max = times[0]
+    for b in range(1, nq):
+        q_min = min(q_min, times[b])
+        q_max = max(q_max, times[b])
+    j = ring_flush(hold_src, hold_dst, hold_t, hold_e, lo, hi, q_min, nbr, nbr_t, nbr_e, head, count, undirected)
+    end = j
+    while end < hi and hold_t[end] < q_max:
+        end += 1
+    # the ring entries events j..end-1 would add, each owner's linked newest first (open addressing)
+    cap, bits = 16, 4
+    while cap < 4 * (end - j):
+        cap, bits = cap * 2, bits + 1
+    owner = np.full(cap, -1, dtype=np.int64)
+    newest = np.empty(cap, dtype=np.int64)
+    older = np.empty(2 * (end - j), dtype=np.int64)
+    ent_ev = np.empty(2 * (end - j), dtype=np.int64)
+    ent_nb = np.empty(2 * (end - j), dtype=np.int64)
+    m = 0
+    for x in range(j, end):
+        a = hold_src[x]
+        c = hold_dst[x]
+        sides = 2 if undirected and a != c else 1  # a self-loop is one interaction, not two
+        for side in range(sides):
+            o = a if side == 0 else c
+            h = _hash_slot(o, bits)
+            while owner[h] != -1 and owner[h] != o:
+                h = (h + 1) & (cap - 1)
+            older[m] = newest[h] if owner[h] == o else -1
+            owner[h] = o
+            newest[h] = m
+            ent_ev[m] = x
+            ent_nb[m] = c if side == 0 else a
+            m += 1
+    for b in numba.prange(nq):
         i = nodes[b]
+        q = times[b]
         filled = 0
-        for r in range(count[i]):
-            slot = (head[i] - 1 - r) % k
+        taken = 0  # of the k newest entries the ring would hold
+        if m:
+            h = _hash_slot(i, bits)
+            while owner[h] != -1 and owner[h] != i:
+                h = (h + 1) & (cap - 1)
+            r = newest[h] if owner[h] == i else -1
+            while r >= 0 and hold_t[ent_ev[r]] >= q:  # entered after this query
+                r = older[r]
+            while r >= 0 and taken < k:
+                x = ent_ev[r]
+                out_n[b, filled] = ent_nb[r]
+                out_t[b, filled] = hold_t[x]
+                out_e[b, filled] = hold_e[x]
+                out_mask[b, filled] = True
+                filled += 1
+                taken += 1
+                r = older[r]
+        hd = head[i]
+        for rr in range(min(count[i], k - taken)):
+            slot = (hd - 1 - rr) % k
             if nbr_t[i, slot] < q:
                 out_n[b, filled] = nbr[i, slot]
                 out_t[b, filled] = nbr_t[i, slot]
                 out_e[b, filled] = nbr_e[i, slot]
                 out_mask[b, filled] = True
                 filled += 1
-        for r in range(filled, k):
-            out_n[b, r] = 0
-            out_t[b, r] = 0.0
-            out_e[b, r] = -1
-            out_mask[b, r] = False
-    return j
+        for rr in range(filled, k):
+            out_n[b, rr] = 0
+            out_t[b, rr] = 0.0
+            out_e[b, rr] = -1
+            out_mask[b, rr] = False
+    return ring_flush(hold_src, hold_dst, hold_t, hold_e, j, hi, q_max, nbr, nbr_t, nbr_e, head, count, undirected)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def pending_counts(nodes, times, start, cnt, pend_t):
     """For each query ``(nodes[b], times[b])``, how many of the node's pending events (a
-    time-sorted segment ``pend_t[start[i]:start[i] + cnt[i]]``) are strictly earlier."""
+    time-sorted segment ``pend_t[start[i]:start[i] + cnt[i]]``) are strictly earlier.  Queries
+    in parallel (each a binary search of its own)."""
     out = np.empty(nodes.shape[0], dtype=np.int64)
-    for b in range(nodes.shape[0]):
+    for b in numba.prange(nodes.shape[0]):
         i = nodes[b]
         lo = start[i]
         hi = lo + cnt[i]
@@ -152,7 +218,7 @@ def unique_first_inverse(keys):
     u = 0
     for i in range(n):
         key = keys[i]
-        h = np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+        h = _hash_slot(key, bits)
         while True:
             j = slot_id[h]
             if j == -1:

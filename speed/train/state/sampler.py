@@ -134,9 +134,8 @@ class RecentNeighborSampler:
         out_t = np.empty((b, self.k), dtype=np.float64)
         out_e = np.empty((b, self.k), dtype=np.int64)
         out_m = np.empty((b, self.k), dtype=np.bool_)
-        order = np.argsort(times, kind="stable")
         h = self.hold
-        self.hold_lo = int(_kernels.ring_sample(nodes, times, order, h["src"], h["dst"], h["t"], h["e"], self.hold_lo,
+        self.hold_lo = int(_kernels.ring_sample(nodes, times, h["src"], h["dst"], h["t"], h["e"], self.hold_lo,
                                                 h["t"].shape[0], self.nbr, self.nbr_t, self.nbr_e, self.head,
                                                 self.count, self.undirected, out_n, out_t, out_e, out_m))
         return out_n, out_t, out_e, out_m

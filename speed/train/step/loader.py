@@ -28,6 +28,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
+from ..._threads import for_new_thread
 from ...data.events import Events
 from ..model.queries import QueryLayout
 
@@ -201,8 +202,11 @@ class PlanLoader:
             with finished:
                 finished.wait_for(lambda: done[0] >= index - self.staleness or stop.is_set())
 
+        same_threads = for_new_thread()
+
         def work():
             try:
+                same_threads()
                 previous_ended = False
                 for index, (positions, ended) in enumerate(self.batches):
                     if stop.is_set():
