@@ -36,9 +36,12 @@ def _half(x: torch.Tensor, positive: bool) -> torch.Tensor:
     """mean(bce_with_logits(x, y)) for y all ones (``positive``) or all zeros, with torch's
     arithmetic: ``(1 - y) x + m`` is ``m`` exactly for ones (``0 x`` is a signed zero) and
     ``x + m`` for zeros."""
-    m = (-x).clamp_min_(0)
-    loss = m.clone() if positive else x.add(m)
-    return loss.add_((-m).exp_().add_((-x - m).exp_()).log_()).mean()
+    neg_x = x.neg()
+    m = neg_x.clamp_min(0)
+    log_term = m.neg().exp_().add_(neg_x.sub_(m).exp_()).log_()
+    # m + log_term for ones (IEEE addition commutes: the same bits as torch's (0 x + m) + log),
+    # (x + m) + log_term for zeros
+    return (log_term.add_(m) if positive else x.add(m).add_(log_term)).mean()
 
 
 def link_loss(pos_logit: torch.Tensor, neg_logit: torch.Tensor) -> torch.Tensor:
