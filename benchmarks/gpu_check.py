@@ -29,7 +29,9 @@ speed and memory
                    ``--pipeline``) and by PyG's TGN on the same GPU, one process each; each run
                    records events/s, peak GPU memory and test AP with evaluation bounded (the
                    first 50 batches of val, then of test); then ``benchmarks/step_cost.py`` on
-                   the same log: kernel launches, host-device syncs and operators per step;
+                   the same log: kernel launches, host-device syncs and operators per step,
+                   and ``benchmarks/sampler_cost.py``: neighbour sampling's µs a step on 1, 4
+                   and all the host's cores;
     ``pac_speed``  PAC's ranks sharing one GPU against one rank: a generated log (1M events over
                    500k node ids), P=8, top-5%, TGN, batch 200, one epoch, ``--nproc`` 1, 2 and 4
                    (gloo between ranks on one GPU) training the same events (``--max-steps``
@@ -427,6 +429,17 @@ def section_throughput(a, work: Path) -> dict:
                                 else {"ok": False, "output_tail": proc.stderr[-1500:]})
         except subprocess.TimeoutExpired:
             out["step_cost"] = {"ok": False, "output_tail": "timeout"}
+    left = end - time.monotonic()
+    if left > 30:  # neighbour sampling by thread count: the host's cores are what it scales with
+        dst = work / "sampler_cost.json"
+        cores = sorted({1, 4, len(os.sched_getaffinity(0))})
+        try:
+            proc = _call([sys.executable, HERE / "sampler_cost.py", "--log", log, "--batch", 200, 1000, 4000,
+                          "--threads", *cores, "--out", dst], left - 5)
+            out["sampler_cost"] = (json.loads(dst.read_text())["runs"] if proc.returncode == 0
+                                   else {"ok": False, "output_tail": proc.stderr[-1500:]})
+        except subprocess.TimeoutExpired:
+            out["sampler_cost"] = {"ok": False, "output_tail": "timeout"}
     out["ok"] = all(r["ok"] is not False for r in out["runs"]) and bool(out["runs"])
     return out
 
