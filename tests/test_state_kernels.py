@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import numba
 
 from speed.train.state._kernels import unique_first_inverse
+from speed.train.state.batch_plan import time_ranks
 from speed.train.state.sampler import RecentNeighborSampler
 
 INT64 = np.iinfo(np.int64)
@@ -35,6 +36,18 @@ def test_unique_by_hashing_on_a_steps_keys():
     got = unique_first_inverse(keys)
     want = np.unique(keys, return_index=True, return_inverse=True)
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, width=64), max_size=200), st.integers(0, 2**31 - 1), st.integers(1, 4))
+def test_time_ranks_by_hashing_are_numpys(values, seed, repeat):
+    """Any float64 times (negative, -0.0 beside 0.0, subnormal, infinite, repeated): the ranks
+    np.unique's inverse gives."""
+    rng = np.random.default_rng(seed)
+    t = np.array(values + [0.0, -0.0], dtype=np.float64)
+    t = t[rng.integers(0, t.size, t.size * repeat)]
+    got = time_ranks(t)
+    assert got.dtype == np.int64 and np.array_equal(got, np.unique(t, return_inverse=True)[1])
 
 
 def _rings_in_time_order(k, undirected, held, nodes, times, rings):

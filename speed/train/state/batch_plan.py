@@ -249,11 +249,20 @@ def _unique(keys: np.ndarray):
     return unique_first_inverse(np.ascontiguousarray(keys, dtype=np.int64))
 
 
+def time_ranks(t: np.ndarray) -> np.ndarray:
+    """Each float64 time's rank among the distinct ones, ascending: ``np.unique(t,
+    return_inverse=True)[1]``, by hashing an order-keeping int64 image of each time (its bits,
+    the negatives' magnitude bits flipped; ``-0.0`` taken as ``0.0``).  Times are never NaN
+    (the readers refuse them)."""
+    bits = (np.ascontiguousarray(t, dtype=np.float64) + 0.0).view(np.int64)
+    return _unique(np.where(bits < 0, bits ^ np.int64(0x7FFFFFFFFFFFFFFF), bits))[2]
+
+
 def _distinct(node: np.ndarray, t: np.ndarray, dedup: bool):
     """Distinct ``(node, t)`` pairs and the inverse (or every pair its own without ``dedup``)."""
     if not dedup or node.size == 0:
         return np.arange(node.size, dtype=np.int64), node, t
-    _, t_rank = np.unique(t, return_inverse=True)
+    t_rank = time_ranks(t)
     key = node * np.int64(t_rank.max() + 1) + t_rank
     _, first, inv = _unique(key)
     return inv, node[first], t[first]
