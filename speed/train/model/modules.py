@@ -12,8 +12,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from .linear import Linear, linear
-
 
 # ------------------------------------------------------------------------ time encoding
 class TimeEncoder(nn.Module):
@@ -27,7 +25,7 @@ class TimeEncoder(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.dim = int(dim)
-        self.lin = Linear(1, self.dim)
+        self.lin = nn.Linear(1, self.dim)
         with torch.no_grad():
             self.lin.weight.copy_(torch.from_numpy(1.0 / 10 ** np.linspace(0, 9, self.dim)).float().view(-1, 1))
             self.lin.bias.zero_()
@@ -56,7 +54,7 @@ class MLPMessage(nn.Module):
         super().__init__()
         raw = 2 * memory_dim + time_dim + msg_dim
         self.out_dim = int(out_dim)
-        self.mlp = nn.Sequential(Linear(raw, raw // 2), nn.ReLU(), Linear(raw // 2, self.out_dim))
+        self.mlp = nn.Sequential(nn.Linear(raw, raw // 2), nn.ReLU(), nn.Linear(raw // 2, self.out_dim))
 
     def forward(self, s_self, s_other, t_enc, e):
         return self.mlp(torch.cat([s_self, s_other, t_enc, e], dim=-1))
@@ -100,17 +98,7 @@ class GRUUpdater(nn.Module):
         self.cell = nn.GRUCell(msg_dim, memory_dim)
 
     def forward(self, msg, state):
-        c = self.cell
-        if msg.is_cuda:  # torch's one fused kernel for the gates
-            return c(msg, state)
-        # torch's CPU GRU cell, operator for operator (the same arithmetic, bit for bit), with
-        # the two products through :func:`linear`: half the backward's operators
-        i_r, i_z, i_n = linear(msg, c.weight_ih, c.bias_ih).unsafe_chunk(3, 1)
-        h_r, h_z, h_n = linear(state, c.weight_hh, c.bias_hh).unsafe_chunk(3, 1)
-        reset = h_r.add_(i_r).sigmoid_()
-        update = h_z.add_(i_z).sigmoid_()
-        new = i_n.add(h_n.mul_(reset)).tanh_()
-        return (state - new).mul_(update).add_(new)
+        return self.cell(msg, state)
 
 
 class RNNUpdater(nn.Module):
@@ -121,9 +109,7 @@ class RNNUpdater(nn.Module):
         self.cell = nn.RNNCell(msg_dim, memory_dim)
 
     def forward(self, msg, state):
-        c = self.cell
-        # torch's tanh cell, operator for operator (bit for bit), the products through :func:`linear`
-        return torch.tanh(linear(state, c.weight_hh, c.bias_hh).add_(linear(msg, c.weight_ih, c.bias_ih)))
+        return self.cell(msg, state)
 
 
 # --------------------------------------------------------------------------- embeddings
@@ -152,7 +138,7 @@ class TimeProjectionEmbedding(nn.Module):
         super().__init__()
         self.out_dim = memory_dim
         self.time_scale = float(time_scale)
-        self.lin = Linear(1, memory_dim)
+        self.lin = nn.Linear(1, memory_dim)
         nn.init.normal_(self.lin.weight, 0.0, 0.1)
         nn.init.zeros_(self.lin.bias)
 
@@ -192,10 +178,10 @@ class GraphAttentionEmbedding(nn.Module):
         self.head_dim = self.out_dim // self.heads
         self.dropout = float(dropout)
         self.msg_dim = int(msg_dim)
-        self.query = Linear(memory_dim, self.out_dim)
-        self.node_kv = Linear(memory_dim, 2 * self.out_dim)
+        self.query = nn.Linear(memory_dim, self.out_dim)
+        self.node_kv = nn.Linear(memory_dim, 2 * self.out_dim)
         self.edge = nn.Linear(msg_dim + time_dim, self.out_dim, bias=False)  # columns: [e || Φ]
-        self.root = Linear(memory_dim, self.out_dim)
+        self.root = nn.Linear(memory_dim, self.out_dim)
 
     def forward(self, s, dt, *, time_enc, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, dense=None, **_):
         """s (B, d); nbr_s (U, d); nbr_index (B, k) into nbr_s; nbr_e (B, k, m); nbr_dt, nbr_mask (B, k)
@@ -258,7 +244,7 @@ class LinkPredictor(nn.Module):
     def __init__(self, dim: int, hidden: int = None):
         super().__init__()
         hidden = hidden or dim
-        self.mlp = nn.Sequential(Linear(2 * dim, hidden), nn.ReLU(), Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
     def forward(self, z_src, z_dst):
         return self.mlp(torch.cat([z_src, z_dst], dim=-1)).squeeze(-1)
@@ -269,8 +255,8 @@ class NodeClassifier(nn.Module):
 
     def __init__(self, dim: int, hidden: int = 80, dropout: float = 0.1):
         super().__init__()
-        self.mlp = nn.Sequential(Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout),
-                                 Linear(hidden, 10), nn.ReLU(), nn.Dropout(dropout), Linear(10, 1))
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, 10), nn.ReLU(), nn.Dropout(dropout), nn.Linear(10, 1))
 
     def forward(self, z):
         return self.mlp(z).squeeze(-1)
