@@ -76,6 +76,8 @@ def worker(a) -> dict:
     cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0,
                device=a.device, batch_size=a.batch, deterministic=a.deterministic,
                max_steps=a.skip + 2 * a.steps + 2)
+    if a.dim:  # a model too small to compute much: the step's time is then its host overhead
+        cfg.update(memory_dim=a.dim, time_dim=a.dim, embedding_dim=a.dim)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = Trainer(events, split, TrainConfig(**cfg))
 
@@ -128,6 +130,7 @@ def worker(a) -> dict:
     syncs = Counter(e.name for e in evs if e.name in SYNC_OPS)
     n = a.steps
     out = {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "batch": a.batch, "device": a.device,
+           "dim": a.dim,
            "torch": torch.__version__, "threads": a.threads, "steps": n,
            "leaf_ops": len(leaves) / n,
            "sync_calls": sum(syncs.values()) / n,
@@ -161,6 +164,9 @@ def main() -> int:
     ap.add_argument("--skip", type=int, default=10, help="steps before the window (warm-up)")
     ap.add_argument("--steps", type=int, default=25, help="steps profiled, then as many timed")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--dim", type=int, default=None,
+                    help="memory, time and embedding width (default the config's; a small one, e.g. 4, leaves "
+                         "the step's host overhead: what a launch-bound GPU step costs the host)")
     ap.add_argument("--out", default=str(HERE / "results" / "step_cost.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -174,6 +180,7 @@ def main() -> int:
             proc = subprocess.run([sys.executable, __file__, "--worker", "--log", a.log, "--tree", tree, "--model",
                                    a.model, "--batch", str(batch), "--threads", str(a.threads), "--device", a.device,
                                    "--skip", str(a.skip), "--steps", str(a.steps)]
+                                  + (["--dim", str(a.dim)] if a.dim else [])
                                   + (["--deterministic"] if a.deterministic else []),
                                   capture_output=True, text=True)
             if proc.returncode:
