@@ -2,13 +2,14 @@
 
 import subprocess
 import sys
+import threading
 import time
 
 import numba
 import pytest
 import torch
 
-from speed._threads import apply_threads, default_threads, idle_cores, usable_cores
+from speed._threads import apply_threads, default_threads, for_new_thread, idle_cores, usable_cores
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
@@ -61,3 +62,27 @@ def test_the_thread_count_is_recorded_and_a_resumed_run_keeps_it(tmp_path, monke
         assert resumed["threads"]["why"] == "the count the resumed run began with"
     finally:
         apply_threads(before)
+
+
+def test_a_new_thread_takes_its_parents_numba_pool_size():
+    """numba's count is per thread: a plan-loader thread would run its parallel kernels on every
+    core unless given its parent's count."""
+    before = numba.get_num_threads()
+    seen = {}
+    try:
+        numba.set_num_threads(1)
+        same = for_new_thread()
+
+        def child(name, apply):
+            if apply:
+                same()
+            seen[name] = numba.get_num_threads()
+
+        for name, apply in (("bare", False), ("given", True)):
+            t = threading.Thread(target=child, args=(name, apply))
+            t.start()
+            t.join()
+    finally:
+        numba.set_num_threads(before)
+    assert seen["given"] == 1
+    assert seen["bare"] == numba.config.NUMBA_NUM_THREADS  # what the loader thread had before
