@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _trees import run_worker, save, tree_options, trees  # noqa: E402
 
 
 def _wrap(owner, name, stage, clock):
@@ -123,7 +124,6 @@ def worker(a) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", action="append", required=True, help="event log (repeatable)")
-    ap.add_argument("--tree", action="append", default=None, help="checkout to profile (repeatable; default this one)")
     ap.add_argument("--model", default="tgn")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (stages then wait for their kernels)")
@@ -131,35 +131,24 @@ def main() -> int:
     pin = ap.add_mutually_exclusive_group()
     pin.add_argument("--pin", action="store_true", help="host memories: through a pinned staging buffer")
     pin.add_argument("--no-pin", action="store_true", help="host memories: plain pageable copies")
-    ap.add_argument("--out", default=str(HERE / "results" / "profile_step.json"))
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_options(ap, HERE / "results" / "profile_step.json", "profile")
     a = ap.parse_args()
     if a.worker:
         a.log, a.tree = a.log[0], a.tree[0]
         print(json.dumps(worker(a)))
         return 0
-    trees = a.tree or [str(HERE.parent)]
     rows = []
     for log in a.log:
-        for tree in trees:
-            proc = subprocess.run([sys.executable, __file__, "--worker", "--log", log, "--tree", tree, "--model", a.model,
-                                   "--threads", str(a.threads), "--device", a.device, "--state-device",
-                                   a.state_device] + (["--pin"] if a.pin else ["--no-pin"] if a.no_pin else []),
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(proc.stderr)
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            r = rows[-1]
+        for tree in trees(a.tree):
+            r = run_worker(__file__, "--log", log, "--tree", tree, "--model", a.model, "--threads", a.threads,
+                           "--device", a.device, "--state-device", a.state_device,
+                           *(["--pin"] if a.pin else ["--no-pin"] if a.no_pin else []))
+            rows.append(r)
             share = ", ".join(f"{k} {100 * v / r['seconds']:.0f}%" for k, v in r["stages"].items())
             print(f"{r['log']:<24} {Path(r['tree']).name:<8} {r['device']} (state {r['state_device']}) "
                   f"{r['events_per_s']:>8,.0f} events/s  {share}")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": a.model, "threads": a.threads, "device": a.device, "runs": rows},
-                              indent=2) + "\n")
-    print(f"saved {out}")
+    save(a.out, model=a.model, threads=a.threads, device=a.device, runs=rows)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

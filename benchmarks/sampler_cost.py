@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _trees import run_worker, save, tree_options, trees  # noqa: E402
 
 
 def worker(a) -> list:
@@ -78,39 +79,28 @@ def worker(a) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", required=True, help="event log")
-    ap.add_argument("--tree", action="append", default=None, help="checkout to measure (repeatable; default this one)")
     ap.add_argument("--batch", type=int, nargs="+", default=[200, 1000])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--neighbors", type=int, default=10)
     ap.add_argument("--warm", type=int, default=1_500_000, help="events in the rings before the steps")
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--out", default=str(HERE / "results" / "sampler_cost.json"))
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_options(ap, HERE / "results" / "sampler_cost.json")
     a = ap.parse_args()
     if a.worker:
         a.tree, a.batch = a.tree[0], a.batch[0]
         print(json.dumps(worker(a)))
         return 0
     rows = []
-    for tree in a.tree or [str(HERE.parent)]:
+    for tree in trees(a.tree):
         for batch in a.batch:
-            proc = subprocess.run([sys.executable, __file__, "--worker", "--log", a.log, "--tree", tree,
-                                   "--batch", str(batch), "--threads", *map(str, a.threads),
-                                   "--neighbors", str(a.neighbors), "--warm", str(a.warm), "--steps", str(a.steps)],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(proc.stderr[-3000:])
-            for r in json.loads(proc.stdout.strip().splitlines()[-1]):
+            for r in run_worker(__file__, "--log", a.log, "--tree", tree, "--batch", batch, "--threads", *a.threads,
+                                "--neighbors", a.neighbors, "--warm", a.warm, "--steps", a.steps):
                 rows.append(r)
                 print(f"{Path(tree).name:<10} batch {batch:>5} ({r['queries']} queries) threads {r['threads']:>2}: "
                       f"{r['median_us']:8.0f} us a step, {r['ns_per_query']:6.0f} ns a query"
                       f"{'' if r['same_answers_as_first_thread_count'] else '  ANSWERS DIFFER'}", flush=True)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
-    print(f"saved {out}")
+    save(a.out, runs=rows)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _trees import run_worker, save, tree_options, trees  # noqa: E402
 
 #: operators that make the host wait for the device when their input is on a GPU; ``item()``,
 #: ``float(t)``, ``int(t)`` and ``bool(t)`` all end in ``_local_scalar_dense``, which is counted
@@ -156,7 +157,6 @@ def worker(a) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", required=True, help="event log")
-    ap.add_argument("--tree", action="append", default=None, help="checkout to measure (repeatable; default this one)")
     ap.add_argument("--model", default="tgn")
     ap.add_argument("--batch", type=int, nargs="+", default=[200])
     ap.add_argument("--threads", type=int, default=1)
@@ -167,37 +167,26 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=None,
                     help="memory, time and embedding width (default the config's; a small one, e.g. 4, leaves "
                          "the step's host overhead: what a launch-bound GPU step costs the host)")
-    ap.add_argument("--out", default=str(HERE / "results" / "step_cost.json"))
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tree_options(ap, HERE / "results" / "step_cost.json")
     a = ap.parse_args()
     if a.worker:
         a.tree, a.batch = a.tree[0], a.batch[0]
         print(json.dumps(worker(a)))
         return 0
     rows = []
-    for tree in a.tree or [str(HERE.parent)]:
+    for tree in trees(a.tree):
         for batch in a.batch:
-            proc = subprocess.run([sys.executable, __file__, "--worker", "--log", a.log, "--tree", tree, "--model",
-                                   a.model, "--batch", str(batch), "--threads", str(a.threads), "--device", a.device,
-                                   "--skip", str(a.skip), "--steps", str(a.steps)]
-                                  + (["--dim", str(a.dim)] if a.dim else [])
-                                  + (["--deterministic"] if a.deterministic else []),
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(proc.stderr[-3000:])
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r = run_worker(__file__, "--log", a.log, "--tree", tree, "--model", a.model, "--batch", batch,
+                           "--threads", a.threads, "--device", a.device, "--skip", a.skip, "--steps", a.steps,
+                           *(["--deterministic"] if a.deterministic else []), *(["--dim", a.dim] if a.dim else []))
             rows.append(r)
             gpu = (f"  {r['kernel_launches']:6.0f} kernels {r['memcpy']:4.0f} copies {r['runtime_syncs']:4.0f} syncs"
                    if "kernel_launches" in r else "")
             print(f"{Path(tree).name:<10} {r['model']} batch {batch:>5} {r['device']:<6} {r['leaf_ops']:7.0f} ops "
                   f"{r['sync_calls']:5.1f} sync calls  plan {r['plan_us']:8.0f} us  step {r['step_ms']:7.2f} ms"
                   f"{gpu}", flush=True)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"runs": rows}, indent=2) + "\n")
-    print(f"saved {out}")
+    save(a.out, runs=rows)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
