@@ -79,6 +79,8 @@ def worker(a) -> dict:
                max_steps=a.skip + 2 * a.steps + 2)
     if a.dim:  # a model too small to compute much: the step's time is then its host overhead
         cfg.update(memory_dim=a.dim, time_dim=a.dim, embedding_dim=a.dim)
+    if a.pipeline is not None:  # plans built in a thread beside the steps (default: on with a GPU)
+        cfg.update(pipeline=a.pipeline)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = Trainer(events, split, TrainConfig(**cfg))
 
@@ -131,7 +133,7 @@ def worker(a) -> dict:
     syncs = Counter(e.name for e in evs if e.name in SYNC_OPS)
     n = a.steps
     out = {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "batch": a.batch, "device": a.device,
-           "dim": a.dim,
+           "dim": a.dim, "pipeline": a.pipeline,
            "torch": torch.__version__, "threads": a.threads, "steps": n,
            "leaf_ops": len(leaves) / n,
            "sync_calls": sum(syncs.values()) / n,
@@ -167,6 +169,8 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=None,
                     help="memory, time and embedding width (default the config's; a small one, e.g. 4, leaves "
                          "the step's host overhead: what a launch-bound GPU step costs the host)")
+    ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
+                    help="plan each batch in a thread beside the steps (default: the config's, on with a GPU)")
     tree_options(ap, HERE / "results" / "step_cost.json")
     a = ap.parse_args()
     if a.worker:
@@ -178,7 +182,8 @@ def main() -> int:
         for batch in a.batch:
             r = run_worker(__file__, "--log", a.log, "--tree", tree, "--model", a.model, "--batch", batch,
                            "--threads", a.threads, "--device", a.device, "--skip", a.skip, "--steps", a.steps,
-                           *(["--deterministic"] if a.deterministic else []), *(["--dim", a.dim] if a.dim else []))
+                           *(["--deterministic"] if a.deterministic else []), *(["--dim", a.dim] if a.dim else []),
+                           *([f"--{'' if a.pipeline else 'no-'}pipeline"] if a.pipeline is not None else []))
             rows.append(r)
             gpu = (f"  {r['kernel_launches']:6.0f} kernels {r['memcpy']:4.0f} copies {r['runtime_syncs']:4.0f} syncs"
                    if "kernel_launches" in r else "")
