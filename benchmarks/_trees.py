@@ -24,6 +24,17 @@ def tree_options(ap, out: Path, what: str = "measure") -> None:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
+def answered_as_worker(a, worker, single=("tree",)) -> bool:
+    """With ``--worker``: take the one value of each option in ``single`` (repeatable on the
+    command line, one per worker), print ``worker(a)`` as JSON, and say so; else False."""
+    if not a.worker:
+        return False
+    for name in single:
+        setattr(a, name, getattr(a, name)[0])
+    print(json.dumps(worker(a)))
+    return True
+
+
 def trees(given) -> list:
     """The checkouts to measure: those given, else this one."""
     return list(given or [str(ROOT)])

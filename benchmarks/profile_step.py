@@ -28,14 +28,13 @@ Each (tree, log) runs in its own process, one after the other.  Prints a table a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _trees import run_worker, save, tree_options, trees  # noqa: E402
+from _trees import answered_as_worker, run_worker, save, tree_options, trees  # noqa: E402
 
 
 def _wrap(owner, name, stage, clock):
@@ -133,9 +132,7 @@ def main() -> int:
     pin.add_argument("--no-pin", action="store_true", help="host memories: plain pageable copies")
     tree_options(ap, HERE / "results" / "profile_step.json", "profile")
     a = ap.parse_args()
-    if a.worker:
-        a.log, a.tree = a.log[0], a.tree[0]
-        print(json.dumps(worker(a)))
+    if answered_as_worker(a, worker, ("log", "tree")):
         return 0
     rows = []
     for log in a.log:
@@ -149,6 +146,7 @@ def main() -> int:
                   f"{r['events_per_s']:>8,.0f} events/s  {share}")
     save(a.out, model=a.model, threads=a.threads, device=a.device, runs=rows)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,14 +19,13 @@ equal across thread counts.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _trees import run_worker, save, tree_options, trees  # noqa: E402
+from _trees import answered_as_worker, run_worker, save, tree_options, trees  # noqa: E402
 
 
 def worker(a) -> list:
@@ -86,9 +85,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40)
     tree_options(ap, HERE / "results" / "sampler_cost.json")
     a = ap.parse_args()
-    if a.worker:
-        a.tree, a.batch = a.tree[0], a.batch[0]
-        print(json.dumps(worker(a)))
+    if answered_as_worker(a, worker, ("tree", "batch")):
         return 0
     rows = []
     for tree in trees(a.tree):
@@ -101,6 +98,7 @@ def main() -> int:
                       f"{'' if r['same_answers_as_first_thread_count'] else '  ANSWERS DIFFER'}", flush=True)
     save(a.out, runs=rows)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

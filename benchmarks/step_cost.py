@@ -29,7 +29,6 @@ same script, side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -37,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _trees import run_worker, save, tree_options, trees  # noqa: E402
+from _trees import answered_as_worker, run_worker, save, tree_options, trees  # noqa: E402
 
 #: operators that make the host wait for the device when their input is on a GPU; ``item()``,
 #: ``float(t)``, ``int(t)`` and ``bool(t)`` all end in ``_local_scalar_dense``, which is counted
@@ -173,9 +172,7 @@ def main() -> int:
                     help="plan each batch in a thread beside the steps (default: the config's, on with a GPU)")
     tree_options(ap, HERE / "results" / "step_cost.json")
     a = ap.parse_args()
-    if a.worker:
-        a.tree, a.batch = a.tree[0], a.batch[0]
-        print(json.dumps(worker(a)))
+    if answered_as_worker(a, worker, ("tree", "batch")):
         return 0
     rows = []
     for tree in trees(a.tree):
@@ -192,6 +189,7 @@ def main() -> int:
                   f"{gpu}", flush=True)
     save(a.out, runs=rows)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
