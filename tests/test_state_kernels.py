@@ -107,3 +107,79 @@ def test_parallel_ring_sampling_is_the_time_ordered_one(n, e, k, undirected, bat
             assert sampler.held == len(held)
     finally:
         numba.set_num_threads(threads)
+
+
+def _keys_by_numpy(store, uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean):
+    """What ``build_plan`` computed in numpy before :func:`plan_keys` (about 40 calls): the
+    reference the kernel must equal array for array."""
+    m, kk = nb_node.shape
+    slot = np.flatnonzero(nb_mask.reshape(-1))
+    read_node = np.concatenate([uq_node, nb_node.reshape(-1)[slot], ob_node])
+    read_t = np.concatenate([uq_t, np.repeat(uq_t, kk)[slot] if kk and slot.size else np.empty(0),
+                             np.full(ob_node.size, ob_t)])
+    read_c = store.counts_before(read_node, read_t)
+    if dedup:
+        key_id = read_node * np.int64(read_c.max() + 1 if read_c.size else 1) + read_c
+        _, key_first, read_key = np.unique(key_id, return_index=True, return_inverse=True)
+        key_node, key_c = read_node[key_first], read_c[key_first]
+    else:
+        read_key = np.arange(read_node.size, dtype=np.int64)
+        key_node, key_c = read_node, read_c
+    read_key = read_key.reshape(-1).astype(np.int64)
+    uq_key = read_key[:m]
+    nb_keys, nb_pos = np.unique(read_key[m:m + slot.size], return_inverse=True)
+    if nb_keys.size == 0 and m:
+        nb_keys = np.zeros(1, dtype=np.int64)
+    nb_key = np.zeros(m * k, dtype=np.int64)
+    nb_key[slot] = nb_pos.reshape(-1)
+    ob_key = read_key[m + slot.size:]
+    has = np.flatnonzero(key_c > 0)
+    key_nodes_u, key_nodes_inv = np.unique(key_node[has], return_inverse=True)
+    key_nodes_inv = key_nodes_inv.reshape(-1)
+    p_row, p_other, p_t, p_eid = store.gather(key_nodes_u)
+    seg_start = np.searchsorted(p_row, np.arange(key_nodes_u.size))
+    if mean:
+        lens = key_c[has]
+        agg_local = np.repeat(np.arange(has.size, dtype=np.int64), lens)
+        within = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
+        entry = np.repeat(seg_start[key_nodes_inv], lens) + within
+        used, agg_entry = np.unique(entry, return_inverse=True)
+    else:
+        agg_local = np.arange(has.size, dtype=np.int64)
+        used = seg_start[key_nodes_inv] + key_c[has] - 1
+        agg_entry = agg_local
+    return (uq_key, nb_keys, nb_key, ob_key, key_node, has, agg_local, agg_entry.reshape(-1),
+            key_nodes_u[p_row[used]], p_other[used], p_t[used], p_eid[used])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 30), st.integers(0, 120), st.integers(0, 4), st.integers(0, 40), st.integers(0, 12),
+       st.booleans(), st.booleans(), st.integers(0, 2**31 - 1))
+def test_plan_keys_kernel_is_the_numpy_plan(n, e, k, queries, observed, dedup, mean, seed):
+    """Random pending stores (several writes, so segments sit anywhere in the arrays, equal times
+    and repeated nodes), random queries and neighbour slots (some empty, some rows without any),
+    no queries at all, no neighbours (k = 0): the kernel's twelve arrays are numpy's."""
+    from speed.train.state.store import MessageStore
+
+    rng = np.random.default_rng(seed)
+    store = MessageStore(n)
+    t0 = 0.0
+    for _ in range(3):  # batches of events becoming pending (times from few distinct values)
+        b = int(rng.integers(0, e // 3 + 1))
+        src, dst = rng.integers(0, n, b), rng.integers(0, n, b)
+        t = np.sort(t0 + rng.integers(0, 4, b).astype(np.float64))
+        t0 = float(t[-1]) if b else t0
+        store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t, t]),
+                    np.tile(rng.integers(0, 10**6, b), 2), before=float(rng.integers(0, 4)) + t0 - 3)
+    uq_node = rng.integers(0, n, queries)
+    uq_t = rng.integers(0, int(t0) + 3, queries).astype(np.float64)
+    nb_node = rng.integers(0, n, (queries, k))
+    nb_mask = rng.random((queries, k)) < 0.6
+    ob_node = np.unique(rng.integers(0, n, observed))
+    ob_t = float(rng.integers(0, int(t0) + 3))
+    if k and rng.random() < 0.2:  # a plan without neighbours: no column, k slots all empty
+        nb_node, nb_mask = nb_node[:, :0], nb_mask[:, :0]
+    got = store.plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean)
+    want = _keys_by_numpy(store, uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and np.array_equal(g, w), i

@@ -340,52 +340,16 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         order = np.lexsort((np.tile(np.arange(b), 2), ends))
         last_of_node = np.flatnonzero(np.r_[ends[order][1:] != ends[order][:-1], True])
         ob_node, ob_latest = ends[order][last_of_node], order[last_of_node].astype(np.int64)
-        t_last = float(t_ev[-1]) if b else -np.inf
-        ob_t = np.full(ob_node.size, t_last)
+        ob_t = float(t_ev[-1]) if b else np.inf
     else:
         ob_node = ob_latest = np.empty(0, dtype=np.int64)
-        ob_t = np.empty(0)
+        ob_t = np.inf
     empty = np.empty(0, dtype=np.int64)
 
-    # memory reads: each distinct query's node, each neighbour slot, each observed endpoint
-    slot = np.flatnonzero(nb_mask.reshape(-1))
-    read_node = np.concatenate([uq_node, nb_node.reshape(-1)[slot], ob_node])
-    read_t = np.concatenate([uq_t, np.repeat(uq_t, k)[slot] if k and slot.size else np.empty(0), ob_t])
-    read_c = store.counts_before(read_node, read_t)
-    if dedup:
-        key_id = read_node * np.int64(read_c.max() + 1 if read_c.size else 1) + read_c
-        _, key_first, read_key = _unique(key_id)
-        key_node, key_c = read_node[key_first], read_c[key_first]
-    else:
-        read_key = np.arange(read_node.size, dtype=np.int64)
-        key_node, key_c = read_node, read_c
-    read_key = read_key.astype(np.int64)
-    uq_key = read_key[:m]
-    nb_keys, _, nb_pos = _unique(read_key[m:m + slot.size])
-    if nb_keys.size == 0 and m:  # no neighbour at all: one row for the empty slots to point at
-        nb_keys = np.zeros(1, dtype=np.int64)
-    nb_key = np.zeros(m * k, dtype=np.int64)
-    nb_key[slot] = nb_pos
-    ob_key = read_key[m + slot.size:]
-
-    # the pending events the keys apply, each once
-    mean = needs.mean
-    has = np.flatnonzero(key_c > 0)
-    key_nodes_u, _, key_nodes_inv = _unique(key_node[has])
-    p_row, p_other, p_t, p_eid = store.gather(key_nodes_u)
-    seg_start = np.searchsorted(p_row, np.arange(key_nodes_u.size))
-    if mean:  # every pending event before the key's time
-        lens = key_c[has]
-        agg_local = np.repeat(np.arange(has.size, dtype=np.int64), lens)
-        within = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens)
-        entry = np.repeat(seg_start[key_nodes_inv], lens) + within
-        used, _, agg_entry = _unique(entry)
-    else:  # the latest pending event before the key's time: one per key, each its own, in key order
-        agg_local = np.arange(has.size, dtype=np.int64)
-        used = seg_start[key_nodes_inv] + key_c[has] - 1
-        agg_entry = agg_local
-    pe_node = key_nodes_u[p_row[used]]
-    pe_other, pe_t, pe_eid = p_other[used], p_t[used], p_eid[used]
+    # memory reads (each distinct query's node, each neighbour slot, each observed endpoint),
+    # their keys, and the pending events the keys apply, each once: one kernel, off the lock
+    (uq_key, nb_keys, nb_key, ob_key, key_node, has, agg_local, agg_entry, pe_node, pe_other, pe_t,
+     pe_eid) = store.plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, needs.mean)
 
     # DyRep: the other endpoint of each pending event as an attention embedding at its time
     dy_nodes = np.empty(0, dtype=np.int64)
@@ -406,14 +370,14 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     feats, msg_dim = state.edge_features, needs.msg_dim
     plan = BatchPlan(
         q_inv=torch.from_numpy(q_inv), uq_t=torch.from_numpy(uq_t), uq_key=torch.from_numpy(uq_key),
-        nb_keys=torch.from_numpy(nb_keys.astype(np.int64)), nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
+        nb_keys=torch.from_numpy(nb_keys), nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
         nb_dt=torch.from_numpy(_gaps(uq_t, nb_t, nb_mask)), nb_feat=_features(feats, nb_eid, msg_dim),
         rows=torch.from_numpy(rows), key_row=torch.from_numpy(key_row), pe_row=torch.from_numpy(pe_row),
         pe_other_row=torch.from_numpy(pe_other_row), pe_node=torch.from_numpy(pe_node),
         pe_other=torch.from_numpy(pe_other), pe_t=torch.from_numpy(pe_t), pe_eid=torch.from_numpy(pe_eid),
         pe_feat=_features(feats, pe_eid, msg_dim),
-        agg_entry=torch.from_numpy(agg_entry.astype(np.int64)), agg_local=torch.from_numpy(agg_local),
-        agg_sel=torch.from_numpy(has.astype(np.int64)), agg_identity=not mean,
+        agg_entry=torch.from_numpy(agg_entry), agg_local=torch.from_numpy(agg_local),
+        agg_sel=torch.from_numpy(has), agg_identity=not needs.mean,
         ob_node=torch.from_numpy(ob_node), ob_key=torch.from_numpy(ob_key), ob_latest=torch.from_numpy(ob_latest),
         ev_eid=torch.from_numpy(np.ascontiguousarray(eid, dtype=np.int64) if events is not None else empty),
         ev_src=torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64) if events is not None else empty),
@@ -429,5 +393,5 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
                                nb_dt=torch.from_numpy(_gaps(d_t, dn_t, dn_mask)), nb_feat=_features(feats, dn_eid, msg_dim))
     if events is not None:  # the batch's events become pending; earlier ones were folded in
         store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t_ev, t_ev]),
-                    np.concatenate([eid, eid]), before=ob_t[0] if ob_t.size else np.inf)
+                    np.concatenate([eid, eid]), before=ob_t)
     return plan
