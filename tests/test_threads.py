@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numba
 import pytest
@@ -86,3 +87,29 @@ def test_a_new_thread_takes_its_parents_numba_pool_size():
         numba.set_num_threads(before)
     assert seen["given"] == 1
     assert seen["bare"] == numba.config.NUMBA_NUM_THREADS  # what the loader thread had before
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs a numba pool of two threads")
+def test_the_planning_thread_leaves_the_step_a_core():
+    """Beside a step that dispatches without pause, a planning pool as large as the process's
+    share oversubscribes the cores (OpenMP's workers spin and wait at barriers): the loader's
+    thread takes one thread fewer, never none."""
+    from speed.train.step.loader import PlanLoader
+
+    class Recording:  # iterated in the planning thread: records the pool there, yields nothing
+        def __iter__(self):
+            seen.append(numba.get_num_threads())
+            return iter(())
+
+    before = numba.get_num_threads()
+    seen = []
+    model = types.SimpleNamespace(device=torch.device("cpu"),
+                                  state=types.SimpleNamespace(takes_unscored_events=True))
+    try:
+        for n in (2, 1):
+            numba.set_num_threads(n)
+            assert list(PlanLoader(model, None, Recording(), pipeline=True)) == []
+    finally:
+        numba.set_num_threads(before)
+    assert seen == [1, 1]
+

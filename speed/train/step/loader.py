@@ -202,7 +202,8 @@ class PlanLoader:
             with finished:
                 finished.wait_for(lambda: done[0] >= index - self.staleness or stop.is_set())
 
-        same_threads = for_new_thread()
+        # the step's thread keeps a core of this process's share (see for_new_thread)
+        same_threads = for_new_thread(leave=1)
 
         def work():
             try:
