@@ -43,8 +43,14 @@ from _trees import answered_as_worker, run_worker, save, tree_options, trees  # 
 #: instead of them (the profiler's nesting of zero-length events is not reliable)
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::_unique", "aten::_unique2",
             "aten::unique_consecutive", "aten::unique_dim", "aten::masked_select")
-#: CUDA runtime calls that block the host
-RUNTIME_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+#: CUDA runtime calls that block the host: the synchronisations, and the copies that are not
+#: ``Async`` (``cudaMemcpyAsync`` from page-locked memory, a plan's one copy, does not wait)
+RUNTIME_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def runtime_sync(name: str) -> bool:
+    """Whether the CUDA runtime call ``name`` blocks the host."""
+    return name.startswith(RUNTIME_SYNCS) or (name.startswith("cudaMemcpy") and not name.endswith("Async"))
 
 
 def _leaves(events):
@@ -149,7 +155,7 @@ def worker(a) -> dict:
         out["kernel_launches"] = sum(1 for e in kernels if "memcpy" not in e.name.lower()
                                      and "memset" not in e.name.lower()) / n
         out["memcpy"] = sum(1 for e in kernels if "memcpy" in e.name.lower()) / n
-        out["runtime_syncs"] = sum(v for k, v in runtime.items() if k.startswith(RUNTIME_SYNCS)) / n
+        out["runtime_syncs"] = sum(v for k, v in runtime.items() if runtime_sync(k)) / n
         out["runtime_calls"] = {k: v / n for k, v in runtime.most_common(12)}
         out["device_name"] = torch.cuda.get_device_name(a.device)
     return out
