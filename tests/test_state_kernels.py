@@ -183,3 +183,23 @@ def test_plan_keys_kernel_is_the_numpy_plan(n, e, k, queries, observed, dedup, m
     want = _keys_by_numpy(store, uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and np.array_equal(g, w), i
+
+
+def test_plan_keys_from_numbas_cache_in_a_fresh_process():
+    """A cached kernel that called a parallel one crashed a new process (a PAC worker) in which no
+    parallel kernel had started numba's threads: the plan's keys are computed in a fresh
+    interpreter twice, the second time from the cache the first one wrote."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "from speed.train.state.store import MessageStore\n"
+            "s = MessageStore(10)\n"
+            "s.merge(np.array([1, 2]), np.array([2, 1]), np.array([1.0, 1.0]), np.array([7, 7]), before=0.0)\n"
+            "r = s.plan_keys(np.array([1, 2, 3]), np.array([5.0, 5.0, 0.5]), np.array([[2], [1], [0]]),\n"
+            "                np.array([[True], [False], [False]]), 1, np.zeros(0, np.int64), np.inf, True, False)\n"
+            "print(r[-4].tolist(), r[-1].tolist())\n")
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "[1, 2] [7, 7]"

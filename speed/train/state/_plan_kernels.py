@@ -1,8 +1,8 @@
-"""numba kernel of a batch plan's memory keys (:func:`speed.train.state.batch_plan.build_plan`).
+"""numba kernels of a batch plan's memory keys (:func:`speed.train.state.batch_plan.build_plan`).
 
 From the step's distinct queries, their sampled neighbours and the batch's endpoints to the
-memory keys they read and the pending events those keys apply: in one call that does not hold
-the interpreter lock.  A pipelined plan is built in a thread beside the step; on a GPU the step's
+memory keys they read and the pending events those keys apply: two kernels, with the parallel
+count of pending events between them, none holding the interpreter lock.  A pipelined plan is built in a thread beside the step; on a GPU the step's
 thread spends its time in Python dispatching operators, so every stretch of numpy the planning
 thread runs between kernels is time the step waits for the lock (and the planning thread for
 it).  The numpy version of this part was about 40 calls a plan; it survives as the reference in
@@ -14,19 +14,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._kernels import pending_counts, unique_first_inverse
+from ._kernels import unique_first_inverse
 
 
 @numba.njit(cache=True, nogil=True)
-def plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean, start, count, pend_other, pend_t,
-              pend_eid):
-    """The memory keys of a step and the pending events they apply.
-
-    A *read* is a memory row seen at a time: each distinct query's own node at its time, each
-    real neighbour slot's node at its query's time, each observed endpoint at ``ob_t``.  A read
-    applies the node's pending events strictly earlier than its time, so it is determined by
-    the node and that count: one key per distinct ``(node, count)`` (with ``dedup``; else one
-    per read).  Keys are ordered by ``node * (max count + 1) + count``.
+def plan_reads(uq_node, uq_t, nb_node, nb_mask, ob_node, ob_t):
+    """A step's memory reads: each distinct query's own node at its time, each real neighbour
+    slot's node at its query's time, each observed endpoint at ``ob_t``, in that order.
 
     Parameters
     ----------
@@ -34,34 +28,14 @@ def plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean, st
         The distinct queries.
     nb_node : int64 (m, k or 0), nb_mask : bool (m, k or 0)
         Their neighbours (C-contiguous; no column when none were sampled).
-    k : int
-        Neighbour slots per query in the plan (``nb_key``'s width).
     ob_node : int64 (n,), ob_t : float
         The batch's distinct endpoints, read at ``ob_t``.
-    dedup, mean : bool
-        One key per distinct read; a key applies all its pending events (else its latest).
-    start, count : int64 (num_nodes,); pend_other, pend_t, pend_eid : (entries,)
-        The pending store (:class:`~speed.train.state.store.MessageStore`): node ``i``'s events
-        are entries ``start[i] .. start[i] + count[i] - 1``, in time order.
 
     Returns
     -------
-    uq_key : int64 (m,)
-        Each query's own key.
-    nb_keys : int64 (u,)
-        The distinct keys of the neighbour slots, ascending (one key 0 when there are none and
-        ``m > 0``).
-    nb_key : int64 (m * k,)
-        Each slot's key as a position in ``nb_keys`` (0 in empty slots).
-    ob_key : int64 (n,)
-    key_node : int64 (K,)
-        Each key's node.
-    agg_sel : int64 (H,)
-        The keys that apply pending events (count > 0), ascending.
-    agg_local, agg_entry : int64 (L,)
-        Member ``l`` is pending event ``agg_entry[l]`` of key ``agg_sel[agg_local[l]]``.
-    pe_node, pe_other : int64 (P,), pe_t : float64 (P,), pe_eid : int64 (P,)
-        The pending events applied, each once: grouped by node (ascending), in time order.
+    slot : int64 (S,)
+        The real slots, as flat positions in ``nb_mask``.
+    read_node : int64 (m + S + n,), read_t : float64 (m + S + n,)
     """
     m = uq_node.shape[0]
     kk = nb_node.shape[1]  # k, or 0 without neighbours
@@ -90,9 +64,56 @@ def plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, mean, st
     for a in range(n_ob):
         read_node[m + n_slot + a] = ob_node[a]
         read_t[m + n_slot + a] = ob_t
-    # each read's count of pending events before its time (binary searches, in parallel)
-    read_c = pending_counts(read_node, read_t, start, count, pend_t)
+    return slot, read_node, read_t
 
+
+@numba.njit(cache=True, nogil=True)
+def plan_keys(m, k, slot, read_node, read_c, dedup, mean, start, count, pend_other, pend_t, pend_eid):
+    """The memory keys of a step's reads (:func:`plan_reads`) and the pending events they apply.
+
+    A read applies its node's pending events strictly earlier than its time, so it is determined
+    by the node and that count (``read_c``, :func:`~._kernels.pending_counts`): one key per
+    distinct ``(node, count)`` (with ``dedup``; else one per read).  Keys are ordered by
+    ``node * (max count + 1) + count``.
+
+    (The counts come from the caller: a cached kernel that calls a ``parallel`` one crashes a
+    process in which no parallel kernel has started numba's threads yet.)
+
+    Parameters
+    ----------
+    m, k : int
+        Distinct queries, and neighbour slots per query in the plan (``nb_key``'s width).
+    slot, read_node : int64
+        From :func:`plan_reads`.
+    read_c : int64 (reads,)
+        Each read's count of pending events before its time.
+    dedup, mean : bool
+        One key per distinct read; a key applies all its pending events (else its latest).
+    start, count : int64 (num_nodes,); pend_other, pend_t, pend_eid : (entries,)
+        The pending store (:class:`~speed.train.state.store.MessageStore`): node ``i``'s events
+        are entries ``start[i] .. start[i] + count[i] - 1``, in time order.
+
+    Returns
+    -------
+    uq_key : int64 (m,)
+        Each query's own key.
+    nb_keys : int64 (u,)
+        The distinct keys of the neighbour slots, ascending (one key 0 when there are none and
+        ``m > 0``).
+    nb_key : int64 (m * k,)
+        Each slot's key as a position in ``nb_keys`` (0 in empty slots).
+    ob_key : int64 (n,)
+    key_node : int64 (K,)
+        Each key's node.
+    agg_sel : int64 (H,)
+        The keys that apply pending events (count > 0), ascending.
+    agg_local, agg_entry : int64 (L,)
+        Member ``l`` is pending event ``agg_entry[l]`` of key ``agg_sel[agg_local[l]]``.
+    pe_node, pe_other : int64 (P,), pe_t : float64 (P,), pe_eid : int64 (P,)
+        The pending events applied, each once: grouped by node (ascending), in time order.
+    """
+    n_slot = slot.shape[0]
+    n_read = read_node.shape[0]
     if dedup:
         width = np.int64(1)
         if n_read:

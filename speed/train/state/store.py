@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from . import _kernels
-from ._plan_kernels import plan_keys
+from ._plan_kernels import plan_keys, plan_reads
 from .spill import Keep
 
 _FIELDS = (("other", np.int64), ("t", np.float64), ("eid", np.int64))
@@ -123,13 +123,17 @@ class MessageStore:
 
     def plan_keys(self, uq_node: np.ndarray, uq_t: np.ndarray, nb_node: np.ndarray, nb_mask: np.ndarray, k: int,
                   ob_node: np.ndarray, ob_t: float, dedup: bool, mean: bool):
-        """A step's memory keys and the pending events they apply, in one kernel that leaves the
-        interpreter lock to the step (:func:`~._plan_kernels.plan_keys`: its arguments and the
-        arrays it returns)."""
-        return plan_keys(np.ascontiguousarray(uq_node, dtype=np.int64), np.ascontiguousarray(uq_t, dtype=np.float64),
-                         np.ascontiguousarray(nb_node, dtype=np.int64), np.ascontiguousarray(nb_mask, dtype=np.bool_),
-                         int(k), np.ascontiguousarray(ob_node, dtype=np.int64), float(ob_t), bool(dedup), bool(mean),
-                         self.start, self.count, self.other, self.t, self.eid)
+        """A step's memory keys and the pending events they apply, in kernels that leave the
+        interpreter lock to the step (:mod:`._plan_kernels`: ``plan_reads``' arguments, and the
+        arrays ``plan_keys`` returns)."""
+        m = int(np.asarray(uq_node).shape[0])
+        slot, read_node, read_t = plan_reads(
+            np.ascontiguousarray(uq_node, dtype=np.int64), np.ascontiguousarray(uq_t, dtype=np.float64),
+            np.ascontiguousarray(nb_node, dtype=np.int64), np.ascontiguousarray(nb_mask, dtype=np.bool_),
+            np.ascontiguousarray(ob_node, dtype=np.int64), float(ob_t))
+        read_c = _kernels.pending_counts(read_node, read_t, self.start, self.count, self.t)
+        return plan_keys(m, int(k), slot, read_node, read_c, bool(dedup), bool(mean), self.start, self.count,
+                         self.other, self.t, self.eid)
 
     # ------------------------------------------------------------------ writing
     def merge(self, node: np.ndarray, other: np.ndarray, t: np.ndarray, eid: np.ndarray, before: float) -> None:
