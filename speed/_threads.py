@@ -131,8 +131,9 @@ def for_new_thread(leave: int = 0):
     planning thread works beside the training step's thread, which dispatches operators without
     pause on a GPU; a pool as large as the share then has one thread more than the cores, and
     OpenMP's workers, which spin at the end of each parallel kernel and meet at barriers, are
-    descheduled in turn (measured on 2 cores: a batch-1000 plan took 10.2 ms beside a
-    dispatching thread with a pool of 2, 3.7 ms with a pool of 1; 3.1 ms alone)."""
+    descheduled in turn (measured on 2 cores, TGN at ``--dim 4 --threads 2 --pipeline``: a
+    batch-200 step took 7.9-8.3 ms with a planning pool of 2, 4.8-5.0 ms with 1;
+    docs/benchmarks.md)."""
     try:
         import numba
 

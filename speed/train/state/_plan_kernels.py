@@ -2,10 +2,10 @@
 
 From the step's distinct queries, their sampled neighbours and the batch's endpoints to the
 memory keys they read and the pending events those keys apply: two kernels, with the parallel
-count of pending events between them, none holding the interpreter lock.  A pipelined plan is built in a thread beside the step; on a GPU the step's
-thread spends its time in Python dispatching operators, so every stretch of numpy the planning
-thread runs between kernels is time the step waits for the lock (and the planning thread for
-it).  The numpy version of this part was about 40 calls a plan; it survives as the reference in
+count of pending events between them, none holding the interpreter lock.  A pipelined plan is
+built in a thread beside the step; on a GPU the step's thread spends its time in Python
+dispatching operators, so every stretch of numpy the planning thread runs between kernels is
+time the step waits for the lock (and the planning thread for it).  The numpy version of this part was about 40 calls a plan; it survives as the reference in
 ``tests/test_state_kernels.py``, which checks that the two give the same arrays.
 """
 

@@ -347,7 +347,7 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     empty = np.empty(0, dtype=np.int64)
 
     # memory reads (each distinct query's node, each neighbour slot, each observed endpoint),
-    # their keys, and the pending events the keys apply, each once: one kernel, off the lock
+    # their keys, and the pending events the keys apply, each once: numba kernels, off the lock
     (uq_key, nb_keys, nb_key, ob_key, key_node, has, agg_local, agg_entry, pe_node, pe_other, pe_t,
      pe_eid) = store.plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, needs.mean)
 
