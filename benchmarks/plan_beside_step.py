@@ -106,7 +106,10 @@ def main() -> int:
     cores = usable_cores()
     pools = a.pools or sorted({cores, max(1, cores - 1)}, reverse=True)
     pools = [min(p, numba.config.NUMBA_NUM_THREADS) for p in pools]
-    ev = speed.read_events(a.log, progress=False)
+    try:
+        ev = speed.read_events(a.log, progress=False)
+    except speed.errors.InputError as exc:  # a missing or unreadable log: its one-line reason
+        raise SystemExit(str(exc)) from None
     src, dst, t = (np.asarray(x) for x in (ev.src, ev.dst, ev.t))
     n = int(max(src.max(), dst.max())) + 1
     rows = []
