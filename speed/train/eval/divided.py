@@ -207,6 +207,8 @@ class DividedStep:
         """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
         by ``step``), and take the batch into the state.  Returns the scores of this process's
         share of the events."""
+        if self.size == 1:
+            return self._whole(model, plan, step, collect, score)
         t_start = time.perf_counter()
         me, size, work = self.rank, self.size, self.work
         net, state, dev = model.net, model.state, model.device
@@ -263,6 +265,35 @@ class DividedStep:
 
         # ---- take the batch in: each owner stores its endpoints' states
         self._absorb(model, plan, n, lo, hi, z, key_owner, keys, states, lasts)
+        work.steps += 1
+        work.seconds_total += time.perf_counter() - t_start
+        return out
+
+    def _whole(self, model, plan: BatchPlan, step: QueryLayout, collect: bool, score: bool) -> StepScores:
+        """The step of a world of one: every key and every query is this process's, so the plan
+        is computed as built -- no share cut out of it, nothing exchanged, no index remapped --
+        row by row as a divided step's rows are (each at its own index, :meth:`RowLayout.leading`),
+        which gives every figure the bits of the divided step.  The host work left is the
+        plan's (built ahead by the loader) and the dispatch of the forward and the state writes."""
+        t_start = time.perf_counter()
+        net, state, work = model.net, model.state, self.work
+        if plan.q_inv.device != model.device:  # (the loader moves it, in its thread, where it can)
+            plan = plan.to(model.device)
+        states, lasts = net.key_states(plan, state.read(plan), state.message_inputs(plan), invariant=True)
+        static = net.key_static(plan.rows.index_select(0, plan.key_row)) if net.static is not None else None
+        z = net.embed_keys(plan, states, lasts, static, invariant=True).index_select(0, plan.q_inv)
+        n = step.m
+        out = StepScores(events=n)
+        if score and n:
+            k = step.k
+            out.pos, out.neg, out.mrr = step.score(net.score, z, RowLayout.leading(n),
+                                                   RowLayout.leading(n * k) if k else None)
+        if collect and n:
+            out.z_src = z[step.src]
+        model.absorb(plan, states, lasts, z)
+        work.keys += int(plan.key_row.shape[0])
+        work.embeddings += int(plan.uq_key.shape[0])
+        work.scored += n
         work.steps += 1
         work.seconds_total += time.perf_counter() - t_start
         return out

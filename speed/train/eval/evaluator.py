@@ -72,7 +72,9 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     neighbour sampler sees, when they are more than the scored ones (TGN's and DyGLib's new-node
     pass: the model takes in the new-node events only, its neighbour finder holds all).
     ``release``, called every :data:`RELEASE_EVERY` events and at the end, lets the pages of a
-    mapped log go; the heap's free pages go back to the system as often.
+    mapped log go; the heap's free pages go back to the system as often.  ``pipeline``: build
+    the next step's plan in a background thread while this one computes, as training does
+    (:class:`~speed.train.step.loader.PlanLoader`; one process only).
     """
     model.eval()
     extra, k = None, 0
@@ -92,9 +94,14 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     divider = model.divider if model.divider is not None else DividedStep()
     if hasattr(divider, "work"):
         divider.work = Work()  # this pass's
+    # a world of one computes each plan as built, on the model's device (the loader moves it in
+    # its thread); divided among processes, each cuts its part out on the host first.  The
+    # divided plans are not built ahead: a sharded sampler answers queries with a collective,
+    # and a second thread's collectives would interleave with the step's
+    whole = divider.size == 1
     loader = PlanLoader(model, stream, Batches(index, batch_size),
-                        negatives.next_edges if negatives is not None else None, pipeline=pipeline,
-                        extra_queries=extra, push=graph is None, on_device=False)
+                        negatives.next_edges if negatives is not None else None, pipeline=pipeline and whole,
+                        extra_queries=extra, push=graph is None, on_device=whole)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)
@@ -156,6 +163,9 @@ class Evaluator:
         Score only the first ``max_steps`` batches of each pass (a measuring aid, see
         ``TrainConfig.eval_max_steps``): the back-ups, negatives and neighbour graph stay the
         whole period's.
+    pipeline : bool
+        Plan each pass's next step while this one computes (``TrainConfig.pipeline_on``; a
+        pass divided among processes plans in its step).
 
     Attributes
     ----------
@@ -169,7 +179,7 @@ class Evaluator:
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
-                 max_steps: Optional[int] = None):
+                 max_steps: Optional[int] = None, pipeline: bool = False):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -178,6 +188,7 @@ class Evaluator:
                              f"{', '.join(self.protocol.strategies)})")
         self.keep_test_start = bool(keep_test_start)
         self.max_steps = int(max_steps) if max_steps else None
+        self.pipeline = bool(pipeline)
         self.test_start: Optional[dict] = None
         self.strategy = strategy
         self._negatives: Dict[str, tuple] = {}
@@ -355,7 +366,8 @@ class Evaluator:
         if self.max_steps is not None:
             index = index[:self.max_steps * self.batch_size]
         res = stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
-                            desc, self.progress, graph=graph, release=lambda: release_pages(self.events))
+                            desc, self.progress, pipeline=self.pipeline, graph=graph,
+                            release=lambda: release_pages(self.events))
         if res.work is not None:
             self.work.append({"pass": desc, "events": int(index.size), **res.work})
         return res

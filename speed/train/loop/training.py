@@ -109,7 +109,7 @@ def local_parts(events: Events, split: Split, config: TrainConfig, model: Option
                                   node_classification=config.node_classification, progress=config.progress,
                                   stream=training.stream, strategy=config.eval_negatives,
                                   keep_test_start=folder is not None, protocol=config.protocol_name,
-                                  max_steps=config.eval_max_steps),
+                                  max_steps=config.eval_max_steps, pipeline=config.pipeline_on(device)),
         config, events, folder)
     return World.alone(device), config, training, evaluation, why
 

@@ -154,7 +154,7 @@ class TemporalGNN(nn.Module):
         dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
         feat = plan.pe_feat
         if invariant:  # each pending event at its place in the whole step (RowLayout)
-            lay = RowLayout(plan.orig_pe if plan.orig_pe is not None else np.arange(dt.shape[0]))
+            lay = RowLayout(plan.orig_pe) if plan.orig_pe is not None else RowLayout.leading(dt.shape[0])
             raw = lay.take(self.message(*lay.place(s_self, s_other), self.time_enc(lay.place(dt)), lay.place(feat)))
         else:
             raw = self.message(s_self, s_other, self.time_enc(dt), feat)
@@ -165,7 +165,7 @@ class TemporalGNN(nn.Module):
                                          plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
         held = s_key.index_select(0, plan.agg_sel)
         if invariant:  # each updated key at its place among the whole step's
-            lay = RowLayout(plan.orig_sel if plan.orig_sel is not None else np.arange(held.shape[0]))
+            lay = RowLayout(plan.orig_sel) if plan.orig_sel is not None else RowLayout.leading(held.shape[0])
             new = lay.take(self.updater(*lay.place(agg, held)))
         else:
             new = self.updater(agg, held)
@@ -190,8 +190,9 @@ class TemporalGNN(nn.Module):
                                        nbr_e=d.nb_feat, nbr_dt=d.nb_dt, nbr_mask=d.nb_mask)
         else:
             z = self._attend(self.message_embedding, own, dt, s_rows, d.nb_row, d.nb_feat, d.nb_dt, d.nb_mask,
-                             (RowLayout(d.orig if d.orig is not None else np.arange(own.shape[0])),
-                              RowLayout(plan.orig_rows if plan.orig_rows is not None else np.arange(s_rows.shape[0]))))
+                             (RowLayout(d.orig) if d.orig is not None else RowLayout.leading(own.shape[0]),
+                              RowLayout(plan.orig_rows) if plan.orig_rows is not None
+                              else RowLayout.leading(s_rows.shape[0])))
         return z.index_select(0, d.inv)
 
     def _attend(self, embedding, own, own_dt, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, layouts=None):
@@ -202,7 +203,8 @@ class TemporalGNN(nn.Module):
             return embedding(own, own_dt, time_enc=self.time_enc, nbr_s=nbr_s, nbr_index=nbr_index, nbr_e=nbr_e,
                              nbr_dt=nbr_dt, nbr_mask=nbr_mask)
         queries, rows = layouts
-        index = rows.positions(nbr_index.device).index_select(0, nbr_index.reshape(-1)).view_as(nbr_index)
+        index = nbr_index if rows.first else \
+            rows.positions(nbr_index.device).index_select(0, nbr_index.reshape(-1)).view_as(nbr_index)
         own, own_dt, index, nbr_e, nbr_dt, nbr_mask = queries.place(own, own_dt, index, nbr_e, nbr_dt, nbr_mask)
         return queries.take(embedding(own, own_dt, time_enc=self.time_enc, nbr_s=rows.place(nbr_s), nbr_index=index,
                                       nbr_e=nbr_e, nbr_dt=nbr_dt, nbr_mask=nbr_mask, dense=False))
@@ -233,11 +235,11 @@ class TemporalGNN(nn.Module):
         own = h.index_select(0, q.uq_key)
         own_dt = q.uq_t - lasts.index_select(0, q.uq_key)
         orig = getattr(q, "orig_uq", None)
-        queries = RowLayout(orig if orig is not None else np.arange(own.shape[0])) if invariant else None
+        queries = (RowLayout(orig) if orig is not None else RowLayout.leading(own.shape[0])) if invariant else None
         if self.embedding.needs_neighbors:
             nb = h.index_select(0, q.nb_keys)
             orig = getattr(q, "orig_nbk", None)
-            layouts = (queries, RowLayout(orig if orig is not None else np.arange(nb.shape[0]))) if invariant \
+            layouts = (queries, RowLayout(orig) if orig is not None else RowLayout.leading(nb.shape[0])) if invariant \
                 else None
             return self._attend(self.embedding, own, own_dt, nb, q.nb_key, q.nb_feat, q.nb_dt, q.nb_mask, layouts)
         z = queries.take(self.embedding(*queries.place(own, own_dt))) if invariant else self.embedding(own, own_dt)
@@ -458,6 +460,8 @@ class RowLayout:
     def __init__(self, index):
         index = np.asarray(index.cpu() if torch.is_tensor(index) else index, dtype=np.int64)
         self.n = int(index.size)
+        self._on = {}
+        self.first = False
         residue = index % self.PERIOD
         order = np.argsort(residue, kind="stable")
         counts = np.bincount(residue, minlength=self.PERIOD)
@@ -467,12 +471,22 @@ class RowLayout:
         height = int(positions.max()) + 1 if self.n else 0
         self.rows = max(1, -(-height // self.BLOCK)) * self.BLOCK
         self._positions = torch.from_numpy(positions)
-        self._on = {}
+
+    @classmethod
+    def leading(cls, n: int) -> "RowLayout":
+        """The rows ``0 .. n - 1`` of the whole step: each at its own index, so placing is a
+        copy into the first ``n`` rows and taking a slice (what :meth:`__init__` gives for
+        ``arange(n)``, without building its positions; a step computed whole takes this)."""
+        lay = cls.__new__(cls)
+        lay.n, lay._on, lay.first = int(n), {}, True
+        lay.rows = max(1, -(-lay.n // cls.BLOCK)) * cls.BLOCK
+        lay._positions = None
+        return lay
 
     def positions(self, device) -> torch.Tensor:
         device = torch.device(device)
         if device not in self._on:
-            self._on[device] = self._positions.to(device)
+            self._on[device] = torch.arange(self.n, device=device) if self.first else self._positions.to(device)
         return self._on[device]
 
     def place(self, *tensors):
@@ -480,18 +494,23 @@ class RowLayout:
         out = []
         for t in tensors:
             full = t.new_zeros((self.rows,) + tuple(t.shape[1:]))
-            full[self.positions(t.device)] = t
+            if self.first:
+                full[:self.n] = t
+            else:
+                full[self.positions(t.device)] = t
             out.append(full)
         return out if len(out) > 1 else out[0]
 
     def take(self, t: torch.Tensor) -> torch.Tensor:
         """The ``n`` rows of a result computed on placed rows, in their order."""
+        if self.first:
+            return t[:self.n]
         return t.index_select(0, self.positions(t.device))
 
     @classmethod
     def contiguous(cls, start: int, n: int) -> "RowLayout":
         """The rows ``start .. start + n - 1`` of the whole step."""
-        return cls(np.arange(start, start + n, dtype=np.int64))
+        return cls.leading(n) if start == 0 else cls(np.arange(start, start + n, dtype=np.int64))
 
 
 
