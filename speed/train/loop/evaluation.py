@@ -19,6 +19,7 @@ from ..run import checkpoint as ckpt
 from ..run.folder import RunFolder
 from ..run.predictor import predictor_payload
 from ..step.engine import EpochLog
+from .kept import KeptBest
 
 Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
 
@@ -45,6 +46,7 @@ class WholeEvaluation:
         self.best_params: Optional[Dict] = None
         self._z_train: Optional[list] = None  # the epoch's training embeddings (node classification)
         self._val_z = None
+        self._kept = KeptBest()
 
     def collector(self) -> Optional[list]:
         """A list for this epoch's training embeddings when node classification scores them."""
@@ -64,24 +66,36 @@ class WholeEvaluation:
         return scores
 
     def on_best(self, log: EpochLog, record: Record) -> None:
-        """A new best epoch: score the test period and save the checkpoint."""
-        if self.config.eval == "replay":
-            self.best_params = {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
-        test, res = self.evaluator.evaluate(self.model, "test", collect_z=self._z_train is not None)
-        best = {"val": log.val, "test": test}
-        if self._z_train is not None:
-            nc = self.evaluator.node_classification(torch.cat(self._z_train).numpy(), self._val_z, res.z_src)
-            if nc is not None:
-                best["node_classification"] = nc
-        self.best = best
-        self._save_best(log.epoch, record)
+        """A new best epoch: keep what its test figures come from -- the weights, the node state
+        at the end of validation (spilled to disk), its record for ``best.json`` and, for node
+        classification, its embeddings.  The test period is scored once, from them, at the end
+        (:meth:`final_results`)."""
+        self.best_params = {k: v.detach().clone() for k, v in self.model.params_state_dict().items()}
+        z = None if self._z_train is None else (torch.cat(self._z_train).numpy(), self._val_z)
+        self.best = {"val": log.val}
+        if self.config.eval == "replay":  # the figures come from a replay at the end, with the weights alone
+            return
+        self._kept.keep(log.epoch, record, self.model.state, z)
 
     def final_results(self, best_epoch: int, record: Record) -> Dict:
-        """The reported results: those of the best epoch, or a replay with its weights."""
+        """The reported results: the test period scored once from the best epoch's state at the
+        end of its validation (or a replay with its weights), and ``best.json``."""
+        self.model.load_params(self.best_params)
         if self.config.eval == "replay":
-            self.model.load_params(self.best_params)
             self.best = self.evaluator.replay(self.model)
-            self._save_best(best_epoch, record)  # the checkpoint holds the state these results came from
+        else:
+            state, adopt = self._kept.take_state()
+            self.model.state.restore(state, adopt=adopt)  # (adopted, the spilled copy becomes the state)
+            z = self._kept.embeddings
+            test, res = self.evaluator.evaluate(self.model, "test", collect_z=z is not None)
+            best = {"val": self.best["val"], "test": test}
+            if z is not None:
+                nc = self.evaluator.node_classification(z[0], z[1], res.z_src)
+                if nc is not None:
+                    best["node_classification"] = nc
+            self.best = best
+        # the checkpoint holds the state these results came from, and the best epoch's record
+        self._save_best(best_epoch, self._kept.record_with(self.best, record))
         return self.best
 
     def _save_best(self, epoch: int, record: Record) -> None:
@@ -98,12 +112,14 @@ class WholeEvaluation:
 
     # ------------------------------------------------------------------ last.json
     def save_last(self, write: Callable[[Dict], None]) -> None:
-        """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation."""
-        write({"best_params": self.best_params})
+        """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation:
+        the best epoch's weights, and the state and record its test figures come from."""
+        write({"best_params": self.best_params, **self._kept.saved(self._kept.state)})
 
     def resume(self, best: Dict, extra: Dict) -> None:
         self.best = best
         self.best_params = extra.get("best_params")
+        self._kept.resume(extra)
 
     def extra_metrics(self) -> Dict:
         return {}

@@ -34,6 +34,7 @@ from ..state.sharded import Exchange, ShardedMemory, ShardedSampler, ShardWriter
 from .sharded import owners, shard_state
 from ..eval.divided import DividedStep
 from .validate import local_validation, transfer_warning
+from ..loop.kept import KeptBest
 
 
 Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
@@ -70,6 +71,8 @@ class ShardedEvaluation:
         self._best_state: Optional[Dict] = None  # the best epoch's full-graph back-up, after a resume
         self._best_in_eval_model = False  # the evaluation model holds the best epoch's state (local validation)
         self.exchange = Exchange()  # rows read from other ranks during evaluation
+        self._kept = KeptBest()  # full validation: the best epoch's state, this rank's rows, until the test
+        self._sharded_for: Optional[int] = None  # the epoch whose groups own the evaluation model's rows
         self.best_write: Optional[list] = None  # each rank's figures of the latest best.json write
 
     @property
@@ -112,6 +115,7 @@ class ShardedEvaluation:
             lambda k: ShardedSampler(owner, k, self.world, self.exchange))
         # the ranks run the same steps, each its owners' keys and a share of the queries
         model.divide(DividedStep(self.world, owner))
+        self._sharded_for = epoch
         return owner
 
     def prepare_eval(self, log: EpochLog) -> None:
@@ -182,12 +186,13 @@ class ShardedEvaluation:
             if self.is_main:
                 self.best = {"val": log.val}
             return
-        if self.config.eval == "replay":
-            self.best_params = self._params_copy()
-        test, _ = self.evaluator.evaluate(self.eval_model(), "test")  # every rank streams the test period
+        # keep the weights and each rank the rows it owns of the state at the end of validation:
+        # the test period is scored once, from them, at the end (final_results)
+        self.best_params = self._params_copy()
         if self.is_main:
-            self.best = {"val": log.val, "test": test}
-        self._save_best(log.epoch, record)
+            self.best = {"val": log.val}
+        if self.config.eval != "replay":
+            self._kept.keep(log.epoch, record if self.is_main else None, self.eval_model().state)
 
     def final_results(self, best_epoch: int, record: Record) -> Dict:
         """On every rank; the figures on rank 0."""
@@ -195,6 +200,16 @@ class ShardedEvaluation:
         if cfg.validation != "local":
             if cfg.eval == "replay":
                 self._replay(best_epoch, record)
+                return self.best
+            model = self.eval_model()
+            model.load_params(self.best_params)
+            self._shard_memories(best_epoch)  # the best epoch's owners, each rank's rows put back
+            state, adopt = self._kept.take_state()
+            model.state.restore(state, adopt=adopt)
+            test, _ = self.evaluator.evaluate(model, "test")  # every rank streams the test period
+            if self.is_main:
+                self.best = {"val": self.best["val"], "test": test}
+            self._save_best(best_epoch, self._kept.record_with(self.best, record))
             return self.best
         model = self.eval_model()
         model.load_params(self.best_params)
@@ -265,14 +280,26 @@ class ShardedEvaluation:
     def save_last(self, write: Callable[[Dict], None]) -> None:
         """``write(extra)`` writes ``last.json`` (collective); with local validation the best
         epoch's state is needed at the end, so it goes there too (every rank its own rows)."""
-        best_state, writer = None, None
+        best_state, writer, kept = None, None, {}
         if self.config.validation == "local" and self.folder is not None:
             if self._best_state is not None:  # a resumed run's, not evaluated yet
                 best_state = self._best_state if self.is_main else None
             elif self._best_in_eval_model:
                 writer = ShardWriter(self.world)
                 best_state = self.eval_model().state.written_snapshot(writer)
-        write({"best_params": self.best_params, "best_state": best_state})
+        elif self._kept.epoch is not None and self.folder is not None:
+            # the kept back-up's rows, each written by its owner: the evaluation model is
+            # sharded by the best epoch's groups for it (its live state is not read again:
+            # the next evaluation shards it afresh)
+            if self._kept.resumed:  # a resumed run's, whole as last.json gave it: rank 0 writes it back
+                snapshot = self._kept.state if self.is_main else None
+            else:
+                if self._sharded_for != self._kept.epoch:
+                    self._shard_memories(self._kept.epoch)
+                writer = ShardWriter(self.world)
+                snapshot = self.eval_model().state.written_snapshot(writer, self._kept.state)
+            kept = self._kept.saved(snapshot) if self.is_main else {}
+        write({"best_params": self.best_params, "best_state": best_state, **kept})
         if writer is not None:
             if self.is_main:
                 writer.check()
@@ -283,6 +310,7 @@ class ShardedEvaluation:
         self.best = best
         self.best_params = extra.get("best_params")
         self._best_state = extra.get("best_state")
+        self._kept.resume(extra)
 
     def extra_metrics(self) -> Dict:
         # rank 0's traffic while evaluating: the rows it read from their owners, its share of

@@ -1,0 +1,94 @@
+"""The best epoch's state, kept until its test period is scored, once, at the end of a run.
+
+The test figures of a run are those of its best epoch: the test period streamed on from the
+node state at the end of that epoch's validation, with that epoch's weights.  Scoring them at
+every new best epoch streams the test period once per improvement and keeps only the last;
+instead the state is kept (spilled to disk, :class:`~speed.train.state.spill.Spill`: it costs
+disk and page cache, not resident memory) and the test period is scored once, from it, when
+training ends -- the same figures, as DyGLib restores its best checkpoint to test it.
+
+:class:`KeptBest` holds, for the best epoch so far: its number, its record for ``best.json``
+(taken when it was the best: the optimiser's state changes in place as training goes on), the
+back-up of the state, and what node classification reads of it.  ``last.json`` carries all of it,
+so a resumed run scores the test period from the same state.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable, Dict, Optional
+
+from ..state.spill import Spill
+
+Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
+
+
+class KeptBest:
+    """What the best epoch's test figures come from, until they are scored.
+
+    Attributes
+    ----------
+    epoch : int or None
+    state : dict or None
+        A whole :meth:`NodeStates.backup` of the state at the end of the epoch's validation
+        (this rank's rows, under PAC), spilled to disk.
+    record : dict or None
+        The run's record at that epoch, as ``best.json`` keeps it.
+    embeddings : tuple or None
+        ``(training, validation)`` source embeddings of the epoch (node classification).
+    """
+
+    def __init__(self):
+        self.epoch: Optional[int] = None
+        self.state: Optional[dict] = None
+        self.record: Optional[dict] = None
+        self.embeddings = None
+        self.resumed = False  # the state came from last.json (whole, as the file holds it)
+
+    def keep(self, epoch: int, record: Optional[Record], state=None, embeddings=None) -> None:
+        """Keep epoch ``epoch``: ``record(epoch)`` (copied), a back-up of ``state``
+        (:class:`~speed.train.state.nodes.NodeStates`, or None: nothing to keep) and ``embeddings``."""
+        self.epoch = int(epoch)
+        # deep: the optimiser's state dict holds its live tensors, which later steps change in place
+        self.record = None if record is None else copy.deepcopy(record(epoch))
+        self.state = None  # the previous best's back-up goes (its files are unlinked) before the new one
+        self.state = None if state is None else state.backup(keep=Spill())
+        self.embeddings = embeddings
+        self.resumed = False
+
+    def take_state(self):
+        """``(state, adopt)``: the kept back-up, handed over once, and whether it may become the
+        state itself (:meth:`NodeStates.restore`'s ``adopt``: a back-up of this run's own, not
+        the arrays of a file that last.json gave a resumed run)."""
+        if self.state is None:
+            raise RuntimeError("no best epoch's state is kept: nothing to score the test period from")
+        state, self.state = self.state, None
+        return state, not self.resumed
+
+    def record_with(self, best: Dict, record: Record) -> Record:
+        """The record ``best.json`` is written with: the best epoch's, with the run's results
+        (``record`` itself when none was kept)."""
+        if self.record is None:
+            return record
+        kept = dict(self.record, best=best)
+        return lambda epoch: kept
+
+    def saved(self, state) -> Dict:
+        """What ``last.json`` keeps of it (``state``: the back-up as the file takes it)."""
+        if self.epoch is None:
+            return {}
+        out = {"best_epoch_kept": self.epoch, "best_state": state, "best_record": self.record}
+        if self.embeddings is not None:
+            out["best_embeddings"] = list(self.embeddings)
+        return out
+
+    def resume(self, extra: Dict) -> None:
+        """Take back what :meth:`saved` wrote into ``last.json``."""
+        if extra.get("best_epoch_kept") is None:
+            return
+        self.epoch = int(extra["best_epoch_kept"])
+        self.resumed = True
+        self.state = extra.get("best_state")
+        self.record = extra.get("best_record")
+        z = extra.get("best_embeddings")
+        self.embeddings = None if z is None else tuple(z)
