@@ -78,7 +78,8 @@ class Work:
     bytes_received: int = 0
     bytes_sent: int = 0
     seconds_collectives: float = 0.0
-    seconds_total: float = 0.0
+    seconds_total: float = 0.0  # in the steps (planning apart)
+    seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)

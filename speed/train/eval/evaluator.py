@@ -126,6 +126,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if release is not None:
         release()
     trim_heap()
+    if hasattr(divider, "work"):
+        divider.work.seconds_planning += loader.plan_seconds
     # every process's shares, in event order (the scores stayed where they were computed)
     pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
     work = divider.work.as_dict() if hasattr(divider, "work") else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable, Iterator, Optional, Tuple
 
 import numpy as np
@@ -156,9 +157,18 @@ class PlanLoader:
         self.observed = observed
         self.on_device = bool(on_device)
         self.device = model.device
+        #: seconds spent building plans (in whichever thread built them)
+        self.plan_seconds = 0.0
 
     def _make(self, index: int, positions: np.ndarray, ended: bool,
               before_read: Optional[Callable[[int], None]] = None) -> Step:
+        t0 = time.perf_counter()
+        step = self._build(index, positions, ended, before_read)
+        self.plan_seconds += time.perf_counter() - t0
+        return step
+
+    def _build(self, index: int, positions: np.ndarray, ended: bool,
+               before_read: Optional[Callable[[int], None]] = None) -> Step:
         src, dst, t, eid = self.stream.batch(positions)
         n = positions.size
         neg_src, neg_dst = self.negatives(n) if self.negatives is not None else (None, None)
