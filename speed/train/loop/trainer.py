@@ -11,7 +11,8 @@ single process), its data, how it trains an epoch and how it evaluates:
   brought to its owners, the work divided).
 
 The loop trains an epoch, validates on the full graph, stops early on the protocol's
-validation figure, scores the test period at each best epoch, writes ``last.json`` and
+validation figure, keeps the best epoch's state and scores the test period from it once, at
+the end (:mod:`.kept`), writes ``last.json`` and
 ``best.json`` (:mod:`speed.train.run.checkpoint`), resumes, and assembles ``metrics.json``.  Both
 kinds of training step with the same :class:`~speed.train.step.engine.Engine`, and both
 evaluations stream with the same :class:`~speed.train.eval.evaluator.Evaluator`.
@@ -128,7 +129,9 @@ class Trainer:
         """Train with early stopping on validation.
 
         Evaluation follows TGN's protocol: after each epoch's training the stream goes on
-        through the validation events, and at a best epoch on through the test events too.
+        through the validation events; the best epoch's state at the end of them is kept, and the
+        test events are streamed once, from it, when training ends (:meth:`final_results` of the
+        evaluation).
         Returns the metrics (also written to ``out/metrics.json``) on the main process,
         None elsewhere.
         """
