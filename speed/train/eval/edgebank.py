@@ -129,6 +129,7 @@ class _WholeStep:
     remember it (:class:`~speed.train.eval.divided.DividedStep`'s interface, one process)."""
 
     world = None
+    size = 1  # one process: its plans are built as the loader builds them
 
     def __call__(self, bank: "EdgeBank", plan, step: QueryLayout, collect: bool = False, score: bool = True):
         from .divided import StepScores

@@ -452,16 +452,23 @@ class RowLayout:
     ----------
     index : int ndarray or tensor, shape (n,)
         Each row's index in the whole step (distinct).
+    first : int, optional
+        Instead of ``index``: the rows ``0 .. first - 1``, each at its own index (:meth:`leading`).
     """
 
     PERIOD = 16
     BLOCK = 32
 
-    def __init__(self, index):
+    def __init__(self, index=None, *, first: Optional[int] = None):
+        self._on = {}
+        self.first = first is not None  # the rows 0 .. first - 1 (see leading)
+        if self.first:
+            self.n = int(first)
+            self.rows = max(1, -(-self.n // self.BLOCK)) * self.BLOCK
+            self._positions = None
+            return
         index = np.asarray(index.cpu() if torch.is_tensor(index) else index, dtype=np.int64)
         self.n = int(index.size)
-        self._on = {}
-        self.first = False
         residue = index % self.PERIOD
         order = np.argsort(residue, kind="stable")
         counts = np.bincount(residue, minlength=self.PERIOD)
@@ -477,11 +484,7 @@ class RowLayout:
         """The rows ``0 .. n - 1`` of the whole step: each at its own index, so placing is a
         copy into the first ``n`` rows and taking a slice (what :meth:`__init__` gives for
         ``arange(n)``, without building its positions; a step computed whole takes this)."""
-        lay = cls.__new__(cls)
-        lay.n, lay._on, lay.first = int(n), {}, True
-        lay.rows = max(1, -(-lay.n // cls.BLOCK)) * cls.BLOCK
-        lay._positions = None
-        return lay
+        return cls(first=n)
 
     def positions(self, device) -> torch.Tensor:
         device = torch.device(device)

@@ -1,0 +1,28 @@
+"""RowLayout: where rows go when each row's result must not depend on the others computed with it."""
+
+import numpy as np
+import pytest
+import torch
+
+from speed.train.model.network import RowLayout
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 31, 32, 33, 200, 1001])
+def test_the_leading_rows_are_placed_and_taken_as_their_indices_are(n):
+    x = torch.randn(n, 3)
+    whole, first = RowLayout(np.arange(n)), RowLayout.leading(n)
+    assert first.rows == whole.rows and first.n == whole.n == n
+    assert torch.equal(first.positions("cpu"), whole.positions("cpu"))
+    assert torch.equal(first.place(x), whole.place(x))
+    y = torch.randn(whole.rows, 2)
+    assert torch.equal(first.take(y), whole.take(y))
+    assert torch.equal(RowLayout.contiguous(0, n).place(x), whole.place(x))
+
+
+def test_a_subset_is_placed_by_residue_and_the_height_in_blocks():
+    lay = RowLayout(np.array([3, 19, 4, 40]))
+    # residue 3: 3 then 19 (16 apart); residue 4: 4; residue 8: 40
+    assert lay.positions("cpu").tolist() == [3, 19, 4, 8]
+    assert lay.rows == 32
+    x = torch.arange(4.0).unsqueeze(1)
+    assert torch.equal(lay.take(lay.place(x)), x)
