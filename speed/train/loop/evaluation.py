@@ -84,8 +84,7 @@ class WholeEvaluation:
         if self.config.eval == "replay":
             self.best = self.evaluator.replay(self.model)
         else:
-            state, adopt = self._kept.take_state()
-            self.model.state.restore(state, adopt=adopt)  # (adopted, the spilled copy becomes the state)
+            self._kept.restore_into(self.model.state)  # (adopted: the spilled copy becomes the state)
             z = self._kept.embeddings
             test, res = self.evaluator.evaluate(self.model, "test", collect_z=z is not None)
             best = {"val": self.best["val"], "test": test}
@@ -115,6 +114,7 @@ class WholeEvaluation:
         """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation:
         the best epoch's weights, and the state and record its test figures come from."""
         write({"best_params": self.best_params, **self._kept.saved(self._kept.state)})
+        self._kept.release()  # (the write read every page of it)
 
     def resume(self, best: Dict, extra: Dict) -> None:
         self.best = best

@@ -18,7 +18,10 @@ from __future__ import annotations
 import copy
 from typing import Callable, Dict, Optional
 
-from ..state.spill import Spill
+import numpy as np
+import torch
+
+from ..state.spill import Spill, release
 
 Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
 
@@ -56,14 +59,15 @@ class KeptBest:
         self.embeddings = embeddings
         self.resumed = False
 
-    def take_state(self):
-        """``(state, adopt)``: the kept back-up, handed over once, and whether it may become the
-        state itself (:meth:`NodeStates.restore`'s ``adopt``: a back-up of this run's own, not
-        the arrays of a file that last.json gave a resumed run)."""
+    def restore_into(self, states) -> None:
+        """Make the kept back-up the state of ``states`` (:class:`NodeStates`), once.  A back-up of
+        this run's own becomes the state itself where the state can adopt it (no copy); one that
+        last.json gave a resumed run is copied.  Nothing here holds it afterwards: a copied
+        back-up's mapping goes at once, not after the test that follows."""
         if self.state is None:
             raise RuntimeError("no best epoch's state is kept: nothing to score the test period from")
         state, self.state = self.state, None
-        return state, not self.resumed
+        states.restore(state, adopt=not self.resumed)
 
     def record_with(self, best: Dict, record: Record) -> Record:
         """The record ``best.json`` is written with: the best epoch's, with the run's results
@@ -82,6 +86,13 @@ class KeptBest:
             out["best_embeddings"] = list(self.embeddings)
         return out
 
+    def release(self) -> None:
+        """Let the pages of the kept back-up read so far go (after ``last.json`` read it
+        through): it is not written to until it is restored, so they come back from its files
+        when read again, and meanwhile do not count in this process's resident memory."""
+        if self.state is not None and not self.resumed:
+            _release_tree(self.state)
+
     def resume(self, extra: Dict) -> None:
         """Take back what :meth:`saved` wrote into ``last.json``."""
         if extra.get("best_epoch_kept") is None:
@@ -92,3 +103,14 @@ class KeptBest:
         self.record = extra.get("best_record")
         z = extra.get("best_embeddings")
         self.embeddings = None if z is None else tuple(z)
+
+
+def _release_tree(value) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _release_tree(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _release_tree(v)
+    elif isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim:
+        release(value)

@@ -204,8 +204,7 @@ class ShardedEvaluation:
             model = self.eval_model()
             model.load_params(self.best_params)
             self._shard_memories(best_epoch)  # the best epoch's owners, each rank's rows put back
-            state, adopt = self._kept.take_state()
-            model.state.restore(state, adopt=adopt)
+            self._kept.restore_into(model.state)
             test, _ = self.evaluator.evaluate(model, "test")  # every rank streams the test period
             if self.is_main:
                 self.best = {"val": self.best["val"], "test": test}
@@ -305,6 +304,7 @@ class ShardedEvaluation:
                 writer.check()
             else:
                 writer.serve()
+        self._kept.release()  # (its rows were read through for the write)
 
     def resume(self, best: Dict, extra: Dict) -> None:
         self.best = best
