@@ -92,7 +92,9 @@ class NodeMemory:
         if stage is not None:
             with self._lock:  # the buffers are shared with write
                 return stage.gather(self.memory, self.last_update, i, n_id.device)
-        return self.memory[i].to(n_id.device), self.last_update[i].to(n_id.device)
+        # index_select, not memory[i]: the same rows, gathered 2-3x faster on a CPU (advanced
+        # indexing goes through the general index kernel)
+        return self.memory.index_select(0, i).to(n_id.device), self.last_update.index_select(0, i).to(n_id.device)
 
     def local_rows(self, ids: np.ndarray):
         """``(memory[ids], last_update[ids])`` of rows held here, as host tensors (``ids``: int64
