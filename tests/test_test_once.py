@@ -111,3 +111,19 @@ def test_pac_scores_the_test_once_from_the_best_epochs_sharded_state(tmp_path):
     a, b = load_checkpoint(tmp_path / "one" / "best.json"), load_checkpoint(tmp_path / "part" / "best.json")
     for name, value in a.model.items():
         assert np.array_equal(np.asarray(b.model[name]), np.asarray(value)), name
+
+
+def test_a_run_resumed_from_a_last_json_that_kept_no_state_keeps_its_tested_best(tmp_path, first_epoch_best):
+    """A last.json of a version that tested at every best epoch holds the best's test figures and
+    no kept state: resumed without a better epoch, the run reports those figures."""
+    from speed.train.run.checkpoint import load_checkpoint, write_checkpoint
+
+    ev = _log()
+    cfg = dict(model="tgn", seed=0, deterministic=True, patience=10, lr=1e-2, **TINY)
+    first = speed.train(ev, epochs=1, out=tmp_path / "run", **cfg)
+    last = load_checkpoint(tmp_path / "run" / "last.json")
+    record = last.record(best={"val": first["val"], "test": first["test"]})
+    extra = {k: v for k, v in last.extra.items() if not k.startswith("best_") or k == "best_params"}
+    write_checkpoint(tmp_path / "run" / "last.json", "last", record, params=last.model, extra=extra)
+    resumed = speed.train(ev, epochs=2, resume=True, out=tmp_path / "run", **cfg)
+    assert resumed["best_epoch"] == 1 and resumed["test"] == first["test"]

@@ -80,6 +80,8 @@ class WholeEvaluation:
     def final_results(self, best_epoch: int, record: Record) -> Dict:
         """The reported results: the test period scored once from the best epoch's state at the
         end of its validation (or a replay with its weights), and ``best.json``."""
+        if self.config.eval != "replay" and self._kept.tested_earlier(self.best):
+            return self.best
         self.model.load_params(self.best_params)
         if self.config.eval == "replay":
             self.best = self.evaluator.replay(self.model)

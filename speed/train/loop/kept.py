@@ -59,6 +59,12 @@ class KeptBest:
         self.embeddings = embeddings
         self.resumed = False
 
+    def tested_earlier(self, best: Dict) -> bool:
+        """The best epoch was tested when it happened, by a version that scored the test at
+        every best epoch: a run resumed from its ``last.json`` (which kept no state) whose best
+        epoch came before the resume.  Its figures and ``best.json`` stand as they are."""
+        return self.epoch is None and "test" in (best or {})
+
     def restore_into(self, states) -> None:
         """Make the kept back-up the state of ``states`` (:class:`NodeStates`), once.  A back-up of
         this run's own becomes the state itself where the state can adopt it (no copy); one that

@@ -201,6 +201,8 @@ class ShardedEvaluation:
             if cfg.eval == "replay":
                 self._replay(best_epoch, record)
                 return self.best
+            if self._kept.tested_earlier(self.best):  # (every rank read the same last.json)
+                return self.best
             model = self.eval_model()
             model.load_params(self.best_params)
             self._shard_memories(best_epoch)  # the best epoch's owners, each rank's rows put back
