@@ -17,9 +17,10 @@ Nothing is received twice or by a process that does not need it.
 
 A key's state, a query's embedding and a pair's score do not depend on which others are
 computed with them: the model places each row where it would be among the whole step's
-(:class:`~speed.train.model.network.RowLayout`) and computes its attention slot by slot.  So the figures are bit for bit those of one process doing all
-of it -- which is this same step on a world of one, the path every single-process evaluation
-takes.
+(:class:`~speed.train.model.network.RowLayout`) and computes its attention slot by slot.  So the
+figures are bit for bit those of one process doing all of it.  A world of one (every
+single-process evaluation, and PAC with one rank) computes the plan as built, each row at its
+own index (:meth:`DividedStep._whole`): no share cut out, nothing exchanged or remapped.
 
 TIGE's dual memory also needs each endpoint's embedding at its latest event of the batch on the
 endpoint's owner: one more all-reduce of those rows (zeros where a process has none).
