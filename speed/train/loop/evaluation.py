@@ -86,7 +86,8 @@ class WholeEvaluation:
         if self.config.eval == "replay":
             self.best = self.evaluator.replay(self.model)
         else:
-            self._kept.restore_into(self.model.state)  # (adopted: the spilled copy becomes the state)
+            # copied: the kept back-up stays as it is, the test-start state best.json keeps
+            self._kept.restore_into(self.model.state, keep=self.folder is not None)
             z = self._kept.embeddings
             test, res = self.evaluator.evaluate(self.model, "test", collect_z=z is not None)
             best = {"val": self.best["val"], "test": test}
@@ -97,6 +98,7 @@ class WholeEvaluation:
             self.best = best
         # the checkpoint holds the state these results came from, and the best epoch's record
         self._save_best(best_epoch, self._kept.record_with(self.best, record))
+        self._kept.drop()
         return self.best
 
     def _save_best(self, epoch: int, record: Record) -> None:
@@ -106,7 +108,10 @@ class WholeEvaluation:
         model, predictor = self.model, None
         if model.net.spec is not None:  # built by build_model, so load_run can build it again
             start = self.evaluator.test_start
-            if start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
+            kept = self._kept.test_start()
+            if start is not None and kept is not None:  # the best epoch's kept state is where the test began
+                start = {"t": start["t"], "state": kept}
+            elif start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
                 start = {"t": start["t"], "state": model.state.whole_backup(start["state"])}
             predictor = predictor_payload(model, self.events, self.config.batch_size, start)
         ckpt.write_checkpoint(self.folder.best, "best", record(epoch), model=model, predictor=predictor)
@@ -115,8 +120,8 @@ class WholeEvaluation:
     def save_last(self, write: Callable[[Dict], None]) -> None:
         """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation:
         the best epoch's weights, and the state and record its test figures come from."""
-        write({"best_params": self.best_params, **self._kept.saved(self._kept.state)})
-        self._kept.release()  # (the write read every page of it)
+        write({"best_params": self.best_params, **self._kept.saved(self._kept.for_file())})
+        self._kept.release()  # (what of it the write did not let go)
 
     def resume(self, best: Dict, extra: Dict) -> None:
         self.best = best

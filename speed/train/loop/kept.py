@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
-from ..state.spill import Spill, release
+from ..state.spill import Spill, Streamed, is_spilled, release
 
 Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
 
@@ -65,15 +65,40 @@ class KeptBest:
         epoch came before the resume.  Its figures and ``best.json`` stand as they are."""
         return self.epoch is None and "test" in (best or {})
 
-    def restore_into(self, states) -> None:
-        """Make the kept back-up the state of ``states`` (:class:`NodeStates`), once.  A back-up of
-        this run's own becomes the state itself where the state can adopt it (no copy); one that
-        last.json gave a resumed run is copied.  Nothing here holds it afterwards: a copied
-        back-up's mapping goes at once, not after the test that follows."""
+    def restore_into(self, states, keep: bool = False) -> None:
+        """Make the kept back-up the state of ``states`` (:class:`NodeStates`).
+
+        ``keep=False``: handed over once; a back-up of this run's own becomes the state itself
+        where the state can adopt it (no copy), one that last.json gave a resumed run is copied,
+        and nothing here holds it afterwards (a copied back-up's mapping goes at once, not after
+        the test that follows).  ``keep=True``: copied into the state, a window at a time, and
+        kept untouched: it is the state the test period starts from, which ``best.json`` keeps
+        (:meth:`test_start`), read from its files rather than copied again."""
         if self.state is None:
             raise RuntimeError("no best epoch's state is kept: nothing to score the test period from")
+        if keep:
+            states.restore(self.state, adopt=False)
+            self.release()
+            return
         state, self.state = self.state, None
         states.restore(state, adopt=not self.resumed)
+
+    def for_file(self) -> Optional[dict]:
+        """The kept back-up as a file takes it: its spilled arrays written a window at a time,
+        their pages let go as they are (:class:`~speed.train.state.spill.Streamed`); nothing has
+        written to them (they are restored by copy, or adopted once and then no longer kept)."""
+        if self.state is None or self.resumed:
+            return self.state
+        return _streamed(self.state)
+
+    def test_start(self) -> Optional[dict]:
+        """The kept back-up as ``best.json``'s test-start state (:meth:`for_file`), after
+        :meth:`restore_into` with ``keep``; None when none is kept, or a resumed run's."""
+        return None if self.resumed else self.for_file()
+
+    def drop(self) -> None:
+        """Let the kept back-up go (its files are unlinked: their space comes back)."""
+        self.state = None
 
     def record_with(self, best: Dict, record: Record) -> Record:
         """The record ``best.json`` is written with: the best epoch's, with the run's results
@@ -120,3 +145,13 @@ def _release_tree(value) -> None:
             _release_tree(v)
     elif isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim:
         release(value)
+
+
+def _streamed(value):
+    """``value`` with its spilled arrays (but the event ids, which a checkpoint may renumber)
+    wrapped as :class:`Streamed`; containers copied shallowly, arrays not copied."""
+    if isinstance(value, dict):
+        return {k: (v if k in ("nbr_e", "eid", "hold") else _streamed(v)) for k, v in value.items()}
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim and is_spilled(value):
+        return Streamed(value)
+    return value

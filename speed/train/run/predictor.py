@@ -31,6 +31,7 @@ import torch
 from ..._util import first_copies, full_time, release_arrays, tune_allocator
 from ...data.events import Events
 from ...errors import InputError
+from ..state.spill import View
 from . import checkpoint as ckpt
 from .folder import RunFolder
 from ..config import check_device
@@ -93,7 +94,9 @@ def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: f
              is_src: Optional[np.ndarray] = None, end: Optional[dict] = None) -> Dict:
     compact = end is None  # arrays written as they come (end given) keep their event ids
     if end is None:
-        end = model.state.structures()  # pending events, neighbour rings, components (TIGE's values)
+        # pending events, neighbour rings, components (TIGE's values): the live arrays, written
+        # into the checkpoint before the state changes again (a copy was the run's peak)
+        end = model.state.structures(keep=View())
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])

@@ -37,6 +37,7 @@ import torch
 
 from ..._util import atomic_file
 from ..state.sharded import Deferred
+from ..state.spill import Streamed
 from ...errors import InputError
 
 SERIAL_FORMAT = 1
@@ -52,7 +53,7 @@ def _encode(x, key: str, arrays: Dict[str, np.ndarray]):
     """``x`` as JSON-able data, its arrays moved into ``arrays`` under their place ``key``."""
     if key in arrays:
         raise TypeError(f"{key}: two values would be saved under one name")
-    if isinstance(x, Deferred):
+    if isinstance(x, (Deferred, Streamed)):
         arrays[key] = x
         return {"__tensor__": key, "torch": True} if x.torch else {"__tensor__": key}
     if isinstance(x, torch.Tensor):
@@ -127,6 +128,9 @@ def _write_safetensors(path: Path, arrays: Dict[str, np.ndarray], metadata: Dict
             if isinstance(a, Deferred):
                 places.setdefault(a.writer, {})[a.index] = start + header[name]["data_offsets"][0]
                 f.seek(a.nbytes, os.SEEK_CUR)
+            elif isinstance(a, Streamed):
+                for chunk in a.chunks():
+                    f.write(memoryview(chunk))
             elif a.nbytes:
                 f.write(memoryview(a.reshape(-1).view(np.uint8)))
         f.truncate(start + at)

@@ -173,8 +173,11 @@ class NodeMemory:
                     and last.dtype == self.last_update.dtype:
                 self.memory, self.last_update = memory, last
             elif memory.shape == self.memory.shape:
-                self.memory.copy_(memory)
-                self.last_update.copy_(last)
+                # a window at a time: a spilled back-up's pages go as they are copied
+                for lo, hi in windows(memory):
+                    self.memory[lo:hi].copy_(torch.as_tensor(memory[lo:hi]))
+                for lo, hi in windows(last):
+                    self.last_update[lo:hi].copy_(torch.as_tensor(last[lo:hi]))
             else:
                 self.memory = memory.clone().to(self.memory.device, self.memory.dtype)
                 self.last_update = last.clone().to(self.last_update.device, self.last_update.dtype)

@@ -56,6 +56,15 @@ class Keep:
         return a[np.asarray(rows)]
 
 
+class View(Keep):
+    """"Back-up" arrays as the live ones themselves, no copy: for a reader done with them before
+    the state changes next (a checkpoint written from the state at once).  Such a snapshot's
+    readers replace entries, never edit them (:meth:`NodeStates.compact_event_ids`)."""
+
+    def copy(self, a: Array) -> Array:
+        return a.detach() if isinstance(a, torch.Tensor) else a
+
+
 class Spill(Keep):
     """Back-up arrays in unlinked temporary files, mapped back copy-on-write.
 
@@ -121,6 +130,11 @@ def _address(a) -> int:
     return a.data_ptr() if isinstance(a, torch.Tensor) else a.__array_interface__["data"][0]
 
 
+def is_spilled(a: Array) -> bool:
+    """Whether ``a`` is a :class:`Spill` copy (an array mapped from its file)."""
+    return a is not None and a.shape[0] > 0 and _MAPPED.get(_address(a)) is not None
+
+
 def release(a: Array) -> None:
     """Let the pages of a spilled array read so far go (they are read again from its file if
     touched again); an array in memory is left alone."""
@@ -148,6 +162,31 @@ def windows(src: Array):
         start = (lo * row) // page * page
         if hasattr(mmap, "MADV_DONTNEED") and hi * row > start:
             mapped._mmap.madvise(mmap.MADV_DONTNEED, start, hi * row - start)
+
+
+class Streamed:
+    """A spilled back-up's array that a file writer reads a window at a time, letting each
+    window's mapped pages go (:func:`windows`), so writing it never makes it resident whole.
+    Only for an array nothing has written to since it was spilled: letting go of a written
+    (copy-on-write) page would lose the write.
+
+    Parameters
+    ----------
+    array : ndarray or tensor
+        A :class:`Spill` copy (an array in memory is written as it is).
+    """
+
+    def __init__(self, array: Array):
+        self.array = array
+        self.torch = isinstance(array, torch.Tensor)
+        a = array.detach().cpu().numpy() if self.torch else np.asarray(array)
+        self.shape, self.dtype, self.nbytes = tuple(a.shape), a.dtype, int(a.nbytes)
+
+    def chunks(self):
+        """The array's bytes in row order, a window at a time (C-contiguous uint8 views)."""
+        a = self.array.detach().cpu().numpy() if self.torch else np.asarray(self.array)
+        for lo, hi in windows(self.array):
+            yield np.ascontiguousarray(a[lo:hi]).reshape(-1).view(np.uint8)
 
 
 def put_rows(dst: Array, rows, src: Array) -> None:
