@@ -83,13 +83,21 @@ def main() -> int:
     a = ap.parse_args()
     if answered_as_worker(a, worker):
         return 0
+    if a.log is not None and not Path(a.log).is_file():
+        print(f"eval_pass.py: {a.log}: no such file (--log names an event log speed can read)", file=sys.stderr)
+        return 2
     log = a.log or str(generated_log())
     rows = []
     for r in range(a.rounds):
         for width in a.widths:
             for tree in trees(a.tree):
-                got = run_worker(__file__, "--log", log, "--tree", tree, "--width", width, "--threads", a.threads,
-                                 "--steps", a.steps, "--eval-steps", a.eval_steps)
+                try:
+                    got = run_worker(__file__, "--log", log, "--tree", tree, "--width", width, "--threads", a.threads,
+                                     "--steps", a.steps, "--eval-steps", a.eval_steps)
+                except RuntimeError as exc:  # the worker's own last line says what went wrong
+                    last = str(exc).strip().splitlines()[-1:] or ["(no output)"]
+                    print(f"eval_pass.py: {tree}: {last[0]}", file=sys.stderr)
+                    return 1
                 row = {"round": r, "tree": tree, **got}
                 rows.append(row)
                 print(f"round {r}  width {width:>3}  {tree}: training {got['train_events_per_s']:,.0f} ev/s; "
