@@ -73,6 +73,7 @@ class ShardedEvaluation:
         self.exchange = Exchange()  # rows read from other ranks during evaluation
         self._kept = KeptBest()  # full validation: the best epoch's state, this rank's rows, until the test
         self._sharded_for: Optional[int] = None  # the epoch whose groups own the evaluation model's rows
+        self._live_epoch: Optional[int] = None  # the epoch whose end of validation the evaluation model holds
         self.best_write: Optional[list] = None  # each rank's figures of the latest best.json write
 
     @property
@@ -116,6 +117,7 @@ class ShardedEvaluation:
         # the ranks run the same steps, each its owners' keys and a share of the queries
         model.divide(DividedStep(self.world, owner))
         self._sharded_for = epoch
+        self._live_epoch = None  # fresh rows: no epoch's validated state
         return owner
 
     def prepare_eval(self, log: EpochLog) -> None:
@@ -153,6 +155,7 @@ class ShardedEvaluation:
         before = self.exchange.seconds
         # every rank streams val; the figures are rank 0's
         scores, _ = self.evaluator.evaluate(self.eval_model(), "val", selection=True)
+        self._live_epoch = log.epoch
         log.seconds["validate"] = time.perf_counter() - t0
         log.seconds["validate_exchange"] = self.exchange.seconds - before
         release_pages(self.events)  # the mapped log's val pages: read again next epoch, not held
@@ -205,8 +208,13 @@ class ShardedEvaluation:
                 return self.best
             model = self.eval_model()
             model.load_params(self.best_params)
-            self._shard_memories(best_epoch)  # the best epoch's owners, each rank's rows put back
-            self._kept.restore_into(model.state)
+            if self._live_epoch == best_epoch and self._kept.epoch == best_epoch and not self._kept.resumed:
+                # the evaluation model still holds the best epoch's state at the end of its
+                # validation (the last epoch validated was the best): no copy to put back
+                self._kept.drop()
+            else:
+                self._shard_memories(best_epoch)  # the best epoch's owners, each rank's rows put back
+                self._kept.restore_into(model.state)
             test, _ = self.evaluator.evaluate(model, "test")  # every rank streams the test period
             if self.is_main:
                 self.best = {"val": self.best["val"], "test": test}
