@@ -136,22 +136,23 @@ class KeptBest:
         self.embeddings = None if z is None else tuple(z)
 
 
-def _release_tree(value) -> None:
+def _map_arrays(value, fn, skip=()):
+    """``value`` with each array ``a`` (not under a key in ``skip``) replaced by ``fn(a)``;
+    containers copied shallowly, arrays not copied: the one walk over a back-up's tree."""
     if isinstance(value, dict):
-        for v in value.values():
-            _release_tree(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _release_tree(v)
-    elif isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim:
-        release(value)
+        return {k: (v if k in skip else _map_arrays(v, fn, skip)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_arrays(v, fn, skip) for v in value)
+    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim:
+        return fn(value)
+    return value
+
+
+def _release_tree(value) -> None:
+    _map_arrays(value, lambda a: release(a))
 
 
 def _streamed(value):
     """``value`` with its spilled arrays (but the event ids, which a checkpoint may renumber)
-    wrapped as :class:`Streamed`; containers copied shallowly, arrays not copied."""
-    if isinstance(value, dict):
-        return {k: (v if k in ("nbr_e", "eid", "hold") else _streamed(v)) for k, v in value.items()}
-    if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim and is_spilled(value):
-        return Streamed(value)
-    return value
+    wrapped as :class:`Streamed`."""
+    return _map_arrays(value, lambda a: Streamed(a) if is_spilled(a) else a, skip=("nbr_e", "eid", "hold"))
