@@ -9,13 +9,13 @@ and add a :class:`Method` to :data:`REGISTRY` naming the parameters it uses.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from .._params import CLOSED_FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, is_real, problem
 from .._util import Registered, StageTimer
 from ..data.events import Events
 from ..errors import InputError
@@ -172,27 +172,27 @@ class PartitionResult:
 MAX_PARTS = 4096
 
 
+# each parameter of a partitioning and what it may be (:mod:`speed._params`; balance may also be
+# None: no capacity)
+PARTITION_RULES = {"num_parts": POSITIVE_INT, "topk": CLOSED_FRACTION, "beta": NON_NEGATIVE, "lam": POSITIVE,
+                   "eps": POSITIVE, "balance": NON_NEGATIVE, "method": METHODS}
+
+
 def validate_params(num_parts, topk, beta, lam, eps, method, balance=None):
-    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
-        raise InputError(f"num_parts must be an integer >= 1, got {num_parts!r}")
+    """Check a partitioning's parameters; raises :class:`~speed.errors.InputError` naming the
+    first bad one."""
+    given = dict(num_parts=num_parts, topk=topk, beta=beta, lam=lam, eps=eps, balance=balance, method=method)
+    for name, rule in PARTITION_RULES.items():
+        v = given[name]
+        if v is None and name == "balance":
+            continue
+        why = problem(rule, v)
+        if why:
+            hint = " (the CLI takes percent)" if name == "topk" and is_real(v) else ""
+            raise InputError(f"{name} {why}{hint}")
     if num_parts > MAX_PARTS:
         raise InputError(f"num_parts is {num_parts:,}; at most {MAX_PARTS:,} (the shards keep a bucket of events per "
                          "pair of parts; a few parts per rank is what training needs)")
-    for name, v in (("topk", topk), ("beta", beta), ("lam", lam), ("eps", eps)):
-        if not isinstance(v, (int, float, np.floating, np.integer)) or not math.isfinite(v):
-            raise InputError(f"{name} must be a finite number, got {v!r}")
-    if not 0.0 <= topk <= 1.0:
-        raise InputError(f"topk must be a fraction in [0, 1], got {topk} (the CLI takes percent)")
-    if beta < 0:
-        raise InputError(f"beta must be >= 0, got {beta}")
-    if lam <= 0 or eps <= 0:
-        raise InputError(f"lam and eps must be > 0, got lam={lam}, eps={eps}")
-    if balance is not None and (isinstance(balance, bool) or not isinstance(balance, (int, float, np.floating,
-                                                                                      np.integer))
-                                or not math.isfinite(balance) or balance < 0):
-        raise InputError(f"balance must be a number >= 0 (or None: no capacity), got {balance!r}")
-    if method not in METHODS:
-        raise InputError(f"unknown method '{method}' (choose from {', '.join(METHODS)})")
 
 
 class PartsWarning(UserWarning):

@@ -11,15 +11,13 @@ To add a hyperparameter: add a field here with its help text, read it where it i
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Optional
-
-import numpy as np
 
 from ..data.split import DEFAULT_TEST, DEFAULT_VAL
 from .._util import Registered
 from ..errors import InputError
+from .._params import BOOLEAN, COUNT, FRACTION, POSITIVE, POSITIVE_INT, Interval, plain, problem  # noqa: F401
 from ..partition.shards import SUBGRAPHS
 
 # The evaluation negative strategies (drawn in speed.train.eval.negatives, which needs torch).
@@ -74,46 +72,13 @@ def check_device(device, auto: bool = True) -> None:
             raise ConfigError("device", f"{device!r} requested but CUDA is not available")
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A field's range (after scikit-learn's ``Interval`` constraints): ``kind`` int or float,
-    ``low`` and ``high`` bounds (None: unbounded), open or closed at each end."""
-
-    kind: type
-    low: Optional[float] = None
-    high: Optional[float] = None
-    low_open: bool = False
-    high_open: bool = True
-
-    def problem(self, v) -> Optional[str]:
-        """Why ``v`` is out of range (None if it is in)."""
-        ok = not isinstance(v, bool) and (isinstance(v, int) if self.kind is int else _number(v))
-        ok = ok and (self.low is None or (v > self.low if self.low_open else v >= self.low))
-        ok = ok and (self.high is None or (v < self.high if self.high_open else v <= self.high))
-        return None if ok else f"must be {self}, got {v!r}"
-
-    def __str__(self) -> str:
-        if self.kind is int and self.high is None:
-            return f"an integer >= {self.low}"
-        if self.low == 0 and self.low_open and self.high is None:
-            return "a positive number"
-        if (self.low, self.high, self.low_open, self.high_open) == (0, 1, False, True):
-            return "a fraction in [0, 1)"
-        lo, hi = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"a number in {lo}{self.low}, {self.high}{hi}"
 
 
-POSITIVE_INT = Interval(int, 1)
-COUNT = Interval(int, 0)
-POSITIVE = Interval(float, 0, low_open=True)
-FRACTION = Interval(float, 0, 1)
-
-
-def _opt(default, help: str, *, choices=None, interval: Optional[Interval] = None, flag: Optional[str] = None,
+def _opt(default, help: str, *, choices=None, rule=None, flag: Optional[str] = None,
          group: str = "train", cli: bool = True, metavar: Optional[str] = None):
-    """A config field with its constraints (``choices`` or ``interval``; None passes where it
-    is the default) and what the CLI needs to expose it."""
-    meta = {"help": help, "choices": choices, "interval": interval, "flag": flag, "group": group, "cli": cli,
+    """A config field with its constraint (``choices``, or a ``rule`` of :mod:`speed._params`;
+    None passes where it is the default) and what the CLI needs to expose it."""
+    meta = {"help": help, "choices": choices, "rule": rule, "flag": flag, "group": group, "cli": cli,
             "metavar": metavar}
     return field(default=default, metadata=meta)
 
@@ -130,13 +95,13 @@ class TrainConfig:
 
     model: str = _opt("tgn", "model, or a memorisation baseline (EdgeBank, unlimited or time-window memory)",
                       choices=Registered(lambda: RECIPES, lambda: BASELINES))
-    epochs: int = _opt(10, "maximum epochs", interval=POSITIVE_INT)
-    batch_size: int = _opt(200, "events per batch", interval=POSITIVE_INT)
-    lr: float = _opt(1e-4, "Adam learning rate", interval=POSITIVE)
-    memory_dim: int = _opt(100, "node memory width", interval=POSITIVE_INT)
-    time_dim: int = _opt(100, "time encoding width", interval=POSITIVE_INT)
-    embedding_dim: int = _opt(100, "embedding width", interval=POSITIVE_INT)
-    neighbors: int = _opt(10, "sampled recent neighbours", interval=POSITIVE_INT)
+    epochs: int = _opt(10, "maximum epochs", rule=POSITIVE_INT)
+    batch_size: int = _opt(200, "events per batch", rule=POSITIVE_INT)
+    lr: float = _opt(1e-4, "Adam learning rate", rule=POSITIVE)
+    memory_dim: int = _opt(100, "node memory width", rule=POSITIVE_INT)
+    time_dim: int = _opt(100, "time encoding width", rule=POSITIVE_INT)
+    embedding_dim: int = _opt(100, "embedding width", rule=POSITIVE_INT)
+    neighbors: int = _opt(10, "sampled recent neighbours", rule=POSITIVE_INT)
     message: str = _opt("identity", "message function: the raw [s_self, s_other, time, features] (the papers'), "
                                     "or an MLP over it", choices=MESSAGES)
     aggregator: str = _opt("last", "how a node's pending events become one message: the latest one (the papers'), "
@@ -146,17 +111,17 @@ class TrainConfig:
                                       "pre-trained on the training events and frozen", choices=STATIC_KINDS)
     static_lr: float = _opt(1e-3, "learning rate of a learned static table (its own sparse Adam; each row gets a "
                                   "step only when its node is in a batch, so it needs a larger rate than the "
-                                  "weights; not scaled with the ranks, whose rows are not averaged)", interval=POSITIVE)
+                                  "weights; not scaled with the ranks, whose rows are not averaged)", rule=POSITIVE)
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     state_device: str = _opt("auto", "where node memories live while the weights compute on --device: auto (on the "
                                      "device when they take at most half of its free memory, else host memory), "
                                      "device, or host (each step then moves only its batch's rows)",
                              choices=STATE_PLACEMENTS)
-    seed: int = _opt(0, "seed of weights, negatives and the split")
+    seed: int = _opt(0, "seed of weights, negatives and the split", rule=COUNT)
     max_steps: Optional[int] = _opt(None, "stop each epoch after N training steps (per rank under PAC), to measure "
                                           "steady-state speed on a large log without a whole epoch; such an epoch "
                                           "is reported as cut, and is neither validated nor saved as the best",
-                                    metavar="N", interval=POSITIVE_INT)
+                                    metavar="N", rule=POSITIVE_INT)
     eval_max_steps: Optional[int] = _opt(None, "a measuring aid: score only the first N batches of each "
                                                "evaluation pass (val, test, their new-node passes), the state "
                                                "back-ups, neighbour graph and write of best.json staying those of a "
@@ -164,10 +129,10 @@ class TrainConfig:
                                                "tested and saved, so a short run of a large log goes through every "
                                                "phase of a whole one (to read its memory peaks against `speed "
                                                "plan`). Its figures cover those batches only, and the run says so",
-                                         metavar="N", interval=POSITIVE_INT)
-    patience: int = _opt(5, "epochs without validation AP gain before stopping", interval=POSITIVE_INT)
+                                         metavar="N", rule=POSITIVE_INT)
+    patience: int = _opt(5, "epochs without validation AP gain before stopping", rule=POSITIVE_INT)
     mrr_negatives: int = _opt(0, "also report test MRR and Hits@1/3/10 against K negative destinations per event "
-                                 "(TGB's ranking: filtered, ties count half)", metavar="K", interval=COUNT)
+                                 "(TGB's ranking: filtered, ties count half)", metavar="K", rule=COUNT)
     protocol: Optional[str] = _opt(None, "evaluation protocol: TGN's (10%% of nodes held out, per-batch AP, a "
                                          "new-node pass), DyGLib's (the same, with historical and inductive "
                                          "negatives), or TGB's (transductive, ranked against hist_rnd candidates, "
@@ -179,27 +144,29 @@ class TrainConfig:
     pipeline: Optional[bool] = _opt(None, "plan the next batch (sampling, negatives, pending events, features, "
                                           "copies to the device) in a background thread while this one computes "
                                           "(after MSPipe); default: on with a GPU (1.3-1.7x the events/s on an H100), "
-                                          "off on a CPU (within noise on 2 cores, benchmarks/results/pipeline.json)")
+                                          "off on a CPU (within noise on 2 cores, benchmarks/results/pipeline.json)",
+                                    rule=BOOLEAN)
     staleness: int = _opt(0, "with --pipeline, let a step read node memory up to K batches stale, so memory reads "
-                             "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K", interval=COUNT)
-    deterministic: bool = _opt(False, "deterministic torch algorithms")
+                             "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K", rule=COUNT)
+    deterministic: bool = _opt(False, "deterministic torch algorithms", rule=BOOLEAN)
     num_threads: Optional[int] = _opt(None, "torch and numba threads (default: this process's share of the cores idle at "
                                       "start; PAC CPU ranks: of cores / N)",
-                                      flag="--threads", metavar="N", interval=POSITIVE_INT)
-    val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False, interval=FRACTION)
-    test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False, interval=FRACTION)
+                                      flag="--threads", metavar="N", rule=POSITIVE_INT)
+    val: float = _opt(DEFAULT_VAL, "validation fraction of an event log", cli=False, rule=FRACTION)
+    test: float = _opt(DEFAULT_TEST, "test fraction of an event log", cli=False, rule=FRACTION)
     new_node_fraction: Optional[float] = _opt(None, "hold out int(F x nodes) of the nodes seen in val/test for the "
                                                     "inductive metric (default: the protocol's, 0.1 for tgn and "
                                                     "dyglib, 0 for tgb); 0 trains transductively, on every training "
-                                                    "event, as PyG's example and TGB do", metavar="F", interval=FRACTION)
+                                                    "event, as PyG's example and TGB do", metavar="F", rule=FRACTION)
     split_times: Optional[tuple] = _opt(None, "split an event log at (val_time, test_time) instead of the "
                                               "fractions (the CLI's --split-times)", cli=False)
-    node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False)
-    resume: bool = _opt(False, "continue the run in --out from its last epoch")
-    progress: Optional[bool] = _opt(None, "progress bars", flag="--no-progress", cli=False)
+    node_classification: bool = _opt(True, "dynamic node classification where labels exist", cli=False,
+                                      rule=BOOLEAN)
+    resume: bool = _opt(False, "continue the run in --out from its last epoch", rule=BOOLEAN)
+    progress: Optional[bool] = _opt(None, "progress bars", flag="--no-progress", cli=False, rule=BOOLEAN)
     # ---- parallel training (PAC) over a shards directory
     nproc: Optional[int] = _opt(None, "processes to spawn, one per GPU or CPU share (parts must be a multiple of "
-                                      "it)", group="pac", metavar="N", interval=POSITIVE_INT)
+                                      "it)", group="pac", metavar="N", rule=POSITIVE_INT)
     subgraph: str = _opt("assigned", "what a rank trains on: the events assigned to its parts (each training "
                                      "event once per epoch), or the node-induced sub-graph of its parts (events "
                                      "between shared nodes on every rank, as in the paper)",
@@ -215,43 +182,47 @@ class TrainConfig:
     # log); every 20 steps none did, at about 1% of the epoch; every 5 or 10 steps was no better
     # (docs/parallel.md, 'Weights that do not transfer').
     sync_every: int = _opt(20, "also synchronise shared nodes every K steps (0: only at the end of an epoch)",
-                           group="pac", metavar="K", interval=COUNT)
+                           group="pac", metavar="K", rule=COUNT)
     # 1 by default: DDP's gradient averaging, as the paper's PAC.  K > 1 trades exactness for
     # fewer lock-step meetings of the ranks (speed.train.pac.averaging; docs/parallel.md).
     average_every: int = _opt(1, "average the ranks' weights every K steps instead of their gradients every step "
                                  "(local SGD: each rank steps on its own gradients in between; 1: gradient "
-                                 "averaging, the paper's)", group="pac", metavar="K", interval=POSITIVE_INT)
+                                 "averaging, the paper's)", group="pac", metavar="K", rule=POSITIVE_INT)
     validation: str = _opt("full", "per-epoch validation on the full graph, exact, spread over the ranks; or by "
                                    "every rank on the val events of its own group (an approximation for early "
                                    "stopping; the reported val and test stay exact)", choices=VALIDATION_MODES,
                            group="pac")
     val_every: int = _opt(1, "validate every E epochs (and after the last); early stopping counts validations",
-                          metavar="E", interval=POSITIVE_INT)
-    shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac")
+                          metavar="E", rule=POSITIVE_INT)
+    shuffle: bool = _opt(True, "reshuffle the parts over the ranks every epoch", flag="--no-shuffle", group="pac",
+                         rule=BOOLEAN)
     grouping: str = _opt("balanced", "how parts are grouped onto ranks: groups near equal in training events "
                                      "(drawn among the balanced groupings each epoch), or equal numbers of parts "
                                      "at random (the paper's Alg. 2)", choices=GROUPINGS, group="pac")
     eval: str = _opt("assemble", "evaluate on the memory the ranks trained (brought to its owners), or replay all "
                                  "events", choices=EVAL_MODES, group="pac")
-    lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac")
+    lr_scaling: bool = _opt(True, "multiply lr by the number of ranks", flag="--no-lr-scaling", group="pac",
+                             rule=BOOLEAN)
     timeout: float = _opt(300.0, "seconds a collective of training or evaluation may wait (the waits on rank 0's "
                                  "decisions and its writing of best.json may take up to a day)", group="pac",
-                          interval=POSITIVE)
+                          rule=POSITIVE)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> "TrainConfig":
         """Check every field; raises :class:`ConfigError` naming the first bad one.
 
-        Each field's own range or choices come from its metadata (``interval``, ``choices``);
-        what depends on several fields is checked below."""
+        Each field's own rule or choices come from its metadata (``rule``, ``choices``; checked
+        by :func:`speed._params.problem`, and a numpy scalar kept as the Python value it stands
+        for); what depends on several fields is checked below."""
         for f in fields(self):
             v, meta = getattr(self, f.name), f.metadata
             if v is None and f.default is None:
                 continue
-            if meta.get("choices") is not None and v not in meta["choices"]:
-                raise ConfigError(f.name, f"must be one of {', '.join(meta['choices'])}, got {v!r}")
-            if meta.get("interval") is not None and meta["interval"].problem(v):
-                raise ConfigError(f.name, meta["interval"].problem(v))
+            for rule in (meta.get("choices"), meta.get("rule")):
+                why = problem(rule, v)
+                if why:
+                    raise ConfigError(f.name, why)
+            setattr(self, f.name, plain(v))
         if self.staleness and self.pipeline is not True:
             raise ConfigError("staleness", "needs the pipeline (pipeline=True, --pipeline)")
         if self.split_times is not None:
@@ -327,8 +298,10 @@ def flag_of(param: str) -> Optional[str]:
     return None
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+# each field of UpdateConfig and what it may be (lr and progress may also be None: the default)
+UPDATE_RULES = {"passes": POSITIVE_INT, "replay": Interval(float, 0, 10, high_open=False), "train": BOOLEAN,
+                "mrr": BOOLEAN, "mrr_negatives": POSITIVE_INT, "lr": POSITIVE, "windows": POSITIVE_INT,
+                "seed": COUNT, "progress": BOOLEAN}
 
 
 @dataclass
@@ -369,17 +342,16 @@ class UpdateConfig:
     progress: Optional[bool] = None
 
     def validate(self) -> "UpdateConfig":
-        if isinstance(self.passes, bool) or not isinstance(self.passes, (int, np.integer)) or self.passes < 1:
-            raise InputError(f"passes must be an integer >= 1, got {self.passes!r}")
-        if not isinstance(self.replay, (int, float)) or not 0.0 <= self.replay <= 10.0:
-            raise InputError(f"replay must be a fraction of the batch in [0, 10], got {self.replay!r}")
-        if isinstance(self.mrr_negatives, bool) or not isinstance(self.mrr_negatives, (int, np.integer)) or \
-                self.mrr_negatives < 1:
-            raise InputError(f"mrr_negatives must be an integer >= 1, got {self.mrr_negatives!r}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
-            raise InputError(f"lr must be a positive number, got {self.lr!r}")
-        if isinstance(self.windows, bool) or not isinstance(self.windows, (int, np.integer)) or self.windows < 1:
-            raise InputError(f"windows must be an integer >= 1, got {self.windows!r}")
+        """Check every field (:data:`UPDATE_RULES`, :mod:`speed._params`); raises
+        :class:`~speed.errors.InputError` naming the first bad one."""
+        for name, rule in UPDATE_RULES.items():
+            v = getattr(self, name)
+            if v is None and name in ("lr", "progress"):
+                continue
+            why = problem(rule, v)
+            if why:
+                raise InputError(f"{name} {why}")
+            setattr(self, name, plain(v))
         if not self.train and (self.passes != 1 or self.replay):
             raise InputError("passes and replay train the weights: they do not go with train=False (memory only)")
         return self
