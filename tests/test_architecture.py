@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "speed"
 
 # lowest first: a module may import its own layer and the layers before it
 LAYERS = [
-    ("speed.errors", "speed.optional", "speed._util", "speed._signals", "speed._threads"),
+    ("speed.errors", "speed.optional", "speed._util", "speed._signals", "speed._threads", "speed._params"),
     ("speed.data",),
     ("speed.partition",),
     ("speed.train",),
@@ -425,6 +425,153 @@ def test_the_citation_check_finds_stale_names():
             "`pac/gone.py` `RunFolder` `EpochLoop` `config.SYNC_RULES` `config.model`")
     assert broken_citations(text) == ["models.py:build_model", "speed/train/eval/negatives.py:NegativeSampler",
                                       "NodeStates.no_such_verb", "pac/gone.py", "EpochLoop", "config.model"]
+
+
+# --------------------------------------------------- docstrings' and help texts' references
+ROLE = re.compile(r":(mod|func|class|meth|attr|data|obj|exc):`~?([\w.]+)`")
+
+
+def _own_members(cls_node):
+    """What a class defines: its methods, nested classes, class attributes and ``self.x``."""
+    names = set()
+    for n in ast.walk(cls_node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            names.add(n.attr)
+        elif isinstance(n, (ast.AnnAssign, ast.Assign)):
+            names |= {t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    return names
+
+
+class _Package:
+    """The package's modules, classes (with what they and their bases define) and top-level names."""
+
+    def __init__(self):
+        self.mods = modules()
+        self.trees = {mod: ast.parse(path.read_text()) for mod, path in self.mods.items()}
+        self.class_nodes = {}
+        for tree in self.trees.values():
+            for n in tree.body:
+                if isinstance(n, ast.ClassDef):
+                    self.class_nodes.setdefault(n.name, []).append(n)
+        self.top = top_level_names()
+
+    def members(self, name, depth=0):
+        out = set()
+        for node in self.class_nodes.get(name, []):
+            out |= _own_members(node)
+            if depth < 8:
+                for b in node.bases:
+                    out |= self.members(b.id if isinstance(b, ast.Name) else getattr(b, "attr", ""), depth + 1)
+        return out
+
+    def walk(self, obj, rest):
+        import inspect
+
+        for i, part in enumerate(rest):
+            if hasattr(obj, part) or part in getattr(obj, "__dataclass_fields__", {}):
+                obj = getattr(obj, part, None)
+                continue
+            # an attribute set on ``self`` (not on the class object): a last part only
+            return i == len(rest) - 1 and inspect.isclass(obj) and part in self.members(obj.__name__)
+        return True
+
+    def importable(self, dotted):
+        import importlib
+
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            return self.walk(obj, parts[cut:])
+        return False
+
+    def resolves(self, mod, target, scopes):
+        """Whether a reference ``target`` in module ``mod`` (inside classes defining ``scopes``)
+        names something: relative to the package (a leading dot), absolute, in the module's
+        namespace, in an enclosing class, or a class's member where the class is named once."""
+        import builtins
+        import importlib
+
+        pkg = mod if self.mods[mod].name == "__init__.py" else mod.rsplit(".", 1)[0]
+        if target.startswith("."):
+            lead = len(target) - len(target.lstrip("."))
+            base = pkg.split(".")[: len(pkg.split(".")) - (lead - 1)]
+            return self.importable(".".join(base + [target.lstrip(".")]))
+        if any(self.importable(p + target) for p in ("", pkg + ".", mod + ".")):
+            return True
+        head, *rest = target.split(".")
+        module = importlib.import_module(mod)
+        if hasattr(module, head):
+            return self.walk(getattr(module, head), rest)
+        if not rest:
+            return hasattr(builtins, head) or head in self.top or any(head in s for s in scopes)
+        if len(rest) == 1 and head in self.class_nodes:
+            return rest[0] in self.members(head)
+        return False
+
+    def broken(self, mod, tree):
+        out = []
+
+        def visit(node, scopes):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(node, ast.ClassDef):
+                    scopes = scopes + [self.members(node.name) | _own_members(node)]
+                for _, target in ROLE.findall(ast.get_docstring(node, clean=False) or ""):
+                    if not self.resolves(mod, target, scopes):
+                        out.append(f"{mod}:{getattr(node, 'lineno', 1)} {target}")
+            for child in ast.iter_child_nodes(node):
+                visit(child, scopes)
+
+        visit(tree, [])
+        return out
+
+
+def test_every_reference_in_a_docstring_names_what_exists():
+    """Every ``:mod:``, ``:func:``, ``:class:``, ``:meth:``, ``:attr:`` and ``:data:`` of every
+    module's, class's and function's docstring points at code that exists."""
+    package = _Package()
+    cited = sum(len(ROLE.findall(ast.get_docstring(n, clean=False) or "")) for t in package.trees.values()
+                for n in ast.walk(t) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)))
+    assert cited > 300  # the check reads the docstrings' references
+    broken = [b for mod, tree in package.trees.items() for b in package.broken(mod, tree)]
+    assert not broken, "docstrings cite what is not there: " + "; ".join(broken)
+
+
+def test_the_docstring_check_finds_stale_references():
+    package = _Package()
+    tree = ast.parse('"""See :func:`~.sync.combine_shared`, :func:`~.gather.assemble`, :class:`World`,\n'
+                     ':meth:`NodeStates.backup`, :meth:`NodeStates.no_such_verb`, :mod:`.nowhere`."""')
+    assert package.broken("speed.train.pac.rank", tree) == ["speed.train.pac.rank:1 .gather.assemble",
+                                                              "speed.train.pac.rank:1 NodeStates.no_such_verb",
+                                                              "speed.train.pac.rank:1 .nowhere"]
+
+
+def test_help_texts_cite_only_files_that_exist():
+    """A file a help text names (training's options, every command's) is in the repository; a
+    help text carries no figures' history (no ``benchmarks/results`` file)."""
+    from dataclasses import fields
+
+    from speed.cli.parser import build_parser
+    from speed.train.config import TrainConfig
+
+    texts = [f.metadata.get("help") or "" for f in fields(TrainConfig)]
+    parser = build_parser()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        texts += [a.help or "" for a in p._actions]
+        for a in p._actions:
+            stack += list(getattr(a, "choices", None).values()) if isinstance(getattr(a, "choices", None), dict) else []
+    assert len(texts) > 100
+    repo = ROOT.parent
+    for text in texts:
+        assert "benchmarks/results" not in text, text
+        for cited in re.findall(r"[\w./-]+/[\w.-]+\.(?:py|md|json|csv)\b", text):
+            assert (repo / cited).exists(), f"help text cites {cited}, which is not there: {text}"
 
 
 # --------------------------------------------------- no class calls what only a subclass defines

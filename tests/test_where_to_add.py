@@ -1,7 +1,8 @@
 """docs/architecture.md's "Where to add" table, shown: each test adds a throw-away thing in
 exactly the places the table names (as the files' own edit would: a row, a function, a
 field), and the user-facing way in follows without another change.  A kind of state is shown
-in tests/test_registries.py.  Each test says its row's file count."""
+in tests/test_registries.py.  Each test makes its additions through :class:`Edits`, which
+counts the files they stand for; the count must be the one the row states."""
 
 import argparse
 import dataclasses
@@ -46,15 +47,50 @@ def files_in(row: str) -> int:
     return int(row.rstrip(" |").rsplit("|", 1)[1])
 
 
+class Edits:
+    """A test's throw-away additions, each made where the real one would be written, and the
+    files they stand for: a table's row or a name set in a module is an edit of that module's
+    file (``where``: the module the edit is written in, when the name is reached through
+    another), a new module is a new file."""
+
+    def __init__(self, monkeypatch):
+        self.mp, self.files = monkeypatch, set()
+
+    def mark(self, module) -> None:
+        """``module``'s file is edited (by the test's own hand, e.g. a row put first)."""
+        self.files.add(Path(module.__file__).resolve())
+
+    def new_module(self, name: str) -> None:
+        self.files.add(name)
+
+    def setitem(self, module, name, key, value, where=None) -> None:
+        self.mp.setitem(getattr(module, name), key, value)
+        self.mark(where or module)
+
+    def setattr(self, module, name, value, where=None) -> None:
+        self.mp.setattr(module, name, value, raising=False)  # a new name, or a new value of one
+        self.mark(where or module)
+
+    def check(self, row: str) -> None:
+        assert len(self.files) == files_in(table_row(row)), (row, sorted(map(str, self.files)))
+
+
+@pytest.fixture
+def edits(monkeypatch):
+    return Edits(monkeypatch)
+
+
 # ------------------------------------------------------------------------- an input format
 def detect_reversed(fields, sep):  # the throw-away format's module: its detect
     return fields[0] == "REVERSED"
 
 
-def test_an_input_format_is_a_module_and_a_row(tmp_path):
-    """2 files: a module with ``detect`` and a FormatSpec row (tried in table order)."""
-    assert files_in(table_row("an input format")) == 2
+def test_an_input_format_is_a_module_and_a_row(tmp_path, edits):
+    """A module with ``detect`` and a FormatSpec row (tried in table order)."""
+    edits.new_module("data/readers/reversed.py")  # detect_reversed above
     spec = formats.FormatSpec("reversed", detect_reversed, header=True, columns=lambda n: (1, 0, 2, None))
+    edits.mark(formats)
+    edits.check("an input format")
     saved = dict(formats.FORMAT_SPECS)
     formats.FORMAT_SPECS.clear()  # the row goes first, as a row written above csv's would be
     formats.FORMAT_SPECS.update({"reversed": spec, **saved})
@@ -74,10 +110,10 @@ def test_an_input_format_is_a_module_and_a_row(tmp_path):
 
 
 # ------------------------------------------------------------------------------- a model
-def test_a_model_is_a_recipe_row(monkeypatch, tmp_path):
-    """1 file: a Recipe row of modules that exist."""
-    assert files_in(table_row("a model")) == 1
-    monkeypatch.setitem(recipes.RECIPES, "rnn-attention", recipes.Recipe(updater="rnn", embedding="attention"))
+def test_a_model_is_a_recipe_row(edits, tmp_path):
+    """A Recipe row of modules that exist."""
+    edits.setitem(recipes, "RECIPES", "rnn-attention", recipes.Recipe(updater="rnn", embedding="attention"))
+    edits.check("a model")
     metrics = speed.train(log(), model="rnn-attention", out=tmp_path / "run", **TRAIN)
     assert metrics["model"] == "rnn-attention" and metrics["best_epoch"] == 1
     assert speed.load_run(tmp_path / "run").net.spec["name"] == "rnn-attention"  # built again from its row
@@ -86,17 +122,19 @@ def test_a_model_is_a_recipe_row(monkeypatch, tmp_path):
 
 
 # --------------------------------------------------------------------------- a partitioner
-def test_a_partitioner_is_a_function_and_a_method_row(monkeypatch, tmp_path):
-    """1 file (its numba kernel in the layer's _kernels.py: 2): a run function and a Method row."""
-    assert files_in(table_row("a partitioner")) == 1
+def test_a_partitioner_is_a_function_and_a_method_row(edits, tmp_path):
+    """A run function and a Method row, in one file (a numba kernel would add the layer's
+    _kernels.py)."""
 
     def by_parity(events, num_parts, params, timer, progress):
         with timer.stage("assign"):
             parts = (np.arange(events.num_nodes) % num_parts).astype(np.int32)
         return partition_api.MethodOutput(parts, {"stream_loads": None})
 
-    monkeypatch.setitem(partition_api.REGISTRY, "parity",
-                        partition_api.Method("parity", by_parity, ("seed",), vertex_cut=False))
+    edits.setattr(partition_api, "by_parity", by_parity)
+    edits.setitem(partition_api, "REGISTRY", "parity", partition_api.Method("parity", by_parity, ("seed",),
+                                                                          vertex_cut=False))
+    edits.check("a partitioner")
     res = speed.partition(log(), 2, method="parity")
     assert (res.node_parts == np.arange(res.node_parts.size) % 2).all()
     assert main(["partition", str(_csv(tmp_path)), "-o", str(tmp_path / "s"), "--parts", "2", "--method",
@@ -112,15 +150,15 @@ def _csv(tmp_path):
 
 
 # ----------------------------------------------------------------------- a training option
-def test_a_training_option_is_a_config_field(monkeypatch, tmp_path):
-    """1 file: a TrainConfig field with its help, choices and flag in its metadata; the CLI
-    option and the config-file key follow."""
-    assert files_in(table_row("a training option")) == 1
+def test_a_training_option_is_a_config_field(monkeypatch, edits, tmp_path):
+    """A TrainConfig field with its help, choices and flag in its metadata; the CLI option and
+    the config-file key follow."""
     extended = dataclasses.make_dataclass(
         "TrainConfig", [("warmup", str, train_config._opt("none", "a throw-away option", choices=("none", "linear")))],
         bases=(train_config.TrainConfig,))
-    monkeypatch.setattr(train_config, "TrainConfig", extended)
-    monkeypatch.setattr(config_file, "TrainConfig", extended)
+    edits.setattr(train_config, "TrainConfig", extended)
+    monkeypatch.setattr(config_file, "TrainConfig", extended)  # its import of the class, not an edit
+    edits.check("a training option")
     args = speed.cli.build_parser().parse_args(["train", "x", "--out", "y", "--warmup", "linear"])
     assert args.warmup == "linear"
     with pytest.raises(SystemExit):  # its choices too
@@ -133,15 +171,15 @@ def test_a_training_option_is_a_config_field(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------------------- a sync rule
-def test_a_sync_rule_is_a_name_and_a_function(monkeypatch):
-    """2 files: its name in config.SYNC_RULES and its function in pac/sync.py's COMBINE."""
-    assert files_in(table_row("a sync rule")) == 2
+def test_a_sync_rule_is_a_name_and_a_function(edits):
+    """Its name in config.SYNC_RULES and its function in pac/sync.py's COMBINE."""
 
     def first_rank(states, last, valid, latest):  # rank 0's state, whatever its time
         return states[0], last[0]
 
-    monkeypatch.setitem(train_config.SYNC_RULES, "first", "rank 0's state")
-    monkeypatch.setitem(sync.COMBINE, "first", first_rank)
+    edits.setitem(train_config, "SYNC_RULES", "first", "rank 0's state")
+    edits.setitem(sync, "COMBINE", "first", first_rank)
+    edits.check("a sync rule")
     assert train_config.TrainConfig(sync="first").validate().sync == "first"
     import torch
 
@@ -154,12 +192,12 @@ def test_a_sync_rule_is_a_name_and_a_function(monkeypatch):
 
 
 # --------------------------------------------------------------------- an evaluation protocol
-def test_an_evaluation_protocol_is_a_row(monkeypatch, tmp_path):
-    """1 file, when its fields take values the evaluator has: one Protocol row."""
-    assert files_in(table_row("an evaluation protocol")) == 1
+def test_an_evaluation_protocol_is_a_row(edits, tmp_path):
+    """When its fields take values the evaluator has: one Protocol row."""
     row = dataclasses.replace(protocols.PROTOCOLS["tgn"], name="tgn-transductive", new_node_fraction=0.0,
                               new_node_pass=False, transductive=True, title="TGN, transductive")
-    monkeypatch.setitem(protocols.PROTOCOLS, "tgn-transductive", row)
+    edits.setitem(protocols, "PROTOCOLS", "tgn-transductive", row)
+    edits.check("an evaluation protocol")
     metrics = speed.train(log(), model="tgn", protocol="tgn-transductive", **TRAIN)
     assert metrics["protocol"] == "tgn-transductive"
     assert set(metrics["test"]) == {"transductive"}  # no held-out nodes, no new-node pass
@@ -168,9 +206,8 @@ def test_an_evaluation_protocol_is_a_row(monkeypatch, tmp_path):
 
 
 # --------------------------------------------------------------- a training negative sampler
-def test_a_training_sampler_is_a_subclass_in_one_file(monkeypatch):
-    """1 file: a NegativeSampler subclass in step/negatives.py, made TRAINING_SAMPLER."""
-    assert files_in(table_row("a training negative sampler")) == 1
+def test_a_training_sampler_is_a_subclass_in_one_file(edits):
+    """A NegativeSampler subclass in step/negatives.py, made TRAINING_SAMPLER."""
     drawn = []
 
     class Lowest(train_negatives.NegativeSampler):
@@ -181,26 +218,27 @@ def test_a_training_sampler_is_a_subclass_in_one_file(monkeypatch):
             drawn.append(n)
             return None, np.full(n, self.pool.min(), dtype=np.int64)
 
-    monkeypatch.setattr(train_negatives, "TRAINING_SAMPLER", Lowest)
+    edits.setattr(train_negatives, "Lowest", Lowest)
+    edits.setattr(train_negatives, "TRAINING_SAMPLER", Lowest)
+    edits.check("a training negative sampler")
     ev = log()
     metrics = speed.train(ev, model="tgn", **TRAIN)
     assert sum(drawn) == metrics["data"]["num_train_events"]
 
 
 # ------------------------------------------------------------ an evaluation negative strategy
-def test_an_evaluation_strategy_is_a_name_a_function_and_a_protocol_row(monkeypatch, tmp_path):
-    """3 files: its name in config.EVAL_STRATEGIES, its drawing in eval/negatives.py's
-    STRATEGIES, and the protocol rows that offer it."""
-    assert files_in(table_row("an evaluation negative strategy")) == 3
+def test_an_evaluation_strategy_is_a_name_a_function_and_a_protocol_row(edits, tmp_path):
+    """Its name in config.EVAL_STRATEGIES, its drawing in eval/negatives.py's STRATEGIES, and
+    the protocol rows that offer it."""
 
     def lowest(period):
         return None, np.full(period.src.size, period.dst_pool.min(), dtype=np.int64)
 
-    monkeypatch.setattr(train_config, "EVAL_STRATEGIES", train_config.EVAL_STRATEGIES + ("lowest",))
-    monkeypatch.setitem(eval_negatives.STRATEGIES, "lowest", lowest)
+    edits.setattr(train_config, "EVAL_STRATEGIES", train_config.EVAL_STRATEGIES + ("lowest",))
+    edits.setitem(eval_negatives, "STRATEGIES", "lowest", lowest)
     dyglib = protocols.PROTOCOLS["dyglib"]
-    monkeypatch.setitem(protocols.PROTOCOLS, "dyglib",
-                        dataclasses.replace(dyglib, strategies=dyglib.strategies + ("lowest",)))
+    edits.setitem(protocols, "PROTOCOLS", "dyglib", dataclasses.replace(dyglib, strategies=dyglib.strategies + ("lowest",)))
+    edits.check("an evaluation negative strategy")
     ev = log()
     speed.train(ev, model="tgn", protocol="dyglib", eval_negatives="lowest", out=tmp_path / "run", **TRAIN)
     saved = np.load(tmp_path / "run" / "negatives.npz")
@@ -209,9 +247,11 @@ def test_an_evaluation_strategy_is_a_name_a_function_and_a_protocol_row(monkeypa
 
 
 # ----------------------------------------------------------------------------- a subcommand
-def test_a_subcommand_is_a_parser_and_a_function(monkeypatch, capsys):
-    """2 files: its parser in cli/parser.py:build_parser and its function in cli/commands.py:COMMANDS."""
-    assert files_in(table_row("a subcommand")) == 2
+def test_a_subcommand_is_a_parser_and_a_function(edits, capsys):
+    """Its parser in cli/parser.py:build_parser and its function in cli/commands.py:COMMANDS."""
+    from speed.cli import commands as cli_commands
+    from speed.cli import parser as cli_parser
+
     build = speed.cli.build_parser
 
     def with_hello(unset=False):  # what the parser's own lines would add
@@ -220,8 +260,9 @@ def test_a_subcommand_is_a_parser_and_a_function(monkeypatch, capsys):
         sub.add_parser("hello").add_argument("name")
         return parser
 
-    monkeypatch.setattr(speed.cli, "build_parser", with_hello)
-    monkeypatch.setitem(speed.cli.COMMANDS, "hello", lambda args: print(f"hello {args.name}") or 0)
+    edits.setattr(speed.cli, "build_parser", with_hello, where=cli_parser)  # the command reads it here
+    edits.setitem(speed.cli, "COMMANDS", "hello", lambda args: print(f"hello {args.name}") or 0, where=cli_commands)
+    edits.check("a subcommand")
     assert main(["hello", "you"]) == 0
     assert capsys.readouterr().out == "hello you\n"
 
@@ -229,7 +270,7 @@ def test_a_subcommand_is_a_parser_and_a_function(monkeypatch, capsys):
 def test_every_row_of_the_table_is_shown_here():
     rows = [r for r in DOC.read_text().split("## Where to add", 1)[1].split("\n## ", 1)[0].splitlines()
             if r.startswith("| ") and not r.startswith("| to add") and not r.startswith("|---")]
-    shown = set(re.findall(r'table_row\("([^"]+)"\)', Path(__file__).read_text()))
+    shown = set(re.findall(r'(?:table_row|check)\("([^"]+)"\)', Path(__file__).read_text()))
     named = {r.split("|")[1].strip() for r in rows}
     assert named - shown == {"a model with a new kind of state"}, named - shown  # tests/test_registries.py
     assert all(r.rstrip(" |").rsplit("|", 1)[1].strip().isdigit() for r in rows), rows

@@ -158,7 +158,7 @@ SHARDS_MARKERS = ("manifest.json",)
 
 def write_shards(path, result, events: Optional[Events] = None, split=None, overwrite: bool = False,
                  progress: Optional[bool] = None, extra: Optional[dict] = None) -> Path:
-    """Write ``result`` (a :class:`~speed.partition.sep.PartitionResult`) as shards.
+    """Write ``result`` (a :class:`~speed.partition.api.PartitionResult`) as shards.
 
     The directory is built under a temporary name and renamed into place, so a failure
     leaves nothing behind.  See the module docstring for the layout.

@@ -143,8 +143,8 @@ class TrainConfig:
                                          "random)", choices=Registered(lambda: EVAL_STRATEGIES))
     pipeline: Optional[bool] = _opt(None, "plan the next batch (sampling, negatives, pending events, features, "
                                           "copies to the device) in a background thread while this one computes "
-                                          "(after MSPipe); default: on with a GPU (1.3-1.7x the events/s on an H100), "
-                                          "off on a CPU (within noise on 2 cores, benchmarks/results/pipeline.json)",
+                                          "(after MSPipe); default: on with a GPU, off on a CPU, where the step's "
+                                          "threads take every core",
                                     rule=BOOLEAN)
     staleness: int = _opt(0, "with --pipeline, let a step read node memory up to K batches stale, so memory reads "
                              "are planned ahead too (MSPipe's bounded staleness; 0: exact)", metavar="K", rule=COUNT)

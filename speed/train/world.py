@@ -112,23 +112,18 @@ class World:
         The device group's backend ("nccl" or "gloo"; "none" for a world of one).
     host_group, wait_group : ProcessGroup, optional
         None: the default group (host) or the host group (wait).
-    threads : int, optional
-        The rank's torch and numba threads (recorded; set by :meth:`start`).
     strict : bool
         Check every call as NCCL would (see the module docstring).
     """
 
     def __init__(self, rank: int = 0, size: int = 1, device="cpu", backend: str = "none", host_group=None,
-                 wait_group=None, threads: Optional[int] = None, strict: bool = False, local_rank: int = 0):
+                 wait_group=None, strict: bool = False):
         self.rank, self.size = int(rank), int(size)
-        self.local_rank = int(local_rank)
         self.device = torch.device(device)
         self.backend = backend
-        self.threads = threads
         self.strict = bool(strict or os.environ.get("SPEED_STRICT_COLLECTIVES") == "1")
         self._host = host_group
         self._wait = wait_group if wait_group is not None else host_group
-        self.calls = 0  # collectives issued (strict tests count them)
         if self.strict:
             _guard_distributed()
 
@@ -155,8 +150,7 @@ class World:
         cuda = torch.cuda.is_available() and config.device != "cpu"
         backend, gpu = rank_backend(cuda, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", size)),
                                     torch.cuda.device_count() if cuda else 0)
-        world = cls.join(rank, size, f"cuda:{gpu}" if cuda else "cpu", backend, init_method, config.timeout,
-                         local_rank)
+        world = cls.join(rank, size, f"cuda:{gpu}" if cuda else "cpu", backend, init_method, config.timeout)
         if cuda:
             config = replace(config, device=str(world.device))
         else:
@@ -164,14 +158,13 @@ class World:
             on_host = sum(h == hosts[rank] for h in hosts)
             config = replace(config, device="cpu", num_threads=config.num_threads or recorded_threads
                              or default_threads(on_host, measure=False))
-        world.threads = config.num_threads
         if config.num_threads:
             apply_threads(config.num_threads)
         return world, config
 
     @classmethod
     def join(cls, rank: int, size: int, device="cpu", backend: str = "gloo", init_method: Optional[str] = None,
-             timeout_s: float = 300.0, local_rank: int = 0) -> "World":
+             timeout_s: float = 300.0) -> "World":
         """Start the process group (``backend`` for the device group) and the host and wait
         groups beside it; ``device`` is the rank's (its GPU set as the current one)."""
         device = torch.device(device)
@@ -183,29 +176,23 @@ class World:
         # the waits on rank 0 get a group of their own with a long timeout; a rank that dies is
         # still caught by the launcher (spawn, torchrun)
         wait = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
-        return cls(rank, size, device, backend, host, wait, local_rank=local_rank)
+        return cls(rank, size, device, backend, host, wait)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    @property
-    def parallel(self) -> bool:
-        return self.size > 1
 
     def __repr__(self) -> str:
         return f"World(rank={self.rank}, size={self.size}, device={self.device}, backend={self.backend})"
 
     # ------------------------------------------------------------------ checks
     def _device_tensor(self, *tensors) -> None:
-        self.calls += 1
         if self.strict:
             for t in tensors:
                 if t.device != self.device and not (t.device.type == self.device.type == "cpu"):
                     raise StrictError(f"a {t.device} tensor handed to the device group of a rank on {self.device}")
 
     def _host_tensor(self, *tensors) -> None:
-        self.calls += 1
         if self.strict:
             for t in tensors:
                 if t.device.type != "cpu":
@@ -338,7 +325,6 @@ class World:
         """Every rank's ``obj`` (pickled), in rank order, over the host (or wait) group."""
         if self.size == 1:
             return [obj]
-        self.calls += 1
         out = [None] * self.size
         dist.all_gather_object(out, obj, group=self._wait if wait else self._host)
         return out
@@ -346,7 +332,6 @@ class World:
     def broadcast_objects(self, msg: list, src: int = 0, wait: bool = False) -> list:
         """``msg`` (a list) as rank ``src`` holds it, on every rank."""
         if self.size > 1:
-            self.calls += 1
             dist.broadcast_object_list(msg, src=src, group=self._wait if wait else self._host)
         return msg
 
@@ -366,12 +351,11 @@ class World:
 
     def barrier(self, wait: bool = False) -> None:
         if self.size > 1:
-            self.calls += 1
             dist.barrier(group=self._wait if wait else self._host)
 
     def leave(self) -> None:
         """Tear the groups down (torchrun ranks; spawned ranks leave without it, see
-        :mod:`.launch`)."""
+        :mod:`.pac.launch`)."""
         if self.size > 1 and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

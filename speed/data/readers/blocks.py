@@ -2,7 +2,7 @@
 
 Most large logs are plain ``src,dst,t`` numbers.  For them this module reads the file in
 fixed-size blocks into one reused buffer and parses each block with
-:func:`speed.data._kernels.parse_records_parallel` (one range per thread), so reading
+:func:`speed.data._kernels.parse_ranges` (one range per thread), so reading
 costs one pass over the bytes, no per-block Python objects and no allocator churn.
 
 Anything the kernel does not accept exactly (quotes, exponents, comments, blank lines,

@@ -84,10 +84,6 @@ class Trainer:
 
     # the parts' own, named as a user of the trainer reads them
     @property
-    def out(self):
-        return None if self.folder is None else self.folder.path
-
-    @property
     def model(self) -> StatefulModel:
         return self.training.model
 
@@ -130,8 +126,8 @@ class Trainer:
 
         Evaluation follows TGN's protocol: after each epoch's training the stream goes on
         through the validation events; the best epoch's state at the end of them is kept, and the
-        test events are streamed once, from it, when training ends (:meth:`final_results` of the
-        evaluation).
+        test events are streamed once, from it, when training ends (the evaluation's
+        ``final_results``).
         Returns the metrics (also written to ``out/metrics.json``) on the main process,
         None elsewhere.
         """

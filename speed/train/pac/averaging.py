@@ -50,7 +50,7 @@ class WeightAverager:
     every : int
         Steps between averages (>= 1).
     world : World
-        The ranks (:class:`~.world.World`: an all-reduce over its device group).
+        The ranks (:class:`~speed.train.world.World`: an all-reduce over its device group).
 
     Attributes
     ----------

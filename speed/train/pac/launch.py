@@ -10,7 +10,7 @@
       torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint HOST:29500 \\
           -m speed train SHARDS --model tgn --epochs 10 --out RUN
 
-Each rank joins the run as a :class:`~.world.World` (its backend, groups, device and threads:
+Each rank joins the run as a :class:`~speed.train.world.World` (its backend, groups, device and threads:
 NCCL on its own GPU when every rank of a host has one, gloo otherwise; CPU ranks get
 ``max(1, cores // ranks_on_this_machine)`` threads).
 """

@@ -12,8 +12,9 @@ Per epoch (Alg. 2):
    backup at the end (:class:`~speed.train.step.engine.CyclingBatches`); gradients are averaged
    every step (DDP), or with ``average_every = K > 1`` weights every K steps (:mod:`.averaging`);
 4. the shared nodes are synchronised (:mod:`.sync`);
-5. rank 0 gathers a full-graph state (:mod:`.gather`) into its evaluation model, and the
-   shared loop validates, stops early and checkpoints (:mod:`.evaluation`).
+5. the trained state is brought to the owners of its rows (:func:`~.sharded.shard_state`), and
+   the shared loop validates on the full graph, every rank streaming its share of each step,
+   stops early and checkpoints (:mod:`.evaluation`).
 """
 
 from __future__ import annotations

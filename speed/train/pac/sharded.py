@@ -60,7 +60,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
     A shared node's copies go to its owner (one ``all_to_all_single``), which combines them by
     the sync rule (:func:`~.sync.combine_shared`).  The pending events are kept on every rank
     (they are planned from): each rank contributes those of its own nodes, and of the shared
-    nodes whose state it won, as the full-graph gather did (:func:`~.gather.assemble`).
+    nodes whose state it won.
 
     Parameters
     ----------

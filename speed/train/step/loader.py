@@ -50,10 +50,6 @@ class EventStream:
         self.t = np.ascontiguousarray(events.t_float(), dtype=np.float64)
         self.eid = np.ascontiguousarray(events.eid, dtype=np.int64)
 
-    def layout(self, k: int = 0) -> QueryLayout:
-        """Where the step's queries sit (``k``: ranking candidates per event after them)."""
-        return QueryLayout(len(self), self.neg_dst is not None, self.neg_src is not None, k)
-
     def __len__(self) -> int:
         return int(self.src.shape[0])
 
