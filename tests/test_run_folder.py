@@ -107,3 +107,20 @@ def test_a_new_run_replaces_every_file_of_the_old_one_and_says_what_it_wrote(tmp
     said = capsys.readouterr().out
     assert not (out / "best.json").exists() and not list(out.glob("best.*")) and not (out / "updates.png").exists()
     assert said.strip().splitlines()[-1] == f"wrote {out}/metrics.json, curves.png, last.json, negatives.npz, config.toml"
+
+
+def test_speed_train_refuses_a_run_folder_in_use_as_the_command_does(tmp_path):
+    """speed.train applies the command's rule: a folder with anything in it is refused unless
+    overwrite (a run's folder only) or resume says what to do with it."""
+    ev, run = small_log(), tmp_path / "run"
+    cfg = {**TINY, "epochs": 1, "seed": 0}
+    speed.train(ev, model="jodie", out=run, **cfg)
+    with pytest.raises(speed.InputError, match="already exists"):
+        speed.train(ev, model="jodie", out=run, **cfg)
+    assert speed.train(ev, model="jodie", out=run, overwrite=True, **cfg)["best_epoch"] == 1
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine\n")
+    with pytest.raises(speed.InputError):
+        speed.train(ev, model="jodie", out=notes, overwrite=True, **cfg)
+    assert (notes / "todo.txt").read_text() == "mine\n"

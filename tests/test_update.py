@@ -111,7 +111,7 @@ def test_updated_run_is_complete_and_the_old_one_unchanged(trained, tmp_path):
         assert "test" not in mm and "epochs" not in mm and mm["before_updates"]["test"] == trained_m["test"]
     assert m3["data"]["t_max"] == float(second.t[-1]) and not (tmp_path / "run3" / "curves.png").exists()
     # a new training run in an updated run's folder leaves none of the update's files
-    speed.train(base, model="tgn", out=tmp_path / "run3", **RUN)
+    speed.train(base, model="tgn", out=tmp_path / "run3", overwrite=True, **RUN)
     assert not (tmp_path / "run3" / "updates.png").exists()
 
 

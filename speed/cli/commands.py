@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._util import check_output_path, full_time
 from ..errors import InputError
-from ..data.tgb import TGB_FORMAT, TGB_HINT
+from ..data.tgb import TGB_FORMAT, check_input
 from .summaries import format_plan, format_summary, format_train_summary
 
 
@@ -25,14 +25,11 @@ def _output(path, kind: str, what: str, command: str) -> None:
 
 def _read(args):
     from ..data.readers import read_events
-    from ..data.tgb import read_tgb, tgb_name
+    from ..data.tgb import check_input, read_tgb
 
     if args.format == TGB_FORMAT:  # a TGB dataset folder: its tables are pickles, read only when asked
         return read_tgb(args.input)
-    folder = Path(args.input)
-    if folder.is_dir() and not (folder / "manifest.json").exists() and tgb_name(folder) is not None:
-        raise InputError(TGB_HINT, args.input)
-
+    check_input(args.input)
     return read_events(args.input, sort=not args.no_sort, progress=None if not args.no_progress else False,
                        **_reader_kwargs(args))
 
@@ -157,10 +154,9 @@ def train_command(args) -> int:
 
     out = Path(args.out)
     _output(out, "folder", "run folder", "train")
-    RunFolder(out).check_new_training(args.overwrite, args.resume)
-    inp = Path(args.input)
-    if not inp.exists():
-        raise InputError("file not found", inp)
+    if not under_torchrun():  # before the log is read (speed.train checks it again, as the rank that writes)
+        RunFolder(out).check_new_training(args.overwrite, args.resume)
+    inp = Path(args.input) if args.format == TGB_FORMAT else check_input(args.input)
     # every option, and settings a --config file gave that have no flag (val, test, ...)
     config = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     if config.get("split_times") is None:
@@ -172,7 +168,7 @@ def train_command(args) -> int:
     try:
         with warnings.catch_warnings():  # the summary prints a run's warnings, once, in its own words
             warnings.simplefilter("ignore", TransferWarning)
-            metrics = train(data, out=out, **config)
+            metrics = train(data, out=out, overwrite=args.overwrite, **config)
     except RankFailedError as exc:
         print(f"speed train: error: {exc}", file=sys.stderr)
         return 1
@@ -243,9 +239,7 @@ def plan_command(args) -> int:
     config = TrainConfig(**{k: getattr(args, k) for k in PLAN_FIELDS}).validate()
     if config.model in BASELINES:
         raise InputError(f"{config.model} is a baseline that trains nothing: there is no parallel run to plan")
-    inp = Path(args.input)
-    if not inp.exists():
-        raise InputError("file not found", inp)
+    inp = check_input(args.input)
     p = plan(Shards(inp), config, args.nproc)
     print(json.dumps(p, indent=2) if args.json else format_plan(p))
     return 0

@@ -55,6 +55,18 @@ def tgb_name(folder) -> Optional[str]:
     return None
 
 
+def check_input(path) -> Path:
+    """The one check of a training input's path (a log, a shards folder): it exists, and a
+    folder that looks like a TGB dataset is not read unasked (its tables are pickles).  Returns
+    it as a Path; raises a one-line :class:`~speed.errors.InputError` naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", path)
+    if path.is_dir() and not (path / "manifest.json").exists() and tgb_name(path) is not None:
+        raise InputError(TGB_HINT, path)
+    return path
+
+
 def _negatives_file(folder: Path, name: str, period: str) -> Path:
     """``{name}_{period}_ns.pkl`` or its newest ``_vN`` version."""
     found = []

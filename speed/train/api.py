@@ -17,7 +17,7 @@ from .run.folder import RunFolder
 
 
 def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, nproc: Optional[int] = None,
-          **kwargs) -> Optional[Dict]:
+          overwrite: bool = False, **kwargs) -> Optional[Dict]:
     """Train a temporal GNN and return its metrics (the library form of ``speed train``).
 
     Parameters
@@ -33,6 +33,10 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     nproc : int, optional
         Train in parallel (PAC) with this many spawned ranks; needs shards and ``out``.
         Under torchrun every process calls this and is one rank (``nproc`` is then ignored).
+    overwrite : bool
+        Replace the run folder ``out`` when it holds a run (otherwise a folder with anything in
+        it is refused, unless ``resume=True`` continues it; a folder that is not a run's is
+        refused even then).
     **kwargs
         Any other field of :class:`~speed.train.config.TrainConfig` (``epochs``,
         ``batch_size``, ``lr``, ``sync``, ``resume``, ...).
@@ -48,14 +52,15 @@ def train(data, model: str = "tgn", out=None, split: Optional[Split] = None, npr
     if config.parallel and not under_torchrun():
         refuse_in_a_starting_rank()
     folder = None if out is None else RunFolder(out)
-    if folder is not None:
-        folder.check_outside_shards()
+    if folder is None and config.resume:
+        raise InputError("resume needs the run directory (out=...)")
+    # one run writes a folder at a time (under torchrun, rank 0 writes it, and checks it: the
+    # others would find it being written)
+    holds = folder is not None and (not under_torchrun() or torchrun_rank() == 0)
+    if holds:
+        folder.check_new_training(overwrite, config.resume)
         if config.resume:  # before any rank starts: one line, not an error in each
             folder.require_resumable()
-    elif config.resume:
-        raise InputError("resume needs the run directory (out=...)")
-    # one run writes a folder at a time (under torchrun, rank 0 writes it)
-    holds = folder is not None and (not under_torchrun() or torchrun_rank() == 0)
     with folder.lock() if holds else contextlib.nullcontext():
         return _train(data, config, folder, split, under_torchrun())
 
@@ -74,7 +79,7 @@ def _train(data, config: TrainConfig, folder: Optional[RunFolder], split: Option
         events, split = _load(data, split, config)
         config = config.for_data(events.meta.format)
         split.require_trainable(events.meta.source)
-        return run_edgebank(events, split, config, out, mode=BASELINES[config.model])
+        return run_edgebank(events, split, config, folder, mode=BASELINES[config.model])
     if parallel:
         path = data.path if isinstance(data, Shards) else data
         if isinstance(data, Events) or not Path(path).is_dir():
@@ -102,7 +107,7 @@ def _train(data, config: TrainConfig, folder: Optional[RunFolder], split: Option
     split.require_trainable(events.meta.source)
     refuse_guessed_time(events.meta.time_guess, events.meta.source, shards=isinstance(data, Shards) or (
         isinstance(data, (str, Path)) and Path(data).is_dir()))
-    return Trainer(events, split, config, out=out).fit()
+    return Trainer(events, split, config, out=folder).fit()
 
 
 def refuse_guessed_time(guess: Optional[str], where, shards: bool = False) -> None:
@@ -122,14 +127,10 @@ def _load(data, split: Optional[Split], config: TrainConfig):
     from ..data.readers import read_events
 
     if isinstance(data, (str, Path)):
-        p = Path(data)
-        if not p.exists():
-            raise InputError("file not found", p)
-        if p.is_dir():
-            from ..data.tgb import TGB_HINT, tgb_name
+        from ..data.tgb import check_input
 
-            if tgb_name(p) is not None and not (p / "manifest.json").exists():  # never unpickled unasked
-                raise InputError(TGB_HINT, p)
+        p = check_input(data)
+        if p.is_dir():
             data = Shards(p)
         else:
             data = read_events(p, progress=config.progress)

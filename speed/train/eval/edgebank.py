@@ -25,6 +25,7 @@ from ...data.split import Split
 from .evaluator import Evaluator
 from ..model.queries import QueryLayout
 from ..run.folder import RunFolder
+from ..run.report import data_block
 
 EDGEBANK_MODES = ("unlimited", "window")
 
@@ -169,9 +170,7 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
     if mode == "window" and window is None:
         window = default_window(events, split)
     bank = EdgeBank(events, mode, window)
-    ev = Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives,
-                   node_classification=False, progress=config.progress, strategy=config.eval_negatives,
-                   protocol=config.protocol_name, max_steps=config.eval_max_steps)
+    ev = Evaluator.for_run(events, split, config, node_classification=False, pipeline=False)
     ev.stream(bank, ev.train_index, desc="edgebank train")
     val, _ = ev.evaluate(bank, "val")
     test, _ = ev.evaluate(bank, "test")
@@ -180,9 +179,7 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
         "protocol": config.protocol_name,
         "config": config.to_dict(),
         "edgebank": {"mode": mode, "window": window},
-        "data": {"num_events": len(events), "num_nodes": events.num_nodes,
-                 "num_train_events": int(split.train_mask.sum()), "num_val_events": split.num_val,
-                 "num_test_events": split.num_test, "source": events.meta.source},
+        "data": data_block(events, split),
         "epochs": [],
         "best_epoch": None,
         "val": val,
@@ -191,5 +188,5 @@ def run_edgebank(events: Events, split: Split, config, out=None, mode: str = "un
         "seconds": {"total": time.perf_counter() - started},
     }
     if out is not None:
-        RunFolder(out).write_results(metrics, negatives=ev)
+        RunFolder.of(out).write_results(metrics, negatives=ev)
     return metrics

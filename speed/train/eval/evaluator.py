@@ -177,6 +177,18 @@ class Evaluator:
         state), from the latest test pass (with ``keep_test_start``).
     """
 
+    @classmethod
+    def for_run(cls, events: Events, split: Split, config, device=torch.device("cpu"), **given) -> "Evaluator":
+        """The evaluator of a run of ``config`` (a :class:`~speed.train.config.TrainConfig`): its
+        batch size, seed, ranking candidates, negatives, protocol, bounds and pipeline, on
+        ``device``; ``given`` sets the rest, or overrides (a PAC rank: no node classification, its
+        own progress)."""
+        device = torch.device(device)
+        settings = dict(node_classification=config.node_classification, progress=config.progress,
+                        strategy=config.eval_negatives, protocol=config.protocol_name, max_steps=config.eval_max_steps,
+                        pipeline=config.pipeline_on(device))
+        return cls(events, split, config.batch_size, config.seed, config.mrr_negatives, device, **{**settings, **given})
+
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,

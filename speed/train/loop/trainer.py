@@ -32,6 +32,7 @@ from ..config import TrainConfig
 from ..model.network import StatefulModel
 from ..run import checkpoint as ckpt
 from ..run.folder import RunFolder
+from ..run.report import data_block
 from ..step.engine import EarlyStopping, EpochLog, epoch_line
 from ..step.runtime import peak_device_bytes, peak_rss_bytes
 from ..world import World
@@ -55,8 +56,9 @@ class Trainer:
         Validated by the caller (:func:`speed.train`).
     model : StatefulModel, optional
         One process: the model to train (built from ``config`` when omitted).
-    out : path-like, optional
-        Run directory (:class:`~speed.train.run.folder.RunFolder`), written by the main process.
+    out : RunFolder or path-like, optional
+        Run directory (:class:`~speed.train.run.folder.RunFolder`, the run's own when given one),
+        written by the main process.
     world : World, optional
         This process's place in the run; a world of one when omitted.
     training, evaluation : optional
@@ -69,7 +71,7 @@ class Trainer:
     def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,
                  out=None, *, world: Optional[World] = None, training=None, evaluation=None,
                  threads_why: Optional[str] = None):
-        self.folder = None if out is None else RunFolder(out)
+        self.folder = RunFolder.of(out)
         if training is None:
             world, config, training, evaluation, threads_why = local_parts(events, split, config, model, self.folder)
         self.events, self.split, self.config = events, split, config
@@ -187,21 +189,12 @@ class Trainer:
     def _metrics(self, final: Dict, work: list, peaks: list, device_peaks: list, started: float,
                  train_seconds: float, t0: float) -> Dict:
         cfg, events, split = self.config, self.events, self.split
-        meta = events.meta
         metrics = {
             "model": cfg.model,
             "protocol": cfg.protocol_name,
             "nproc": self.world.size,
             "config": cfg.to_dict(),
-            "data": {"num_events": len(events), "num_nodes": events.num_nodes,
-                     "num_train_events": int(split.train_mask.sum()), "num_val_events": split.num_val,
-                     "num_test_events": split.num_test, "msg_dim": events.msg_dim,
-                     "source": meta.source, **self.training.data_summary(),
-                     "num_train_period_events": int(split.num_train),
-                     **{k: getattr(meta, k) for k in ("columns", "time_text", "out_of_order_rows")
-                        if getattr(meta, k) is not None},
-                     **({"t_min": float(events.t_float()[0]), "t_max": float(events.t_float()[-1])}
-                        if len(events) else {}),
+            "data": {**data_block(events, split), **self.training.data_summary(),
                      **({"ranking_candidates": "stored"} if self.evaluator.stored_candidates else {})},
             **self.training.extra_metrics(),
             **self.evaluation.extra_metrics(),

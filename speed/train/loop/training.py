@@ -105,11 +105,8 @@ def local_parts(events: Events, split: Split, config: TrainConfig, model: Option
         training.note = (f"other processes are using the CPU: training with {threads} thread(s) of "
                          f"{usable_cores()} cores (--threads to choose)")
     evaluation = WholeEvaluation(
-        training.model, Evaluator(events, split, config.batch_size, config.seed, config.mrr_negatives, device,
-                                  node_classification=config.node_classification, progress=config.progress,
-                                  stream=training.stream, strategy=config.eval_negatives,
-                                  keep_test_start=folder is not None, protocol=config.protocol_name,
-                                  max_steps=config.eval_max_steps, pipeline=config.pipeline_on(device)),
+        training.model, Evaluator.for_run(events, split, config, device, stream=training.stream,
+                                          keep_test_start=folder is not None),
         config, events, folder)
     return World.alone(device), config, training, evaluation, why
 

@@ -35,12 +35,13 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from ..._util import atomic_dir, full_time, jsonable, progress_bar
+from ..._util import atomic_dir, full_time, progress_bar
 from ...data.events import Events
 from ...errors import InputError
 from ..run import checkpoint as ckpt
 from ..run import folder
 from ..run.folder import RunFolder
+from ..run.report import write_metrics
 from ..step.engine import Engine, link_loss
 from ..model.queries import QueryLayout
 from ..step.loader import Step
@@ -131,9 +132,9 @@ def new_events(data, run_metrics: Dict, reader: Optional[dict], progress, t_last
 
     if isinstance(data, Events):
         return data
-    path = Path(data)
-    if not path.exists():
-        raise InputError("file not found", path)
+    from ...data.tgb import check_input
+
+    path = check_input(data)
     if path.is_dir():
         shards = Shards(path)
         if t_last is None:
@@ -412,9 +413,10 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     """
     config = UpdateConfig(**kwargs).validate()
     run, out = Path(run), Path(out)
-    RunFolder(out).check_update_output(RunFolder(run), overwrite)
+    source = RunFolder(run)
+    RunFolder(out).check_update_output(source, overwrite)
     saved, payload = open_checkpoint(run)
-    metrics = RunFolder(run).metrics()
+    metrics = source.metrics()
     events = new_events(data, metrics, reader, config.progress, float(payload["t_end"]))
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
@@ -457,7 +459,7 @@ def write_updated(run: Path, out: Path, metrics: Dict, events: Events, entry: Di
         new_metrics["before_updates"] = {**metrics.get("before_updates", {}), **trained}
     with atomic_dir(out, overwrite=overwrite, markers=folder.MARKERS, kind=folder.KIND, owned=folder.OWNED) as tmp:
         _save_updated(tmp, updater, saved, payload)
-        (tmp / folder.METRICS).write_text(json.dumps(jsonable(new_metrics), indent=2) + "\n")
+        write_metrics(tmp / folder.METRICS, new_metrics)
         plot_updates(new_metrics, tmp / folder.UPDATES_PLOT)
         if (run / folder.CONFIG).exists():  # (curves.png, the training's epochs, stays with the run trained)
             shutil.copy2(run / folder.CONFIG, tmp / folder.CONFIG)

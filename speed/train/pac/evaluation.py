@@ -80,11 +80,10 @@ class ShardedEvaluation:
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
             cfg = self.config
-            self._evaluator = Evaluator(self.events, self.split, cfg.batch_size, cfg.seed, cfg.mrr_negatives,
-                                        self.device, node_classification=False,
-                                        progress=cfg.progress if self.is_main else False,
-                                        strategy=cfg.eval_negatives, keep_test_start=self.folder is not None,
-                                        protocol=cfg.protocol_name, max_steps=cfg.eval_max_steps)
+            # no pipeline: a divided step is planned in the step (speed.train.eval.evaluator.stream_scores)
+            self._evaluator = Evaluator.for_run(self.events, self.split, cfg, self.device, node_classification=False,
+                                                progress=cfg.progress if self.is_main else False,
+                                                keep_test_start=self.folder is not None, pipeline=False)
         return self._evaluator
 
     def collector(self) -> None:

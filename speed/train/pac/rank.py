@@ -247,5 +247,5 @@ def rank_trainer(shards: Shards, config: TrainConfig, world: World, out=None, th
     split = shards.split(events)
     training = RankTraining(shards, config, world, events, split)
     evaluation = ShardedEvaluation(training, events, split, folder)
-    return Trainer(events, split, config, out=out, world=world, training=training, evaluation=evaluation,
+    return Trainer(events, split, config, out=folder, world=world, training=training, evaluation=evaluation,
                    threads_why=threads_why)

@@ -71,6 +71,19 @@ def latest_rank(last: torch.Tensor) -> torch.Tensor:
     return torch.argmax(last, dim=0)
 
 
+def winning_offers(node: torch.Tensor, rank: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """:func:`latest_rank`'s rule over offers that differ in number per node: for each distinct
+    ``node``, the index of its offer with the latest ``last``, ties to the lowest ``rank`` (int64,
+    one per node, in node order).  Stable sorts, the last key first."""
+    o = torch.argsort(rank, stable=True)
+    o = o[torch.argsort(-last[o], stable=True)]
+    o = o[torch.argsort(node[o], stable=True)]
+    sorted_node = node[o]
+    first = torch.ones_like(sorted_node, dtype=torch.bool)
+    first[1:] = sorted_node[1:] != sorted_node[:-1]
+    return o[first]
+
+
 def _words(x: torch.Tensor) -> torch.Tensor:
     """A 64-bit column (n,) as two float32 columns (n, 2), bit for bit."""
     return x.contiguous().view(torch.float32).reshape(-1, 2)
@@ -242,15 +255,7 @@ class SharedSync:
             own_s, own_l = state.rows(nodes).memories[k]
             own = _Offers(nodes, torch.full_like(nodes, me), own_l.to(dev), own_s.to(dev))
             every = _Offers.cat([own, cand])
-            # winner per node: latest_rank's rule (the latest time, then the lowest rank) over offers
-            # that differ in number per node, so by sorting (stable sorts, last key first)
-            o = torch.argsort(every.rank, stable=True)
-            o = o[torch.argsort(-every.last[o], stable=True)]
-            o = o[torch.argsort(every.node[o], stable=True)]
-            sorted_node = every.node[o]
-            first = torch.ones_like(sorted_node, dtype=torch.bool)
-            first[1:] = sorted_node[1:] != sorted_node[:-1]
-            win = every.take(o[first])
+            win = every.take(winning_offers(every.node, every.rank, every.last))
             other = torch.nonzero(win.rank != me).reshape(-1)
             if other.numel():
                 writes[k] = win.take(other)

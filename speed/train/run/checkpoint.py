@@ -29,7 +29,7 @@ import torch
 
 from ...errors import InputError
 # the folder's names and refusals are its owner's
-from .folder import BEST, CONVERT_HINT, KIND, LAST, MARKERS, NO_LAST, OLD_BEST, OLD_LAST, OWNED
+from .folder import BEST, KIND, LAST, MARKERS, NO_LAST, OLD_BEST, OLD_LAST, OWNED, refuse_pickled
 from .serial import load_tree, save_tree
 
 FORMAT = 2  # 2: safetensors and JSON (1: one torch pickle per checkpoint)
@@ -144,9 +144,7 @@ def load_checkpoint(path) -> Checkpoint:
     file is an :class:`InputError`, and so is a pickled checkpoint of an earlier version."""
     path = Path(path)
     if not path.exists():
-        old = path.parent / (OLD_BEST if path.name == BEST else OLD_LAST)
-        if old.exists():
-            raise InputError(CONVERT_HINT, path.parent)
+        refuse_pickled(path)
         raise InputError(NO_LAST if path.name == LAST else "no checkpoint here", path)
     state = load_tree(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:

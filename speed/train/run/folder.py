@@ -54,6 +54,15 @@ CONVERT_HINT = ("a run folder of an earlier version of speed, whose checkpoints 
                 "from")
 
 
+def refuse_pickled(checkpoint: Path) -> None:
+    """The refusal of a run folder of an earlier version: where ``checkpoint`` (``best.json`` or
+    ``last.json``) is missing but its pickled predecessor is there, a one-line error saying how
+    to convert it (it is never opened: unpickling can run code)."""
+    checkpoint = Path(checkpoint)
+    if (checkpoint.parent / (OLD_BEST if checkpoint.name == BEST else OLD_LAST)).exists():
+        raise InputError(CONVERT_HINT, checkpoint.parent)
+
+
 class RunFolder:
     """The run folder at ``path`` (which need not exist yet).
 
@@ -64,6 +73,12 @@ class RunFolder:
 
     def __init__(self, path):
         self.path = Path(path)
+
+    @classmethod
+    def of(cls, folder) -> Optional["RunFolder"]:
+        """``folder`` itself when it is a RunFolder (a run holds one), else one for the path
+        (None stays None)."""
+        return folder if folder is None or isinstance(folder, RunFolder) else cls(folder)
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -111,8 +126,7 @@ class RunFolder:
         model = self.model_name()
         if model is not None and model.startswith("edgebank"):
             raise InputError(f"{model} is a baseline with no trained model to load", self.path)
-        if (self.path / OLD_BEST).exists():
-            raise InputError(CONVERT_HINT, self.path)
+        refuse_pickled(self.best)
         raise InputError(f"no {BEST} here: not a finished `speed train` run", self.path)
 
     def require_resumable(self) -> Path:
@@ -120,8 +134,7 @@ class RunFolder:
         ``--resume`` on the wrong folder is a one-line error, not a failure inside every rank.
         Returns its path (the ranks read it fully: :func:`~.checkpoint.load_checkpoint`)."""
         if not self.last.exists():
-            if (self.path / OLD_LAST).exists():
-                raise InputError(CONVERT_HINT, self.path)
+            refuse_pickled(self.last)
             raise InputError(NO_LAST, self.last)
         return self.last
 
@@ -232,4 +245,4 @@ def kept_threads(config, folder) -> Optional[int]:
     None when it does not resume or none was recorded."""
     if not config.resume or folder is None:
         return None
-    return (folder if isinstance(folder, RunFolder) else RunFolder(folder)).recorded_threads()
+    return RunFolder.of(folder).recorded_threads()

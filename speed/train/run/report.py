@@ -15,6 +15,21 @@ def write_metrics(path: Path, metrics: Dict) -> None:
         tmp.write_text(json.dumps(jsonable(metrics), indent=2) + "\n")
 
 
+def data_block(events, split) -> Dict:
+    """``metrics.json``'s ``data``: the log a run read (its size, periods, source, columns and
+    time span), whatever the run (a trained model, EdgeBank)."""
+    meta = events.meta
+    block = {"num_events": len(events), "num_nodes": events.num_nodes,
+             "num_train_events": int(split.train_mask.sum()), "num_val_events": split.num_val,
+             "num_test_events": split.num_test, "msg_dim": events.msg_dim, "source": meta.source,
+             "num_train_period_events": int(split.num_train)}
+    block.update({k: getattr(meta, k) for k in ("columns", "time_text", "out_of_order_rows")
+                  if getattr(meta, k) is not None})
+    if len(events):
+        block.update(t_min=float(events.t_float()[0]), t_max=float(events.t_float()[-1]))
+    return block
+
+
 def plot_curves(metrics: Dict, path: Path) -> None:
     import matplotlib
 
