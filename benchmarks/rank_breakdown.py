@@ -57,7 +57,7 @@ def _rank(rank, world, store, shards, variant, epochs, queue):
 
     cfg = TrainConfig(model="tgn", epochs=epochs, seed=0, progress=False, nproc=world, num_threads=1,
                       average_every=4 if variant == "average4" else 1).validate()
-    w, cfg = World.start(rank, world, rank, cfg, f"file://{store}")
+    w, cfg, _ = World.start(rank, world, rank, cfg, f"file://{store}")
     r = rank_trainer(Shards(shards), cfg, w).training  # the rank's training part, timed step by step
     if variant == "latency":
         r.ddp.register_comm_hook(None, _latency_hook)

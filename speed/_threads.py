@@ -69,29 +69,36 @@ def default_threads(share: int = 1, measure: bool = True) -> int:
 
 
 def choose_threads(share: int = 1, given: Optional[int] = None, recorded: Optional[int] = None,
-                   deterministic: bool = False):
-    """Threads for one of ``share`` processes, and why, in words (the run's summary says it:
-    a run's figures follow its thread count).
+                   deterministic: bool = False, gpu: bool = False, measure: bool = True):
+    """The one decision of a process's thread count, and why, in words (a run's summary says
+    it: a run's figures follow its thread count).  Every process of speed decides here: one
+    training process, a PAC launcher for its ranks, a rank under torchrun, a parallel update's
+    rank.
 
-    ``given`` (``--threads``) wins, then a resumed run's ``recorded`` count; otherwise
-    :func:`default_threads` (its share of the idle cores, or of all of them with
-    ``deterministic``, whose figures must not depend on the machine's load).
+    ``given`` (``--threads``) wins, then a resumed run's ``recorded`` count.  Ranks with a GPU
+    each (``gpu``) keep torch's default (None).  Otherwise the process's share of the usable
+    cores (``share`` processes of the run on this machine), lowered to its share of the idle
+    ones when other jobs hold some -- unless ``deterministic`` (whose figures must not depend on
+    the machine's load) or ``measure`` is False (a rank, whose launcher measured, or that starts
+    beside its peers and would count them as load).
 
     Returns
     -------
-    (int, str)
+    (int or None, str)
     """
     if given:
         return int(given), "--threads"
     if recorded:
         return int(recorded), "the count the resumed run began with"
+    if gpu:
+        return None, "a GPU per rank"
     cores = usable_cores()
     share = max(1, int(share))
     each = "" if share == 1 else f" / {share} processes"
     static = max(1, cores // share)
     if deterministic:
         return static, f"{cores} cores{each}; --deterministic takes no account of the machine's load"
-    free = idle_cores()
+    free = idle_cores() if measure else None
     if free is None:
         return static, f"{cores} cores{each}"
     n = max(1, min(static, int(free / share + 0.5)))

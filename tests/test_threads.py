@@ -113,3 +113,23 @@ def test_the_planning_thread_leaves_the_step_a_core():
         numba.set_num_threads(before)
     assert seen == [1, 1]
 
+
+
+def test_one_decision_for_every_kind_of_process(monkeypatch):
+    """choose_threads decides for one process, a launcher's ranks, a torchrun rank and an
+    update's rank: given, then recorded, then a GPU's default, then the share of the cores
+    (measured or not)."""
+    import importlib
+
+    threads = importlib.import_module("speed._threads")
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    monkeypatch.setattr(threads, "idle_cores", lambda window_s=0.1: 4.0)  # half the machine busy
+    choose = threads.choose_threads
+    assert choose(4, given=3, recorded=2, gpu=True) == (3, "--threads")
+    assert choose(4, recorded=2, gpu=True) == (2, "the count the resumed run began with")
+    assert choose(4, gpu=True) == (None, "a GPU per rank")
+    assert choose(4, measure=False) == (2, "8 cores / 4 processes")
+    assert choose(4)[0] == 1 and choose(4)[1].startswith("4 of 8 cores busy at start / 4 processes")
+    assert choose(1, deterministic=True) == (8, "8 cores; --deterministic takes no account of the machine's load")
+    monkeypatch.setattr(threads, "idle_cores", lambda window_s=0.1: None)  # not Linux
+    assert choose(3) == (2, "8 cores / 3 processes")

@@ -49,6 +49,11 @@ class StrictError(RuntimeError):
     """A collective that NCCL would refuse (raised in strict mode only)."""
 
 
+def ranks_use_cuda(config) -> bool:
+    """Whether the ranks of a parallel run of ``config`` each take a GPU (decided here only)."""
+    return torch.cuda.is_available() and config.device != "cpu"
+
+
 def rank_backend(cuda: bool, local_rank: int, local_world: int, gpus: int):
     """``(backend, gpu)`` of a rank: NCCL on its own GPU when every rank of the host has one;
     when more ranks than GPUs share a host (two ranks on one GPU, to test PAC there) gloo,
@@ -136,31 +141,34 @@ class World:
     @classmethod
     def start(cls, rank: int, size: int, local_rank: int, config, init_method: Optional[str] = None,
               recorded_threads: Optional[int] = None):
-        """Join the process group of a parallel run; returns ``(world, config)`` with the rank's
-        device and thread count in the config (``recorded_threads``: a resumed run's, which it
-        keeps).
+        """Join the process group of a parallel run; returns ``(world, config, why)`` with the
+        rank's device and thread count in the config (``recorded_threads``: a resumed run's,
+        which it keeps) and why that count (:func:`speed._threads.choose_threads`).
 
         A CPU rank's default thread count is the machine's cores over the ranks *on this
         machine*, counted by host name once the group is up: torchrun's ``LOCAL_WORLD_SIZE``
         counts only the ranks of one torchrun agent, so two "nodes" on one host would each take
         every core (and, with ``--deterministic``, give other numbers than ``--nproc 2``, whose
         results depend on the thread count)."""
-        from .._threads import apply_threads, default_threads
+        from .._threads import apply_threads, choose_threads
 
-        cuda = torch.cuda.is_available() and config.device != "cpu"
+        cuda = ranks_use_cuda(config)
         backend, gpu = rank_backend(cuda, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", size)),
                                     torch.cuda.device_count() if cuda else 0)
         world = cls.join(rank, size, f"cuda:{gpu}" if cuda else "cpu", backend, init_method, config.timeout)
         if cuda:
             config = replace(config, device=str(world.device))
+            threads, why = choose_threads(1, config.num_threads, recorded_threads, gpu=True)
         else:
             hosts = world.objects(socket.gethostname())
             on_host = sum(h == hosts[rank] for h in hosts)
-            config = replace(config, device="cpu", num_threads=config.num_threads or recorded_threads
-                             or default_threads(on_host, measure=False))
-        if config.num_threads:
-            apply_threads(config.num_threads)
-        return world, config
+            # not measured: the peers starting beside this rank would count as load
+            threads, why = choose_threads(on_host, config.num_threads, recorded_threads, config.deterministic,
+                                          measure=False)
+            config = replace(config, device="cpu", num_threads=threads)
+        if threads:
+            apply_threads(threads)
+        return world, config, why
 
     @classmethod
     def join(cls, rank: int, size: int, device="cpu", backend: str = "gloo", init_method: Optional[str] = None,

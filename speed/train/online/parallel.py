@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Dict
 
 import numpy as np
-import torch
 
 from ...errors import InputError
 from ..config import UpdateConfig
@@ -42,7 +41,7 @@ def owner_parts(shards, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> np
 def _update_rank(rank: int, world: int, init_method: str, run: str, shards_path: str, out: str, config: Dict,
                overwrite: bool) -> None:
     """One rank of a parallel update (spawned by :func:`speed.train.pac.launch.spawn`)."""
-    from ..._threads import usable_cores
+    from ..._threads import apply_threads, choose_threads
     from ...partition.shards import Shards
     from ..world import World
     from . import update as online
@@ -50,7 +49,7 @@ def _update_rank(rank: int, world: int, init_method: str, run: str, shards_path:
     from ..run.predictor import open_checkpoint, predictor_from
 
     started = time.perf_counter()
-    torch.set_num_threads(max(1, usable_cores() // world))
+    apply_threads(choose_threads(world, measure=False)[0])  # the ranks share this machine's cores
     # gloo on host tensors: the update's ranks share this machine's cores (and its GPU, if any)
     w = World.join(rank, world, "cpu", "gloo", init_method)
     # (the group is never destroyed: see speed.train.pac.launch._spawned)

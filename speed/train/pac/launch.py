@@ -27,7 +27,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional
 
-import torch
 import torch.multiprocessing as mp
 
 from ..._signals import Stopped, die_with_parent, stop_on_signals, under_torchrun
@@ -36,7 +35,7 @@ from ...errors import InputError
 from ...partition.shards import Shards
 from ..config import TrainConfig
 from ..run.folder import RunFolder, kept_threads
-from ..world import World
+from ..world import World, ranks_use_cuda
 
 
 class RankFailedError(RuntimeError):
@@ -48,12 +47,8 @@ def _rank_main(rank: int, world: int, local_rank: int, shards_path: str, config:
                threads_why: Optional[str] = None):
     from .rank import rank_trainer
 
-    given = bool(config.num_threads)
-    recorded = kept_threads(config, out)
-    w, config = World.start(rank, world, local_rank, config, init_method, recorded)
-    if threads_why is None:  # under torchrun: the rank chose its own count
-        threads_why = "--threads" if given else "a GPU per rank" if w.device.type == "cuda" else \
-            "the count the resumed run began with" if recorded else "this machine's cores / its ranks"
+    w, config, why = World.start(rank, world, local_rank, config, init_method, kept_threads(config, out))
+    threads_why = threads_why or why  # a spawned rank's launcher chose, and said why; under torchrun, the rank
     _maybe_fault(rank)
     result = rank_trainer(Shards(shards_path), config, w, None if out is None else Path(out), threads_why).run()
     if teardown:
@@ -185,11 +180,11 @@ def run_parallel(shards: Shards, config: TrainConfig, out=None) -> Optional[Dict
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     nproc = config.nproc
-    why = "--threads" if config.num_threads else "a GPU per rank"
-    if not config.num_threads and not (torch.cuda.is_available() and config.device != "cpu"):
-        # measured here, before the ranks start and load the machine themselves; a resumed run
-        # trains on with the count it began with (the figures follow it; recorded in the config)
-        threads, why = choose_threads(nproc, None, kept_threads(config, out), config.deterministic)
+    # measured here, before the ranks start and load the machine themselves; a resumed run
+    # trains on with the count it began with (the figures follow it; recorded in the config)
+    threads, why = choose_threads(nproc, config.num_threads, kept_threads(config, out), config.deterministic,
+                                  gpu=ranks_use_cuda(config))
+    if threads:
         config = replace(config, num_threads=threads)
     spawn(_pac_rank, (str(shards.path), config, str(out), why), nproc)
     return RunFolder(out).metrics()
