@@ -34,7 +34,7 @@ def worker(log: str, threads: int) -> float:
     torch.set_num_threads(threads)
     ev = speed.read_events(log, progress=False)
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
-    tr = Trainer(ev, split, TrainConfig(model="tgn", progress=False, num_threads=threads, new_node_fraction=0.0))
+    tr = Trainer.local(ev, split, TrainConfig(model="tgn", progress=False, num_threads=threads, new_node_fraction=0.0))
     tr.training.train_epoch(1)  # warm-up (numba, first allocations)
     t0 = time.perf_counter()
     tr.training.train_epoch(2)

@@ -37,7 +37,7 @@ def run(log: str, model: str, rounds: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     events = speed.read_events(log, progress=False)
     split = speed.chronological_split(events, new_node_fraction=0.0)
-    tr = Trainer(events, split, TrainConfig(model=model, seed=0, progress=False, num_threads=threads,
+    tr = Trainer.local(events, split, TrainConfig(model=model, seed=0, progress=False, num_threads=threads,
                                             new_node_fraction=0.0))
     counts = {True: [0, 0, 0], False: [0, 0, 0]}  # queries computed, keys, planned events
     build = plan_mod.build_plan

@@ -60,7 +60,7 @@ def main() -> int:
         events = speed.read_events(log, progress=False)
         split = speed.chronological_split(events, seed=0)
         cfg = TrainConfig(model="tgn", epochs=1, device="cuda", seed=0, progress=False, num_threads=4).validate()
-        Trainer(events, split, cfg, out=Path(tmp) / "run").fit()
+        Trainer.local(events, split, cfg, out=Path(tmp) / "run").fit()
         calls = {}
         for dev in ("cpu", "cuda"):
             pred = speed.load_run(Path(tmp) / "run", device=dev)

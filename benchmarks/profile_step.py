@@ -106,7 +106,7 @@ def worker(a) -> dict:
     cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0,
                device=a.device, state_device=a.state_device)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
-    tr = Trainer(events, split, TrainConfig(**cfg))
+    tr = Trainer.local(events, split, TrainConfig(**cfg))
     tr.training.train_epoch(1)  # numba compilation and warm caches
     clock["stages"].clear()
     t0 = time.perf_counter()

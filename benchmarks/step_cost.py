@@ -87,7 +87,7 @@ def worker(a) -> dict:
     if a.pipeline is not None:  # plans built in a thread beside the steps (default: on with a GPU)
         cfg.update(pipeline=a.pipeline)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
-    tr = Trainer(events, split, TrainConfig(**cfg))
+    tr = Trainer.local(events, split, TrainConfig(**cfg))
 
     plan_s = [0.0]
     inner = network.StatefulModel.plan

@@ -77,7 +77,7 @@ def run_speed(a) -> dict:
                       embedding_dim=100, neighbors=10, device=a.device, seed=a.seed, progress=False,
                       num_threads=a.threads, new_node_fraction=0.0, pipeline=a.pipeline, max_steps=bounded,
                       eval_max_steps=a.eval_max_steps).validate()
-    tr = Trainer(events, split, cfg)
+    tr = Trainer.local(events, split, cfg)
     if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
         tr.config = replace(cfg, max_steps=a.warmup_steps)
         tr.training.train_epoch(0)

@@ -49,7 +49,7 @@ def _fit(log, model, device, **kw):
     split = speed.chronological_split(events, seed=0)
     cfg = TrainConfig(model=model, epochs=1, device=device, deterministic=True, seed=0, progress=False,
                       num_threads=2, **kw).validate()
-    tr = Trainer(events, split, cfg)
+    tr = Trainer.local(events, split, cfg)
     m = tr.fit()
     return m, tr
 
@@ -127,7 +127,7 @@ def test_gpu_trained_run_serves_on_cpu_and_gpu(small_log, tmp_path):
     events = speed.read_events(small_log, progress=False)
     split = speed.chronological_split(events, seed=0)
     cfg = TrainConfig(model="tgn", epochs=1, device="cuda", seed=0, progress=False, num_threads=2).validate()
-    Trainer(events, split, cfg, out=tmp_path / "run").fit()
+    Trainer.local(events, split, cfg, out=tmp_path / "run").fit()
     on_cpu = speed.load_run(tmp_path / "run", device="cpu")
     on_gpu = speed.load_run(tmp_path / "run", device="cuda")
     nodes = np.arange(min(50, events.num_nodes))
@@ -148,7 +148,7 @@ def test_a_training_step_never_waits_for_the_gpu(small_log, pipeline):
     split = speed.chronological_split(events, seed=0, new_node_fraction=0.0)
     cfg = TrainConfig(model="tgn", epochs=1, device="cuda", state_device="device", seed=0, progress=False,
                       num_threads=2, pipeline=pipeline, new_node_fraction=0.0).validate()
-    tr = Trainer(events, split, cfg)
+    tr = Trainer.local(events, split, cfg)
     assert tr.training.state_on == "device"
 
     def on_step(done):

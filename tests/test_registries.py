@@ -80,7 +80,7 @@ def test_a_new_model_trains_saves_and_loads_as_a_run(monkeypatch, tmp_path):
     config = TrainConfig(epochs=1, batch_size=100, memory_dim=8, time_dim=8, embedding_dim=8, progress=False,
                          num_threads=1).validate()
     model = build_model("counted", ev.num_nodes, memory_dim=8, time_dim=8, embedding_dim=8)
-    metrics = Trainer(ev, split, config, model=model, out=tmp_path / "run").fit()
+    metrics = Trainer.local(ev, split, config, model=model, out=tmp_path / "run").fit()
     assert metrics["best_epoch"] == 1
     assert set(metrics["test"]) == {"transductive"}  # no held-out nodes: no inductive figures
     pred = load_run(tmp_path / "run")

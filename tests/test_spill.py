@@ -66,7 +66,7 @@ def _fit(log):
     events = speed.read_events(log, progress=False)
     split = speed.chronological_split(events, seed=0)
     cfg = TrainConfig(model="tige", epochs=1, deterministic=True, seed=0, **TINY).validate()
-    return Trainer(events, split, cfg).fit()
+    return Trainer.local(events, split, cfg).fit()
 
 
 def test_an_evaluation_that_spills_its_period_start_gives_the_same_figures(tmp_path, monkeypatch, small_windows):

@@ -51,7 +51,7 @@ def test_training_epoch_keeps_the_storage():
     split = speed.chronological_split(ev, new_node_fraction=0.0)
     from speed.train import TrainConfig, Trainer
 
-    tr = Trainer(ev, split, TrainConfig(model="tgn", memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3,
+    tr = Trainer.local(ev, split, TrainConfig(model="tgn", memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3,
                                         batch_size=100, progress=False, new_node_fraction=0.0))
     before = _storages(tr.model)
     tr.training.train_epoch(1)

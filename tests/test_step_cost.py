@@ -41,7 +41,7 @@ def _trainer(model):
     split = speed.chronological_split(ev, new_node_fraction=0.0, seed=0)
     cfg = TrainConfig(model=model, memory_dim=16, time_dim=8, embedding_dim=16, neighbors=5, batch_size=100,
                       progress=False, num_threads=1, new_node_fraction=0.0, deterministic=True).validate()
-    return Trainer(ev, split, cfg)
+    return Trainer.local(ev, split, cfg)
 
 
 def _count_steps(tr, first, last):

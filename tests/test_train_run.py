@@ -36,7 +36,7 @@ def test_each_model_learns_on_a_tiny_graph(name):
     # the curve depended on the BLAS build)
     ev = periodic_log(num_items=12)
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
-    tr = Trainer(ev, split, TrainConfig(model=name, lr=5e-3, epochs=8, seed=0, **SMALL))
+    tr = Trainer.local(ev, split, TrainConfig(model=name, lr=5e-3, epochs=8, seed=0, **SMALL))
     losses = [tr.training.train_epoch(e).loss for e in range(1, 9)]
     # chance level is 2 ln 2 = 1.386; compare the best late epoch with the first
     assert min(losses[-3:]) < losses[0] - 0.3, losses
@@ -228,7 +228,7 @@ def test_eval_max_steps_scores_the_first_batches_of_a_full_pass_and_evaluates_a_
 
     ev = periodic_log()
     split = speed.chronological_split(ev, seed=0, new_node_fraction=0.0)
-    tr = Trainer(ev, split, TrainConfig(model="tgn", epochs=1, seed=0, deterministic=True, **SMALL))
+    tr = Trainer.local(ev, split, TrainConfig(model="tgn", epochs=1, seed=0, deterministic=True, **SMALL))
     tr.training.train_epoch(1)
     model = tr.model
     tr.evaluator.prepare(model)

@@ -107,7 +107,7 @@ def _train(data, config: TrainConfig, folder: Optional[RunFolder], split: Option
     split.require_trainable(events.meta.source)
     refuse_guessed_time(events.meta.time_guess, events.meta.source, shards=isinstance(data, Shards) or (
         isinstance(data, (str, Path)) and Path(data).is_dir()))
-    return Trainer(events, split, config, out=folder).fit()
+    return Trainer.local(events, split, config, out=folder).fit()
 
 
 def refuse_guessed_time(guess: Optional[str], where, shards: bool = False) -> None:

@@ -7,7 +7,7 @@ rank is given :class:`speed.train.pac.evaluation.ShardedEvaluation`, with the sa
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
@@ -15,13 +15,10 @@ from ...data.events import Events
 from ..config import TrainConfig
 from ..eval.evaluator import Evaluator
 from ..model.network import StatefulModel
-from ..run import checkpoint as ckpt
-from ..run.folder import RunFolder
 from ..run.predictor import predictor_payload
 from ..step.engine import EpochLog
+from .checkpointer import Checkpointer
 from .kept import KeptBest
-
-Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
 
 
 class WholeEvaluation:
@@ -35,13 +32,10 @@ class WholeEvaluation:
     config : TrainConfig
     events : Events
         The whole log (the predictor payload of ``best.json`` keeps its node ids).
-    folder : RunFolder, optional
-        Where ``best.json`` goes.
     """
 
-    def __init__(self, model: StatefulModel, evaluator: Evaluator, config: TrainConfig, events: Events,
-                 folder: Optional[RunFolder]):
-        self.model, self.evaluator, self.config, self.events, self.folder = model, evaluator, config, events, folder
+    def __init__(self, model: StatefulModel, evaluator: Evaluator, config: TrainConfig, events: Events):
+        self.model, self.evaluator, self.config, self.events = model, evaluator, config, events
         self.best: Dict = {}
         self.best_params: Optional[Dict] = None
         self._z_train: Optional[list] = None  # the epoch's training embeddings (node classification)
@@ -65,7 +59,7 @@ class WholeEvaluation:
         log.seconds["validate"] = time.perf_counter() - t0
         return scores
 
-    def on_best(self, log: EpochLog, record: Record) -> None:
+    def on_best(self, log: EpochLog, checkpointer: Checkpointer) -> None:
         """A new best epoch: keep what its test figures come from -- the weights, the node state
         at the end of validation (spilled to disk), its record for ``best.json`` and, for node
         classification, its embeddings.  The test period is scored once, from them, at the end
@@ -75,9 +69,9 @@ class WholeEvaluation:
         self.best = {"val": log.val}
         if self.config.eval == "replay":  # the figures come from a replay at the end, with the weights alone
             return
-        self._kept.keep(log.epoch, record, self.model.state, z)
+        self._kept.keep(log.epoch, checkpointer.record(log.epoch, self.best), self.model.state, z)
 
-    def final_results(self, best_epoch: int, record: Record) -> Dict:
+    def final_results(self, best_epoch: int, checkpointer: Checkpointer) -> Dict:
         """The reported results: the test period scored once from the best epoch's state at the
         end of its validation (or a replay with its weights), and ``best.json``."""
         if self.config.eval != "replay" and self._kept.tested_earlier(self.best):
@@ -87,7 +81,7 @@ class WholeEvaluation:
             self.best = self.evaluator.replay(self.model)
         else:
             # copied: the kept back-up stays as it is, the test-start state best.json keeps
-            self._kept.restore_into(self.model.state, keep=self.folder is not None)
+            self._kept.restore_into(self.model.state, keep=checkpointer.writes)
             z = self._kept.embeddings
             test, res = self.evaluator.evaluate(self.model, "test", collect_z=z is not None)
             best = {"val": self.best["val"], "test": test}
@@ -97,14 +91,14 @@ class WholeEvaluation:
                     best["node_classification"] = nc
             self.best = best
         # the checkpoint holds the state these results came from, and the best epoch's record
-        self._save_best(best_epoch, self._kept.record_with(self.best, record))
+        if checkpointer.writes:
+            self._save_best(self._kept.record_for(self.best) or checkpointer.record(best_epoch, self.best),
+                            checkpointer)
         self._kept.drop()
         return self.best
 
-    def _save_best(self, epoch: int, record: Record) -> None:
+    def _save_best(self, record: Dict, checkpointer: Checkpointer) -> None:
         """``best.json``: weights and the full-graph node state after the log, at the best epoch."""
-        if self.folder is None:
-            return
         model, predictor = self.model, None
         if model.net.spec is not None:  # built by build_model, so load_run can build it again
             start = self.evaluator.test_start
@@ -114,13 +108,14 @@ class WholeEvaluation:
             elif start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
                 start = {"t": start["t"], "state": model.state.whole_backup(start["state"])}
             predictor = predictor_payload(model, self.events, self.config.batch_size, start)
-        ckpt.write_checkpoint(self.folder.best, "best", record(epoch), model=model, predictor=predictor)
+        checkpointer.write_best(record, model, predictor)
 
     # ------------------------------------------------------------------ last.json
-    def save_last(self, write: Callable[[Dict], None]) -> None:
-        """``write(extra)`` writes ``last.json`` with what a resumed run needs of the evaluation:
-        the best epoch's weights, and the state and record its test figures come from."""
-        write({"best_params": self.best_params, **self._kept.saved(self._kept.for_file())})
+    def save_last(self, epoch: int, checkpointer: Checkpointer) -> None:
+        """``last.json``, with what a resumed run needs of the evaluation: the best epoch's
+        weights, and the state and record its test figures come from."""
+        checkpointer.write_last(epoch, self.best, {"best_params": self.best_params,
+                                                   **self._kept.saved(self._kept.for_file())})
         self._kept.release()  # (what of it the write did not let go)
 
     def resume(self, best: Dict, extra: Dict) -> None:

@@ -16,15 +16,12 @@ so a resumed run scores the test period from the same state.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 
 from ..state.spill import Spill, Streamed, is_spilled, release
-
-Record = Callable[[int], Dict]  # the run's record at an epoch (Trainer._record)
-
 
 class KeptBest:
     """What the best epoch's test figures come from, until they are scored.
@@ -48,12 +45,12 @@ class KeptBest:
         self.embeddings = None
         self.resumed = False  # the state came from last.json (whole, as the file holds it)
 
-    def keep(self, epoch: int, record: Optional[Record], state=None, embeddings=None) -> None:
-        """Keep epoch ``epoch``: ``record(epoch)`` (copied), a back-up of ``state``
+    def keep(self, epoch: int, record: Optional[Dict], state=None, embeddings=None) -> None:
+        """Keep epoch ``epoch``: its ``record`` (copied), a back-up of ``state``
         (:class:`~speed.train.state.nodes.NodeStates`, or None: nothing to keep) and ``embeddings``."""
         self.epoch = int(epoch)
         # deep: the optimiser's state dict holds its live tensors, which later steps change in place
-        self.record = None if record is None else copy.deepcopy(record(epoch))
+        self.record = None if record is None else copy.deepcopy(record)
         self.state = None  # the previous best's back-up goes (its files are unlinked) before the new one
         self.state = None if state is None else state.backup(keep=Spill())
         self.embeddings = embeddings
@@ -100,13 +97,10 @@ class KeptBest:
         """Let the kept back-up go (its files are unlinked: their space comes back)."""
         self.state = None
 
-    def record_with(self, best: Dict, record: Record) -> Record:
+    def record_for(self, best: Dict) -> Optional[Dict]:
         """The record ``best.json`` is written with: the best epoch's, with the run's results
-        (``record`` itself when none was kept)."""
-        if self.record is None:
-            return record
-        kept = dict(self.record, best=best)
-        return lambda epoch: kept
+        ``best`` (None when none was kept: the run's record now stands in)."""
+        return None if self.record is None else dict(self.record, best=best)
 
     def saved(self, state) -> Dict:
         """What ``last.json`` keeps of it (``state``: the back-up as the file takes it)."""

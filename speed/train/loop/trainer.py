@@ -1,7 +1,8 @@
 """The one epoch loop of every run: one process, or one rank of N.
 
 A :class:`Trainer` is given its world (:class:`~speed.train.world.World`: a world of one for a
-single process), its data, how it trains an epoch and how it evaluates:
+single process), its data, how it trains an epoch and how it evaluates (the interfaces of both
+are :mod:`.parts`):
 
 * ``training``: :class:`~.training.StreamTraining` (one process over the training stream) or
   :class:`speed.train.pac.rank.RankTraining` (a PAC rank: groups, sub-graphs, syncs,
@@ -12,8 +13,8 @@ single process), its data, how it trains an epoch and how it evaluates:
 
 The loop trains an epoch, validates on the full graph, stops early on the protocol's
 validation figure, keeps the best epoch's state and scores the test period from it once, at
-the end (:mod:`.kept`), writes ``last.json`` and
-``best.json`` (:mod:`speed.train.run.checkpoint`), resumes, and assembles ``metrics.json``.  Both
+the end (:mod:`.kept`), writes ``last.json`` and ``best.json`` (:mod:`.checkpointer`), resumes,
+and assembles ``metrics.json``.  Both
 kinds of training step with the same :class:`~speed.train.step.engine.Engine`, and both
 evaluations stream with the same :class:`~speed.train.eval.evaluator.Evaluator`.
 """
@@ -27,7 +28,6 @@ from typing import Dict, List, Optional
 
 from ...data.events import Events
 from ...data.split import Split
-from ...errors import InputError
 from ..config import TrainConfig
 from ..model.network import StatefulModel
 from ..run import checkpoint as ckpt
@@ -36,13 +36,14 @@ from ..run.report import data_block
 from ..step.engine import EarlyStopping, EpochLog, epoch_line
 from ..step.runtime import peak_device_bytes, peak_rss_bytes
 from ..world import World
-from .training import local_parts
+from .checkpointer import Checkpointer
+from .parts import Evaluation, Training
 
 
 class Trainer:
     """Train with early stopping on validation, checkpoint, resume and report.
 
-    ``Trainer(events, split, config)`` trains in this process (the parts are built here:
+    :meth:`Trainer.local` builds one that trains in this process (its parts:
     :func:`~.training.local_parts`); a PAC rank is a Trainer given its world and parts
     (:func:`speed.train.pac.rank.rank_trainer`).
 
@@ -53,36 +54,45 @@ class Trainer:
     split : Split
         Its chronological split.
     config : TrainConfig
-        Validated by the caller (:func:`speed.train`).
-    model : StatefulModel, optional
-        One process: the model to train (built from ``config`` when omitted).
+        Validated by the caller (:func:`speed.train`), with the process's thread count.
+    world : World
+        This process's place in the run.
+    training : Training
+        How an epoch trains (:class:`~.parts.Training`).
+    evaluation : Evaluation
+        How the model is evaluated (:class:`~.parts.Evaluation`).
     out : RunFolder or path-like, optional
         Run directory (:class:`~speed.train.run.folder.RunFolder`, the run's own when given one),
         written by the main process.
-    world : World, optional
-        This process's place in the run; a world of one when omitted.
-    training, evaluation : optional
-        How an epoch trains and how the model is evaluated (see the module docstring); built
-        for one process when omitted.
-    threads_why : str, optional
+    threads_why : str
         How the thread count was chosen (the summary says it).
     """
 
-    def __init__(self, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,
-                 out=None, *, world: Optional[World] = None, training=None, evaluation=None,
-                 threads_why: Optional[str] = None):
-        self.folder = RunFolder.of(out)
-        if training is None:
-            world, config, training, evaluation, threads_why = local_parts(events, split, config, model, self.folder)
+    def __init__(self, events: Events, split: Split, config: TrainConfig, *, world: World, training: Training,
+                 evaluation: Evaluation, out=None, threads_why: str = ""):
         self.events, self.split, self.config = events, split, config
-        self.world = world if world is not None else World.alone()
-        self.training, self.evaluation = training, evaluation
-        self.threads_why = threads_why or ""
+        self.world, self.training, self.evaluation = world, training, evaluation
+        self.folder = RunFolder.of(out)
+        self.threads_why = threads_why
         self.history: List[EpochLog] = []
         self.stopping = EarlyStopping(config.patience)
+        self.checkpointer = Checkpointer(self.folder, world, config, training, self.stopping, self.history)
         self.start_epoch = 1
         if training.note:
             self.announce(training.note)
+
+    @classmethod
+    def local(cls, events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel] = None,
+              out=None) -> "Trainer":
+        """A trainer of this process alone: a world of one, its thread count chosen, and
+        :func:`~.training.local_parts` (``model``: the one to train, built from ``config`` when
+        omitted)."""
+        from .training import local_parts
+
+        folder = RunFolder.of(out)
+        world, config, training, evaluation, why = local_parts(events, split, config, model, folder)
+        return cls(events, split, config, world=world, training=training, evaluation=evaluation, out=folder,
+                   threads_why=why)
 
     # the parts' own, named as a user of the trainer reads them
     @property
@@ -154,9 +164,9 @@ class Trainer:
                     log.val = val
                     improved = self.stopping.offer(epoch, self.selection_score(val))
                 if world.agree(improved):
-                    self.evaluation.on_best(log, self._record)
+                    self.evaluation.on_best(log, self.checkpointer)
             stop = world.agree(self.stopping.should_stop)
-            self.save_last(epoch)
+            self.evaluation.save_last(epoch, self.checkpointer)
             if self.is_main:
                 self.announce(epoch_line(log, cfg.epochs, self.stopping.best_epoch == epoch and log.val is not None))
             if stop:
@@ -168,7 +178,7 @@ class Trainer:
         final = {}
         if world.agree(self.stopping.best_epoch is not None):
             best_epoch = int(world.agree_value(self.stopping.best_epoch or 0))
-            final = self.evaluation.final_results(best_epoch, self._record)
+            final = self.evaluation.final_results(best_epoch, self.checkpointer)
         # (collectives, on every process once training ends, before the others leave)
         work = world.objects(self.evaluator.work, wait=True)
         peaks = [int(p) for p in world.objects(peak_rss_bytes(), wait=True)]
@@ -218,47 +228,13 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------- checkpoints
-    def _record(self, epoch: int, rng: Optional[List[Dict]] = None) -> Dict:
-        """The run's record a checkpoint keeps (:data:`speed.train.run.checkpoint.RECORD`)."""
-        nodes, events = self.training.data_size()
-        return dict(epoch=epoch, model_name=self.model.name, config=self.config.to_dict(),
-                    optimizer=self.optimizer.state_dict(), rng=rng if rng is not None else [ckpt.rng_state()],
-                    history=[asdict(h) for h in self.history], stopping=self.stopping.state_dict(),
-                    best=self.evaluation.best, num_nodes=nodes, val_ap=self.stopping.best_score, num_events=events)
-
-    def save_last(self, epoch: int) -> None:
-        """``last.json``: everything ``resume`` needs (every process's RNG state, and what the
-        evaluation must keep to finish the run)."""
-        def write(extra: Dict) -> None:
-            rngs = self.world.objects(ckpt.rng_state())
-            if self.is_main and self.folder is not None:
-                ckpt.write_checkpoint(self.folder.last, "last", self._record(epoch, rngs),
-                                      params=self.model.params_state_dict(), extra=extra)
-
-        self.evaluation.save_last(write)
-
     def load_last(self) -> None:
         """Continue from ``out/last.json``: weights, optimiser, RNG, history, early stopping."""
-        if self.folder is None:
-            raise InputError("resume needs the run directory (out=...)")
-        path = self.folder.last
-        saved = ckpt.load_checkpoint(path)
-        if saved.model_name != self.model.name:
-            raise InputError(f"cannot resume: the run trained {saved.model_name}, not {self.model.name}", path)
-        if len(saved.rng) != self.world.size:
-            raise InputError(f"cannot resume: the run had {len(saved.rng)} processes, not {self.world.size} (each "
-                             "process's random streams go on where it stopped, and the parts' grouping follows the "
-                             f"number of processes: resume with {len(saved.rng)}, or train a new run)", path)
-        nodes, events = self.training.data_size()
-        if saved.num_events is not None and (saved.num_nodes, saved.num_events) != (nodes, events):
-            raise InputError(f"cannot resume: the run trained on data of {saved.num_nodes:,} nodes and "
-                             f"{saved.num_events:,} events, and this data has {nodes:,} and {events:,} (events "
-                             "appended since?): train a new run, or update this one (speed update)", path)
+        saved = self.checkpointer.read_last()
         self.model.load_params(saved.model)
         self.optimizer.load_state_dict(saved.optimizer)
         ckpt.set_rng_state(saved.rng[self.world.rank])
-        self.history = [EpochLog(**h) for h in saved.history]
+        self.history[:] = [EpochLog(**h) for h in saved.history]  # (the checkpointer reads this list)
         self.stopping.load_state_dict(saved.stopping)
         self.evaluation.resume(saved.best, saved.extra)
         self.start_epoch = saved.epoch + 1
-

@@ -107,7 +107,7 @@ def local_parts(events: Events, split: Split, config: TrainConfig, model: Option
     evaluation = WholeEvaluation(
         training.model, Evaluator.for_run(events, split, config, device, stream=training.stream,
                                           keep_test_start=folder is not None),
-        config, events, folder)
+        config, events)
     return World.alone(device), config, training, evaluation, why
 
 

@@ -37,7 +37,7 @@ from ..step.optim import make_optimizer
 from ..step.runtime import peak_device_bytes, peak_rss_bytes, resolve_device, seed_everything
 from ..model.build import configured_model, place_state, time_scale
 from ..model.static import merge_static, prepare_static
-from .evaluation import ShardedEvaluation
+from .evaluation import sharded_evaluation
 from .groups import PartLoads, RankGraph, part_groups, part_loads, rank_graph
 from .log import shared_log
 from ...partition.ordered import release_pages
@@ -246,6 +246,6 @@ def rank_trainer(shards: Shards, config: TrainConfig, world: World, out=None, th
     events = shared_log(shards, None if out is None else Path(out), world)
     split = shards.split(events)
     training = RankTraining(shards, config, world, events, split)
-    evaluation = ShardedEvaluation(training, events, split, folder)
+    evaluation = sharded_evaluation(training, events, split, folder)
     return Trainer(events, split, config, out=folder, world=world, training=training, evaluation=evaluation,
                    threads_why=threads_why)
