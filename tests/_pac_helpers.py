@@ -97,18 +97,18 @@ def _leave(queue):
 def sync_worker(rank, world, store_file, mode, clock, queue):
     w = _init(rank, world, store_file)
     from speed.train.model.network import build_model
-    from speed.train.state.nodes import StateRows
+    from speed.train.state.rows import StateRows
     from speed.train.pac import sync_shared
 
     model = build_model("tgn", 1, memory_dim=2, time_dim=2, embedding_dim=2, neighbors=2)
     model.state.resize(4)  # local nodes 0-2 shared, 3 the rank's own
     lu = [[5.0, 1.0, 3.0, 7.0], [2.0, 4.0, 3.0, 9.0]][rank]
     empty = torch.empty(0, dtype=torch.long)
-    model.state.load_rows(torch.arange(4), StateRows(
+    model.state.rows.load(torch.arange(4), StateRows(
         {"memory": (torch.full((4, 2), float(rank + 1)), torch.tensor(lu, dtype=torch.float64))},
         (empty, empty, torch.empty(0, dtype=torch.float64), empty)))
     sync_shared(model, 3, mode, w, before=clock)
-    state, last = model.state.rows(torch.arange(4)).memories["memory"]
+    state, last = model.state.rows.read(torch.arange(4)).memories["memory"]
     queue.put((rank, (state[:, 0].tolist(), last.tolist())))
     _leave(queue)
 
@@ -212,9 +212,9 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 for key, mem in model.state.memories().items():
                     mine = torch.from_numpy(mem.owned())
                     mem.write_owned(mem.owned(), *full.memories()[key].read(mine))
-                model.state.load_pending(full.pending_events(), {
-                    c.name: c.export(full.pending_events()[3]) for c in full.components
-                    if c.export(full.pending_events()[3]) is not None})
+                model.state.rows.load_pending(full.rows.pending(), {
+                    c.name: c.export(full.rows.pending()[3]) for c in full.components
+                    if c.export(full.rows.pending()[3]) is not None})
             evaluator.prepare(model)
             val, val_res = evaluator.evaluate(model, "val", selection=True)
             test, test_res = evaluator.evaluate(model, "test")
@@ -225,8 +225,8 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 from speed.train.run.serial import load_tree, save_tree
 
                 writer = ShardWriter(w)
-                snaps = [model.state.written_snapshot(writer),
-                         model.state.written_snapshot(writer, evaluator.test_start["state"])]
+                snaps = [model.state.snapshots.written_snapshot(writer),
+                         model.state.snapshots.written_snapshot(writer, evaluator.test_start["state"])]
                 if rank == 0:
                     where = Path(store_file).parent / f"{name}-{protocol}-{strategy}.json"
                     snaps = load_tree(save_tree({"snaps": snaps}, where))["snaps"]
@@ -242,7 +242,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                     writer.serve()
             else:
                 whole = []
-                for snap in (model.state.backup(), model.state.whole_backup(evaluator.test_start["state"])):
+                for snap in (model.state.snapshots.backup(), model.state.snapshots.whole_backup(evaluator.test_start["state"])):
                     for key, mem in snap["memories"].items():
                         whole += [(f"{key}.{f}", np.asarray(mem[f])) for f in ("memory", "last_update")]
                     whole += [(f, np.asarray(snap["sampler"][f])) for f in ("nbr", "nbr_t", "nbr_e", "head", "count")]
@@ -284,7 +284,7 @@ def shard_state_worker(rank, world, store_file, queue):
     from speed.train.model.network import build_model
     from speed.train.pac.sharded import owners, shard_state
     from speed.train.state.sharded import ShardedMemory
-    from speed.train.state.nodes import StateRows
+    from speed.train.state.rows import StateRows
 
     shared = np.array([1, 4])
     own = [np.array([0, 2]), np.array([3, 5])]
@@ -297,7 +297,7 @@ def shard_state_worker(rank, world, store_file, queue):
     # node 1 (local 0) and node 3 (local 2)
     node = torch.tensor([0, 2])
     other = torch.tensor([1, 3])
-    trained.state.load_rows(torch.arange(4), StateRows(
+    trained.state.rows.load(torch.arange(4), StateRows(
         {"memory": (mem, torch.tensor(lu, dtype=torch.float64))},
         (node, other, torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([10 + rank, 20 + rank]))))
     owner = owners(6, shared, own, world)
@@ -319,7 +319,7 @@ def shard_state_worker(rank, world, store_file, queue):
         full = (saved["memory"].tolist(), saved["last_update"].tolist())
     else:
         writer.serve()
-    pending = [x.tolist() for x in target.state.pending_events()]
+    pending = [x.tolist() for x in target.state.rows.pending()]
     held = target.state.memory.owned().tolist()
     queue.put((rank, (full, pending, held)))
     _leave(queue)

@@ -421,7 +421,7 @@ def test_every_name_the_architecture_document_cites_exists():
 
 def test_the_citation_check_finds_stale_names():
     text = ("`models.py:build_model` `speed/train/model/network.py:build_model` `speed/train/eval/negatives.py:"
-            "NegativeSampler` `NodeStates.recent_interactions` `NodeStates.no_such_verb` `pac/sharded.py` "
+            "NegativeSampler` `RowExchange.recent_interactions` `NodeStates.no_such_verb` `pac/sharded.py` "
             "`pac/gone.py` `RunFolder` `EpochLoop` `config.SYNC_RULES` `config.model`")
     assert broken_citations(text) == ["models.py:build_model", "speed/train/eval/negatives.py:NegativeSampler",
                                       "NodeStates.no_such_verb", "pac/gone.py", "EpochLoop", "config.model"]
@@ -544,7 +544,7 @@ def test_every_reference_in_a_docstring_names_what_exists():
 def test_the_docstring_check_finds_stale_references():
     package = _Package()
     tree = ast.parse('"""See :func:`~.sync.combine_shared`, :func:`~.gather.assemble`, :class:`World`,\n'
-                     ':meth:`NodeStates.backup`, :meth:`NodeStates.no_such_verb`, :mod:`.nowhere`."""')
+                     ':meth:`Snapshots.backup`, :meth:`NodeStates.no_such_verb`, :mod:`.nowhere`."""')
     assert package.broken("speed.train.pac.rank", tree) == ["speed.train.pac.rank:1 .gather.assemble",
                                                               "speed.train.pac.rank:1 NodeStates.no_such_verb",
                                                               "speed.train.pac.rank:1 .nowhere"]

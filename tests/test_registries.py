@@ -69,7 +69,7 @@ def test_a_new_kind_of_state_is_a_recipe_row_and_a_component(monkeypatch):
     expected = np.zeros(ev.num_nodes)
     for b in range(6):
         expected[np.unique(np.concatenate([ev.src[b * 100:(b + 1) * 100], ev.dst[b * 100:(b + 1) * 100]]))] += 1
-    counts = model.state.memory_dict()["batch_count.memory"][:, 0].numpy()
+    counts = model.state.snapshots.memory_dict()["batch_count.memory"][:, 0].numpy()
     assert np.array_equal(counts, expected)
 
 
@@ -85,7 +85,7 @@ def test_a_new_model_trains_saves_and_loads_as_a_run(monkeypatch, tmp_path):
     assert set(metrics["test"]) == {"transductive"}  # no held-out nodes: no inductive figures
     pred = load_run(tmp_path / "run")
     assert pred.net.name == "counted"
-    counts = pred.state.memory_dict()["batch_count.memory"][:, 0]
+    counts = pred.state.snapshots.memory_dict()["batch_count.memory"][:, 0]
     # every node took part in some batch of the log, and no node in more batches than the best
     # epoch's training, validation and test periods have
     batches = sum(-(-int(n) // 100) for n in (split.num_train, split.num_val, split.num_test))

@@ -36,11 +36,11 @@ def test_memory_writes_keep_the_storage():
         model.step_events(src[a:a + 50], dst[a:a + 50], t[a:a + 50], np.arange(a, a + 50))
     ids = torch.arange(0, 5000, 7)
     model.settle(ids)
-    rows = model.state.rows(ids)
-    model.state.load_rows(ids, rows)
-    snap = model.state.backup()
+    rows = model.state.rows.read(ids)
+    model.state.rows.load(ids, rows)
+    snap = model.state.snapshots.backup()
     model.state.reset_memories()
-    model.state.restore(snap)
+    model.state.snapshots.restore(snap)
     assert _storages(model) == before
     # and the rows did change: the writes happened
     assert model.state.memory.memory.abs().sum() > 0
@@ -152,7 +152,7 @@ def test_the_hand_over_reads_the_memories_as_held_and_the_rings_let_flushed_even
     src, dst, t = _log(400, 600)
     for a in range(0, 600, 50):
         model.step_events(src[a:a + 50], dst[a:a + 50], t[a:a + 50], np.arange(a, a + 50))
-    copied, held = model.state.all_rows(), model.state.all_rows(views=True)
+    copied, held = model.state.rows.read_all(), model.state.rows.read_all(views=True)
     for name, (s, lu) in held.memories.items():
         mem = model.state.memories()[name]
         assert s.data_ptr() == mem.memory.data_ptr() and lu.data_ptr() == mem.last_update.data_ptr()
@@ -217,11 +217,11 @@ def test_the_new_node_pass_pushes_its_neighbour_graph_a_window_at_a_time(monkeyp
     model = build_model("tgn", ev.num_nodes, memory_dim=4, time_dim=4, embedding_dim=4, neighbors=3).eval()
     evaluator = ev_mod.Evaluator(ev, split, 50, 0)
     evaluator.prepare(model)
-    start = model.state.backup()
+    start = model.state.snapshots.backup()
     scores = []
     for window in (1 << 20, 29):
         monkeypatch.setattr(ev_mod, "PREPARE_WINDOW", window)
-        model.state.restore(start)
+        model.state.snapshots.restore(start)
         out, _ = evaluator.evaluate(model, "val")
         scores.append(out["inductive"])
     assert scores[0]["count"] > 0 and scores[0] == scores[1]

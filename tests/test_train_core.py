@@ -89,11 +89,11 @@ def test_last_aggregator_keeps_the_latest_message_of_a_batch():
 def test_backup_restore_round_trip():
     model = hand_model()
     stream(model, [0, 1, 2], [1, 2, 3], [1, 2, 3], 1)
-    snap = model.state.backup()
+    snap = model.state.snapshots.backup()
     before = view(model)
     stream(model, [3, 4], [4, 0], [4, 5], 1)
     assert view(model) != before
-    model.state.restore(snap)
+    model.state.snapshots.restore(snap)
     assert view(model) == before
     model.state.reset()
     assert model.state.memory.memory.abs().sum() == 0 and model.state.memory.last_update.abs().sum() == 0

@@ -232,13 +232,13 @@ def test_eval_max_steps_scores_the_first_batches_of_a_full_pass_and_evaluates_a_
     tr.training.train_epoch(1)
     model = tr.model
     tr.evaluator.prepare(model)
-    start = model.state.backup()
+    start = model.state.snapshots.backup()
     idx = tr.evaluator.period("val")
     full = Evaluator(ev, split, 20, 0)
     bounded = Evaluator(ev, split, 20, 0, max_steps=2)
     assert idx.size > 40
     whole = full.stream(model, idx, full.negatives("val"))
-    model.state.restore(start)
+    model.state.snapshots.restore(start)
     first = bounded.stream(model, idx, bounded.negatives("val"))
     assert first.pos.size == 40 and whole.pos.size == idx.size
     assert np.array_equal(first.pos, whole.pos[:40]) and np.array_equal(first.neg, whole.neg[:40])

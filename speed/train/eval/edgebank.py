@@ -107,6 +107,11 @@ class SeenPairs:
     def reset(self) -> None:
         self.last_seen = np.full(self.num_pairs, -np.inf)
 
+    @property
+    def snapshots(self) -> "SeenPairs":
+        """Its back-ups (a node state's ``snapshots``): the pairs' times, taken and put back here."""
+        return self
+
     def backup(self, nodes=None, keep=None) -> np.ndarray:
         # every pair's time, whatever the pass touches: one float per pair (``keep``: in memory
         # or spilled, as a model's state, speed.train.state.spill)

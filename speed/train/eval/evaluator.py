@@ -172,8 +172,8 @@ class Evaluator:
     Attributes
     ----------
     test_start : dict or None
-        ``{"t": time of the last event before the test period, "state": model.state.backup(nodes=...)}``
-        (the rows the test period changes; :meth:`NodeStates.whole_backup` gives the whole
+        ``{"t": time of the last event before the test period, "state": model.state.snapshots.backup(nodes=...)}``
+        (the rows the test period changes; :meth:`~speed.train.state.snapshots.Snapshots.whole_backup` gives the whole
         state), from the latest test pass (with ``keep_test_start``).
     """
 
@@ -430,7 +430,7 @@ class Evaluator:
         idx = self.period(period)
         touched = np.unique(np.concatenate([self.events.src[idx], self.events.dst[idx]]))
         # spilled to disk: on a large log it is most of a rank's rows, held beside them all pass
-        start = (model.state.backup(nodes=touched, keep=Spill()) if self.new_node_pass or keep or apart
+        start = (model.state.snapshots.backup(nodes=touched, keep=Spill()) if self.new_node_pass or keep or apart
                  else None)
         if keep:
             first = self.split.num_train + self.split.num_val
@@ -442,14 +442,14 @@ class Evaluator:
             nn = self.stream(model, new, self.negatives(period, new_nodes=True), desc=f"{period} new nodes",
                              graph=idx) if new.size else StreamResult(np.empty(0), np.empty(0))
             inductive = self._scores(nn.pos, nn.neg)
-            model.state.restore(start)
+            model.state.snapshots.restore(start)
             trim_heap()  # the rows the restore replaced
         chosen_on = None
         if apart:
             how = self.protocol.select_negatives
             sel = self.stream(model, idx, self.negatives(period, strategy=how), desc=f"{period} ({how} negatives)")
             chosen_on = {"negatives": how, "transductive": self._scores(sel.pos, sel.neg)}
-            model.state.restore(start)
+            model.state.snapshots.restore(start)
             trim_heap()
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
         scores = {"transductive": self._scores(res.pos, res.neg)}

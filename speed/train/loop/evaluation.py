@@ -106,7 +106,7 @@ class WholeEvaluation:
             if start is not None and kept is not None:  # the best epoch's kept state is where the test began
                 start = {"t": start["t"], "state": kept}
             elif start is not None:  # the evaluator kept the rows the test changed: the whole state, for the file
-                start = {"t": start["t"], "state": model.state.whole_backup(start["state"])}
+                start = {"t": start["t"], "state": model.state.snapshots.whole_backup(start["state"])}
             predictor = predictor_payload(model, self.events, self.config.batch_size, start)
         checkpointer.write_best(record, model, predictor)
 

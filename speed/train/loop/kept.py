@@ -30,7 +30,7 @@ class KeptBest:
     ----------
     epoch : int or None
     state : dict or None
-        A whole :meth:`NodeStates.backup` of the state at the end of the epoch's validation
+        A whole :meth:`~speed.train.state.snapshots.Snapshots.backup` of the state at the end of the epoch's validation
         (this rank's rows, under PAC), spilled to disk.
     record : dict or None
         The run's record at that epoch, as ``best.json`` keeps it.
@@ -52,7 +52,7 @@ class KeptBest:
         # deep: the optimiser's state dict holds its live tensors, which later steps change in place
         self.record = None if record is None else copy.deepcopy(record)
         self.state = None  # the previous best's back-up goes (its files are unlinked) before the new one
-        self.state = None if state is None else state.backup(keep=Spill())
+        self.state = None if state is None else state.snapshots.backup(keep=Spill())
         self.embeddings = embeddings
         self.resumed = False
 
@@ -74,11 +74,11 @@ class KeptBest:
         if self.state is None:
             raise RuntimeError("no best epoch's state is kept: nothing to score the test period from")
         if keep:
-            states.restore(self.state, adopt=False)
+            states.snapshots.restore(self.state, adopt=False)
             self.release()
             return
         state, self.state = self.state, None
-        states.restore(state, adopt=not self.resumed)
+        states.snapshots.restore(state, adopt=not self.resumed)
 
     def for_file(self) -> Optional[dict]:
         """The kept back-up as a file takes it: its spilled arrays written a window at a time,

@@ -417,20 +417,20 @@ class StatefulModel:
 
     def load_params(self, params: Dict[str, torch.Tensor]) -> None:
         """Load weights from a state dict, ignoring any node-state entries in it."""
-        prefixes = self.state.memory_prefixes()
+        prefixes = self.state.snapshots.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in params.items() if not k.startswith(prefixes)}, strict=False)
 
     def weights_and_memories(self) -> Dict[str, torch.Tensor]:
         """Weights and memories in one dict (a best checkpoint's ``model``): the weights'
         entries, and ``memory.memory``, ``memory.last_update`` (and TIGE's ``left_memory.*``)."""
-        return {**self.net.state_dict(), **self.state.memory_dict()}
+        return {**self.net.state_dict(), **self.state.snapshots.memory_dict()}
 
     def load_weights_and_memories(self, state: Dict[str, torch.Tensor], adopt: bool = False) -> None:
         """Load what :meth:`weights_and_memories` wrote (memories sized to their rows; ``adopt``: the
-        memories hold the given tensors themselves, see :meth:`NodeStates.load_memory_dict`)."""
-        prefixes = self.state.memory_prefixes()
+        memories hold the given tensors themselves, see :meth:`~speed.train.state.snapshots.Snapshots.load_memory_dict`)."""
+        prefixes = self.state.snapshots.memory_prefixes()
         self.net.load_state_dict({k: v for k, v in state.items() if not k.startswith(prefixes)})
-        self.state.load_memory_dict({k: v for k, v in state.items() if k.startswith(prefixes)}, adopt=adopt)
+        self.state.snapshots.load_memory_dict({k: v for k, v in state.items() if k.startswith(prefixes)}, adopt=adopt)
 
 
 

@@ -62,7 +62,7 @@ def _update_rank(rank: int, world: int, init_method: str, run: str, shards_path:
     events = online.new_events(shards_path, metrics, None, False, float(payload["t_end"]))
     shards = Shards(shards_path)
     pred = predictor_from(saved, payload, "end", cfg.device, run_p)
-    again = pred.already_held(events)  # the run's last events, stored again in the shards: not taken twice
+    again = pred.intake.already_held(events)  # the run's last events, stored again in the shards: not taken twice
     if again.all():
         raise InputError("the shards hold nothing the run has not taken in already", shards_path)
     events = events.select(np.flatnonzero(~again))

@@ -91,7 +91,7 @@ class Reservoir:
     @classmethod
     def seeded(cls, src: np.ndarray, dst: np.ndarray, dst_mask: Optional[np.ndarray]) -> "Reservoir":
         """Seeded with the interactions ``(src, dst)`` (node rows: those the neighbour rings hold,
-        :meth:`NodeStates.recent_interactions`), oriented source to destination where the log
+        :meth:`~speed.train.state.rows.RowExchange.recent_interactions`), oriented source to destination where the log
         is bipartite."""
         a, b = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         if dst_mask is not None:
@@ -125,7 +125,7 @@ def _grow_optimizer_state(optimizer) -> None:
 def new_events(data, run_metrics: Dict, reader: Optional[dict], progress, t_last: Optional[float] = None) -> Events:
     """The new events: Events, a file, or a shards folder: its events from the run's last time
     ``t_last`` on (by time, not by count: the run may have taken in other files meanwhile; those
-    at ``t_last`` it holds already are then left out by :meth:`Predictor.already_held`)."""
+    at ``t_last`` it holds already are then left out by :meth:`Intake.already_held`)."""
     from ...data.readers import read_events
     from ...data.readers.read import check_same_columns
     from ...partition.shards import Shards
@@ -218,7 +218,7 @@ class OnlineUpdater:
         if res is not None:
             self.reservoir = Reservoir(res["src"], res["dst"], int(res["seen"]))
         else:
-            self.reservoir = Reservoir.seeded(*pred.state.recent_interactions(),
+            self.reservoir = Reservoir.seeded(*pred.state.rows.recent_interactions(),
                                               self.pool_mask if self.bipartite else None)
 
     def _grow_pool(self, src: np.ndarray, dst: np.ndarray) -> None:
@@ -256,7 +256,7 @@ class OnlineUpdater:
         seed_everything(cfg.seed + self.increments)  # dropout's draws: the same update gives the same scores
         self.increments += 1
         known = len(pred.index)
-        s, d, t, eid = pred.admit(events)  # rows (new nodes added), event ids; t_last moves past them
+        s, d, t, eid = pred.intake.admit(events)  # rows (new nodes added), event ids; t_last moves past them
         if self.optimizer is not None:
             _grow_optimizer_state(self.optimizer)
         if self.pool_mask.size < len(pred.index):
@@ -267,7 +267,7 @@ class OnlineUpdater:
         B = pred.batch_size
         idle = 0 if steps is None else steps - (-(-n // B))
         pos, neg, cand, losses = [], [], [], []
-        backup = model.state.backup() if cfg.passes > 1 else None
+        backup = model.state.snapshots.backup() if cfg.passes > 1 else None
         with progress_bar(n * cfg.passes, "update", progress=cfg.progress) as bar:
             for i in range(0, n, B):
                 j = min(n, i + B)
@@ -282,7 +282,7 @@ class OnlineUpdater:
                 bar.update(j - i)
             self._idle(idle)
             for _ in range(1, cfg.passes):  # again from the increment's start: the memory takes each event once
-                model.state.restore(backup)
+                model.state.snapshots.restore(backup)
                 for i in range(0, n, B):
                     j = min(n, i + B)
                     losses.append(self._step(s[i:j], d[i:j], t[i:j], eid[i:j], self.pool, score=False)[3])
@@ -421,7 +421,7 @@ def update(run, data, out, reader: Optional[dict] = None, overwrite: bool = Fals
     if len(events) == 0:
         raise InputError("no new events", events.meta.source)
     pred = predictor_from(saved, payload, "end", config.device, run)
-    again = pred.already_held(events)  # the run's last events, sent again: not taken in twice
+    again = pred.intake.already_held(events)  # the run's last events, sent again: not taken in twice
     if again.all():
         raise InputError(f"all {len(events):,} events were taken in already (at the run's last time, "
                          f"{full_time(pred.t_last)}): nothing new", events.meta.source)

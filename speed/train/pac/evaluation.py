@@ -196,9 +196,9 @@ class ShardedEvaluation:
 
     def _write_best(self, epoch: int, writer: ShardWriter, checkpointer: Checkpointer) -> None:
         model = self.eval_model()
-        end = model.state.written_snapshot(writer)
+        end = model.state.snapshots.written_snapshot(writer)
         start = self.evaluator.test_start
-        start_state = None if start is None else model.state.written_snapshot(writer, start["state"])
+        start_state = None if start is None else model.state.snapshots.written_snapshot(writer, start["state"])
         if not self.is_main:
             writer.serve()
             return
@@ -306,7 +306,7 @@ class FullValidation(ShardedEvaluation):
                 if self._sharded_for != self._kept.epoch:
                     self._shard_memories(self._kept.epoch)
                 writer = ShardWriter(self.world)
-                snapshot = self.eval_model().state.written_snapshot(writer, self._kept.state)
+                snapshot = self.eval_model().state.snapshots.written_snapshot(writer, self._kept.state)
             kept = self._kept.saved(snapshot) if self.is_main else {}
         checkpointer.write_last(epoch, self.best, {"best_params": self.best_params, "best_state": None, **kept})
         _finish_write(writer, self.is_main)
@@ -337,14 +337,14 @@ class LocalValidation(ShardedEvaluation):
         cfg, trained = self.config, self.training.model
         log.seconds["exchange"] = 0.0  # only a best epoch brings the state together (on_best)
         t0 = time.perf_counter()
-        backup = trained.state.backup()  # the state at the end of training, for on_best
+        backup = trained.state.snapshots.backup()  # the state at the end of training, for on_best
         if self._val_pool is None:  # the masked training events' endpoints, as negative_pool takes them
             src_seen, dst_seen = self.shards.trained_endpoints(self.training.new_nodes)
             self._seen = src_seen | dst_seen
             self._val_pool = np.flatnonzero(dst_seen if self.shards.bipartite else self._seen)
         scores = local_validation(trained, self.shards, self.training.graph, self._seen, self._val_pool, cfg.seed,
                                   cfg.batch_size, self.device, self.world)
-        trained.state.restore(backup)
+        trained.state.snapshots.restore(backup)
         log.seconds["validate"] = time.perf_counter() - t0
         return scores
 
@@ -366,7 +366,7 @@ class LocalValidation(ShardedEvaluation):
         model.load_params(self.best_params)
         if self._best_state is not None:  # a resumed run: the best epoch's state came from last.json
             self._shard_memories(best_epoch)
-            model.state.restore(self._best_state)
+            model.state.snapshots.restore(self._best_state)
             self._best_state = None
         if self.config.eval == "replay":
             result = self.evaluator.replay(model)
@@ -392,7 +392,7 @@ class LocalValidation(ShardedEvaluation):
                 best_state = self._best_state if self.is_main else None
             elif self._best_in_eval_model:
                 writer = ShardWriter(self.world)
-                best_state = self.eval_model().state.written_snapshot(writer)
+                best_state = self.eval_model().state.snapshots.written_snapshot(writer)
         checkpointer.write_last(epoch, self.best, {"best_params": self.best_params, "best_state": best_state})
         _finish_write(writer, self.is_main)
 

@@ -7,14 +7,14 @@ import numpy as np
 import torch
 
 from ..model.network import StatefulModel
-from ..state.nodes import StateRows
+from ..state.rows import StateRows
 
 
 def local_payload(model: StatefulModel, nodes: np.ndarray) -> StateRows:
     """This rank's whole node state, pending events in global ids (host memory).  The
     memories are the model's own tensors where they are host memory (no copy): read them
     before the model's state next changes."""
-    st = model.state.all_rows(views=True).to("cpu")
+    st = model.state.rows.read_all(views=True).to("cpu")
     g = torch.from_numpy(nodes)
     node, other, t, eid = st.pending
     # a component's export is (eid, node, ...) with the node in local ids (TIGE's values)

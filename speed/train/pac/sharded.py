@@ -91,7 +91,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
     sent = received = 0
     held = shared[owner[shared] == rank]  # the shared nodes this rank owns, in the ranks' common order
     for name, (s, lu) in st.memories.items():
-        target.state.write_owned(name, nodes[ns:], s[ns:].float(), lu[ns:], reset=True)
+        target.state.rows.write_owned(name, nodes[ns:], s[ns:].float(), lu[ns:], reset=True)
         if ns == 0:
             continue
         packed = pack_rows(s[:ns], lu[:ns])
@@ -100,7 +100,7 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         received += sum(p.numel() for p in parts) * 4
         states, last = unpack_rows(torch.stack(parts))  # (world, S_held, d), (world, S_held)
         c_s, c_l = combine_shared(states, last, rule)
-        target.state.write_owned(name, held, c_s, c_l)
+        target.state.rows.write_owned(name, held, c_s, c_l)
         if name == "memory":  # whose pending events a shared node keeps: the rank whose state won
             winner = latest_rank(torch.stack(world.host_all_gather_rows(lu[:ns])))
     node, other, t, eid = st.pending
@@ -114,5 +114,5 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
     for k, v in st.extras.items():
         got = [world.host_all_gather_rows(x) for x in v]
         extras[k] = COMPONENTS[k].combine([tuple(g[r] for g in got) for r in range(world.size)], pending[3])
-    target.state.load_pending(pending, extras)
+    target.state.rows.load_pending(pending, extras)
     return {"shared_bytes_sent": int(sent), "shared_bytes_received": int(received)}

@@ -159,7 +159,7 @@ class SharedSync:
         dev = state.device
         # only "last" can be synced from the rows that changed (see the module docstring)
         changed = self.mode != "last" or state.generation != self.generation
-        offer = np.union1d(state.rows_with_pending(ns), self.adopted)
+        offer = np.union1d(state.rows.with_pending(ns), self.adopted)
         # one small collective: every rank's count, and whether any asks for a full sync
         head = torch.tensor([offer.size, int(changed)], dtype=torch.long, device=w.device)
         heads = [h.cpu() for h in w.all_gather(head)]
@@ -170,7 +170,7 @@ class SharedSync:
         ids = torch.from_numpy(offer).to(dev)
         with torch.no_grad():
             self.model.settle(ids, before)
-            mine = state.rows(ids).memories
+            mine = state.rows.read(ids).memories
             names = list(mine)
             # one row per node: its id and, per memory, its time (two words each) and state
             packed = torch.cat([_words(ids.to(torch.int64))] + [torch.cat([_words(mine[k][1].to(torch.float64)),
@@ -204,7 +204,7 @@ class SharedSync:
             col += 2 + d
             s, lu = combine_shared(states.to(state.device), last.to(state.device), self.mode, now=now, own=w.rank)
             writes[k] = (s, lu)
-        state.write_memories(ids, writes)
+        state.rows.write_memories(ids, writes)
         return np.empty(0, dtype=np.int64)
 
     def _combine(self, got, names, mine, ids, now: float, full: bool) -> np.ndarray:
@@ -252,7 +252,7 @@ class SharedSync:
             if len(cand) == 0:
                 continue
             nodes = torch.unique(cand.node)
-            own_s, own_l = state.rows(nodes).memories[k]
+            own_s, own_l = state.rows.read(nodes).memories[k]
             own = _Offers(nodes, torch.full_like(nodes, me), own_l.to(dev), own_s.to(dev))
             every = _Offers.cat([own, cand])
             win = every.take(winning_offers(every.node, every.rank, every.last))
@@ -261,7 +261,7 @@ class SharedSync:
                 writes[k] = win.take(other)
                 adopted.append(writes[k].node)
         for k, win in writes.items():
-            state.write_memories(win.node, {k: (win.state, win.last)})
+            state.rows.write_memories(win.node, {k: (win.state, win.last)})
         self.stats.rows_taken += int(sum(int(a.numel()) for a in adopted))
         return np.unique(torch.cat(adopted).cpu().numpy()) if adopted else np.empty(0, dtype=np.int64)
 

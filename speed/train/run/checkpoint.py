@@ -120,14 +120,14 @@ def write_checkpoint(path, kind: str, record: Dict[str, Any], model=None, params
     extra : dict, optional
         What else the file keeps (``last``: what a resumed run needs).
     memories : dict of tensors, optional
-        For ``best``: the memories as :meth:`NodeStates.memory_dict` gives them, when the model
+        For ``best``: the memories as :meth:`~speed.train.state.snapshots.Snapshots.memory_dict` gives them, when the model
         does not hold them all (a PAC run's, sharded over the ranks and brought to the writer).
     """
     if kind == "best":
         held = model.net.state_dict() if memories is not None else model.weights_and_memories()
         state = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
                  for k, v in {**held, **(memories or {})}.items()}
-        pending = model.state.pending_events()
+        pending = model.state.rows.pending()
     elif kind == "last":
         state = {k: v.detach().cpu() for k, v in params.items()}
         pending = None

@@ -23,21 +23,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 
-from ..._util import first_copies, full_time, release_arrays, tune_allocator
+from ..._util import full_time, release_arrays, tune_allocator
 from ...data.events import Events
 from ...errors import InputError
 from ..state.spill import View
 from . import checkpoint as ckpt
 from .folder import RunFolder
+from .intake import Intake
 from ..config import check_device
 from ..model.network import StatefulModel, TemporalGNN, build_model
 from ..model.queries import QueryLayout
 from ..state.nodes import NodeStates
+from ..state.snapshots import Snapshots
 from ...data.node_index import NodeIndex
 
 AT = ("end", "test")
@@ -61,9 +63,9 @@ def predictor_payload(model: StatefulModel, events: Events, batch_size: int, tes
     test_start : dict, optional
         ``{"t": float, "state": model.backup()}`` taken when the test period began.
     end : dict, optional
-        The state's structures after the log (default ``model.state.structures()``), as a PAC
+        The state's structures after the log (default ``model.state.snapshots.structures()``), as a PAC
         run writes them from the ranks that hold them
-        (:meth:`~speed.train.state.nodes.NodeStates.written_snapshot`).  Its arrays are written
+        (:meth:`~speed.train.state.snapshots.Snapshots.written_snapshot`).  Its arrays are written
         as they come: the edge features are then kept whole, not narrowed to the events the
         snapshots name.
     """
@@ -96,7 +98,7 @@ def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: f
     if end is None:
         # pending events, neighbour rings, components (TIGE's values): the live arrays, written
         # into the checkpoint before the state changes again (a copy was the run's peak)
-        end = model.state.structures(keep=View())
+        end = model.state.snapshots.structures(keep=View())
     if test_start is not None:  # a shallow copy: renumbering event ids replaces entries, never edits them
         test_start = {"t": float(test_start["t"]), "state": dict(test_start["state"])}
     snaps = [end] + ([test_start["state"]] if test_start is not None else [])
@@ -120,8 +122,8 @@ def _payload(model: StatefulModel, node_ids, msg: Optional[np.ndarray], t_end: f
 
 def _compact_features(msg: np.ndarray, snaps) -> np.ndarray:
     """The rows of ``msg`` that the snapshots' neighbour rings and pending events refer to; the
-    snapshots' event ids are renumbered into the returned table (:meth:`NodeStates.compact_event_ids`)."""
-    keep = NodeStates.compact_event_ids(snaps)
+    snapshots' event ids are renumbered into the returned table (:meth:`~speed.train.state.snapshots.Snapshots.compact_event_ids`)."""
+    keep = Snapshots.compact_event_ids(snaps)
     return np.ascontiguousarray(msg[keep], dtype=np.float32)
 
 
@@ -154,6 +156,7 @@ class Predictor:
         self.batch_size = int(batch_size)
         self.config = config
         self.run = run
+        self.intake = Intake(self)  # checks new events, gives them rows and ids (run/intake.py)
 
     @property
     def net(self) -> TemporalGNN:
@@ -200,12 +203,6 @@ class Predictor:
                 + (f", run={str(self.run)!r})" if self.run is not None else ")"))
 
     # ------------------------------------------------------------------ helpers
-    def _rows(self, ids, side: str) -> torch.Tensor:
-        """Rows of ``ids``, adding the ids never seen (``update``'s job)."""
-        rows, n = self.index.rows(ids, side)
-        self._model.grow(n)
-        return torch.from_numpy(rows).to(self.device)
-
     def _read_rows(self, ids, side: str) -> torch.Tensor:
         """Rows of ``ids`` for reading only (``embed``, ``score``): an id the run never saw
         reads the cold row, the first row past the known nodes, which nothing writes until
@@ -335,12 +332,12 @@ class Predictor:
             raise InputError("score_stream: give both neg_src and neg_dst, or neither")
         neg_rows = None
         if neg_src is not None:
-            neg_rows = (self._rows(np.asarray(neg_src), "src").cpu().numpy(),
-                        self._rows(np.asarray(neg_dst), "dst").cpu().numpy())
+            neg_rows = (self.intake.rows(np.asarray(neg_src), "src").cpu().numpy(),
+                        self.intake.rows(np.asarray(neg_dst), "dst").cpu().numpy())
         cand_rows = None
         if candidates is not None:
             candidates = np.asarray(candidates)
-            cand_rows = self._rows(candidates.reshape(-1), "dst").cpu().numpy().reshape(candidates.shape)
+            cand_rows = self.intake.rows(candidates.reshape(-1), "dst").cpu().numpy().reshape(candidates.shape)
         pos, neg, cand = [], [], []
 
         drawn, k = neg_rows is not None, 0 if cand_rows is None else cand_rows.shape[1]
@@ -384,102 +381,13 @@ class Predictor:
                       DeprecationWarning, stacklevel=2)
         return self.advance(events, progress)
 
-    def already_held(self, events: Events) -> np.ndarray:
-        """Which of ``events`` repeat events this predictor took in at its last time: a file
-        that starts where the previous one ended may send them again.  Those events still wait
-        to enter the neighbour rings (a query moves only earlier ones in), so they are known
-        exactly; counted as a multiset (an event held once and sent twice is new once).
-
-        Returns
-        -------
-        bool ndarray, shape (len(events),)
-        """
-        t = events.t_float()
-        out = np.zeros(len(events), dtype=bool)
-        at = np.flatnonzero(t == self.t_last)
-        if at.size == 0:
-            return out
-        ids = events.node_ids
-        src = events.src[at] if ids is None else ids[events.src[at]]
-        dst = events.dst[at] if ids is None else ids[events.dst[at]]
-        try:
-            s, d = self.index.lookup(src, "src"), self.index.lookup(dst, "dst")
-        except InputError:
-            return out  # ids of another kind: none of them is held
-        held_src, held_dst = self._model.state.held_at(self.t_last)
-        n = np.int64(max(len(self.index), 1))
-        held = held_src * n + held_dst
-        known = (s >= 0) & (d >= 0)
-        out[at[known]] = first_copies(s[known] * n + d[known], held)
-        return out
-
-    def admit(self, events) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Check new events and give them node rows and event ids: the first half of taking
-        events in, shared by :meth:`update`, :meth:`score_stream` and the online updater
-        (:mod:`speed.train.online.update`).
-
-        Ids never seen get new rows (the node state and a static table grow), the events' edge
-        features join the state's table, and :attr:`t_last` and :attr:`next_eid` move past the
-        events: the caller then steps the model through them.
-
-        Parameters
-        ----------
-        events : Events, path-like, or tuple ``(src, dst, t[, msg])``
-            As for :meth:`update`.
-
-        Returns
-        -------
-        src, dst : int64 ndarray, shape (n,)
-            Node rows.
-        t : float64 ndarray, shape (n,)
-        eid : int64 ndarray, shape (n,)
-            Event ids, following those the predictor holds.
-        """
-        from ...data.readers import event_line, read_events
-
-        where = None
-        if isinstance(events, (str, Path)):
-            events = read_events(events, sort=False, progress=False)
-        if isinstance(events, Events):
-            where = events
-            ids = events.node_ids
-            src = events.src if ids is None else ids[events.src]
-            dst = events.dst if ids is None else ids[events.dst]
-            t, msg = events.t_float(), events.msg
-        else:
-            try:
-                src, dst, t, *rest = events
-            except (TypeError, ValueError):
-                raise InputError("update takes Events, a path, or a tuple (src, dst, t[, msg])") from None
-            msg = rest[0] if rest else None
-            src, dst = np.atleast_1d(np.asarray(src)), np.atleast_1d(np.asarray(dst))
-            t = np.atleast_1d(np.asarray(t, dtype=np.float64))
-        n = len(src)
-        if len(dst) != n or len(t) != n:
-            raise InputError(f"update: src, dst and t must have one length, got {len(src)}, {len(dst)}, {len(t)}")
-        self._check_update(src, dst, t, where, event_line)
-        msg = self._check_msg(msg, n, where)
-        try:
-            s, d = self._rows(src, "src").cpu().numpy(), self._rows(dst, "dst").cpu().numpy()
-        except InputError as e:
-            if where is None or e.path is not None:
-                raise
-            raise InputError(e.problem, where.meta.source) from None
-        eid = np.arange(self.next_eid, self.next_eid + n, dtype=np.int64)
-        if msg is not None:
-            self._model.state.add_edge_features(msg)
-        self.next_eid += n
-        if n:
-            self.t_last = float(t[-1])
-        return s, d, np.ascontiguousarray(t, dtype=np.float64), eid
-
     @torch.no_grad()
     def _take(self, events, progress, extra=None, scored=None, desc: str = "update") -> "Predictor":
         """Admit ``events`` and step the model through them a batch at a time; ``extra(i, j, t)``
         adds queries to a batch's step and ``scored(i, j, z)`` reads its embeddings."""
         from ..._util import progress_bar
 
-        s, d, tt, eid = self.admit(events)
+        s, d, tt, eid = self.intake.admit(events)
         n = s.size
         with progress_bar(n, desc, progress=progress) as bar:
             for i in range(0, n, self.batch_size):
@@ -490,38 +398,6 @@ class Predictor:
                     scored(i, j, z)
                 bar.update(j - i)
         return self
-
-    def _check_update(self, src, dst, t, where: Optional[Events], event_line) -> None:
-        def fail(k: int, problem: str):
-            if where is not None and where.meta.source:
-                raise InputError(problem, where.meta.source, event_line(where, k))
-            raise InputError(f"update: event {k}: {problem}")
-
-        bad = np.flatnonzero(~np.isfinite(t))
-        if bad.size:
-            fail(int(bad[0]), f"time {t[bad[0]]} is not finite")
-        back = np.flatnonzero(np.diff(t) < 0)
-        if back.size:
-            fail(int(back[0]) + 1, f"time {full_time(t[back[0] + 1])} is earlier than the previous event's "
-                                   f"{full_time(t[back[0]])}")
-        old = np.flatnonzero(t < self.t_last)
-        if old.size:
-            fail(int(old[0]), f"event at time {full_time(t[old[0]])} is older than the memory's last update "
-                              f"({full_time(self.t_last)})")
-
-    def _check_msg(self, msg, n: int, where) -> Optional[np.ndarray]:
-        d = self._model.net.msg_dim
-        src = where.meta.source if where is not None else None
-        if d == 0:
-            return None  # a model without edge features ignores any given
-        if msg is None:
-            raise InputError(f"the model uses {d} edge features per event; these events have none", src)
-        msg = np.asarray(msg, dtype=np.float32)
-        msg = msg[:, None] if msg.ndim == 1 else msg
-        if msg.shape != (n, d):
-            raise InputError(f"the model uses {d} edge features per event; got shape {msg.shape}", src)
-        return msg
-
 
 # ----------------------------------------------------------------------- loading
 def load_run(run, at: str = "end", device: str = "cpu") -> Predictor:
@@ -579,14 +455,14 @@ def predictor_from(saved, payload: Dict, at: str = "end", device: str = "cpu", r
                            "static_nodes": int(spec["num_nodes"] if table is None else table.shape[0])})
     model.state.set_edge_features(payload["edge_features"])
     if at == "end":
-        model.state.load_structures(payload["end"], adopt=True)
+        model.state.snapshots.load_structures(payload["end"], adopt=True)
         model.load_weights_and_memories(saved.model, adopt=True)
         t_last = payload["t_end"]
     else:
         model.load_weights_and_memories(saved.model, adopt=True)
         if payload["test_start"] is None:
             raise InputError("this run kept no state at the start of its test period", path)
-        model.state.restore(payload["test_start"]["state"])
+        model.state.snapshots.restore(payload["test_start"]["state"])
         t_last = payload["test_start"]["t"]
     payload["adopted"] = True
     model = model.to(torch.device(device))

@@ -2,7 +2,9 @@
 features and the extra state a recipe declares, owned by :class:`~speed.train.state.nodes.NodeStates`.
 
 =================  ==========================================================
-``nodes``          :class:`NodeStates`, the owner, and :class:`StateRows`
+``nodes``          :class:`NodeStates`, the owner: its structures, their sizes and a step's reads and writes
+``rows``           its rows by node (:class:`RowExchange`: sync, hand-over) and :class:`StateRows`
+``snapshots``      its back-ups, checkpoint entries and written snapshots (:class:`Snapshots`)
 ``memory``         :class:`NodeMemory`, rows of states and their update times
 ``store``          :class:`MessageStore`, each node's pending events
 ``sampler``        :class:`RecentNeighborSampler`, the neighbour rings

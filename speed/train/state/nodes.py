@@ -12,8 +12,7 @@ verbs below, never to its parts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -22,41 +21,10 @@ from .batch_plan import BatchPlan, PlanNeeds, build_plan
 from .components import COMPONENTS
 from .features import MappedFeatures
 from .memory import NodeMemory
-from .spill import Keep
+from .rows import RowExchange, as_numpy
 from .sampler import RecentNeighborSampler
+from .snapshots import Snapshots
 from .store import MessageStore
-
-
-@dataclass
-class StateRows:
-    """Rows of the node state, detached: what PAC synchronises, gathers and checkpoints.
-
-    Attributes
-    ----------
-    memories : dict of str to (float32 tensor (n, d), float64 tensor (n,))
-        For each memory (:meth:`NodeStates.memories`), the states and ``last_update`` of the
-        rows, in the order of the ids they were read for.
-    pending : tuple of 4 tensors, each shape (M,)
-        ``(node, other, t, eid)``: the rows' pending events (int64, int64, float64, int64),
-        ``node`` and ``other`` in the same id space as the ids.
-    extras : dict of str to tuple of tensors
-        What each component exports with the rows (:meth:`StateComponent.export`), e.g. TIGE's
-        ``(eid, src, values)`` of the pending events (``src`` in the same id space).
-    """
-
-    memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]
-    pending: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-    extras: Dict[str, Tuple[torch.Tensor, ...]] = field(default_factory=dict)
-
-    def to(self, device) -> "StateRows":
-        return StateRows({k: (s.to(device), t.to(device)) for k, (s, t) in self.memories.items()},
-                         tuple(x.to(device) for x in self.pending),
-                         {k: tuple(x.to(device) for x in v) for k, v in self.extras.items()})
-
-
-def as_numpy(x) -> np.ndarray:
-    """A tensor (detached, on the host) or array-like as an ndarray."""
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 class NodeStates:
@@ -89,6 +57,10 @@ class NodeStates:
         #: bumped whenever the memories change wholesale (a reset, a restore, new rows): a
         #: shared-node sync then offers every row (speed.train.pac.sync)
         self.generation = 0
+        #: the state's rows by node (read, written, handed over: :class:`~.rows.RowExchange`)
+        self.rows = RowExchange(self)
+        #: back-ups, checkpoints' entries, written snapshots (:class:`~.snapshots.Snapshots`)
+        self.snapshots = Snapshots(self)
 
     # ------------------------------------------------------------------ structure
     def memories(self) -> Dict[str, NodeMemory]:
@@ -192,33 +164,6 @@ class NodeStates:
         self.sampler = make_sampler(k) if make_sampler is not None else \
             RecentNeighborSampler(self.num_nodes, k, undirected)
         self.store = MessageStore(self.num_nodes)
-
-    def written_snapshot(self, writer, backup: Optional[dict] = None) -> Optional[dict]:
-        """A snapshot of a sharded state, as :meth:`backup` gives one of a whole state, for
-        ``writer`` (:class:`~speed.train.state.sharded.ShardWriter`) to write: memories and
-        neighbour rings as arrays that each rank writes its own rows of into the file, pending
-        events and components' state as held (every rank holds them whole).  On the writing
-        rank; None on the others, which then :meth:`ShardWriter.serve`.  ``backup``: a
-        :meth:`backup` of this rank's instead of the live state."""
-        out = {"memories": {name: writer.memory(mem, None if backup is None else backup["memories"][name])
-                            for name, mem in self.memories().items()}}
-        out["sampler"] = writer.sampler(self.sampler, None if backup is None else backup["sampler"])
-        if backup is None:
-            out["store"] = self.store.state_dict()
-            self._components_into(out, out["store"]["eid"])
-        else:
-            out.update({k: v for k, v in backup.items() if k not in ("partial", "memories", "sampler")})
-        return out if writer.writes else None
-
-    def load_pending(self, pending, extras: Optional[Dict] = None) -> None:
-        """Make ``pending`` = ``(node, other, t, eid)`` (as :attr:`StateRows.pending`) the pending
-        events of their nodes, and give the components what they exported for them."""
-        node, other, t, eid = (as_numpy(x) for x in pending)
-        self.store.clear(np.unique(node))
-        if node.size:
-            self.store.replace(node, other, t, eid)
-        for c in self.components:
-            c.import_((extras or {}).get(c.name))
 
     def nbytes(self, num_nodes: Optional[int] = None) -> int:
         """Bytes of memories and timestamps for ``num_nodes`` rows (default: as held)."""
@@ -336,205 +281,3 @@ class NodeStates:
         self.memory.write(n_id, states.index_select(0, keys), lasts.index_select(0, keys))
         self.store.clear(ids, before)
 
-    # ------------------------------------------------------------------ exchange
-    def _pending_of(self, ids: np.ndarray) -> Tuple[torch.Tensor, ...]:
-        """``(node, other, t, eid)`` of the pending events of the distinct nodes ``ids``."""
-        row, other, t, eid = self.store.gather(ids)
-        return tuple(torch.from_numpy(x) for x in (ids[row], other, t, eid))
-
-    def rows_with_pending(self, num: int) -> np.ndarray:
-        """The rows among the first ``num`` that have pending events (int64, ascending): those
-        written since their events were last applied, or holding events at the latest time."""
-        return np.flatnonzero(self.store.count[:int(num)] > 0).astype(np.int64)
-
-    def write_memories(self, n_id: torch.Tensor, memories: Dict[str, Tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Overwrite the stored ``(states, last_update)`` of rows ``n_id`` in each named memory
-        (:meth:`memories`); pending events stay."""
-        mems = self.memories()
-        for k, (values, last) in memories.items():
-            mems[k].write(n_id, values.to(mems[k].device), last.to(mems[k].device))
-
-    def write_owned(self, name: str, nodes: np.ndarray, values: torch.Tensor, last: torch.Tensor,
-                    reset: bool = False) -> None:
-        """Store rows of nodes this rank owns in the sharded memory ``name`` (``nodes`` int64
-        global ids; :class:`~.sharded.ShardedMemory`), first zeroing it when ``reset``."""
-        mem = self.memories()[name]
-        if reset:
-            mem.reset_state()
-        mem.write_owned(nodes, values, last)
-
-    def rows(self, n_id: torch.Tensor) -> StateRows:
-        """Stored states and pending events of the distinct nodes ``n_id`` (detached)."""
-        pending = self._pending_of(as_numpy(n_id))
-        extras = {}
-        for c in self.components:
-            out = c.export(pending[3])
-            if out is not None:
-                extras[c.name] = out
-        return StateRows({k: tuple(x.detach().clone() for x in m.read(n_id)) for k, m in self.memories().items()},
-                         pending, extras)
-
-    def load_rows(self, n_id: torch.Tensor, rows: StateRows) -> None:
-        """Overwrite the rows ``n_id`` with ``rows`` (as returned by :meth:`rows`); their pending
-        events become exactly ``rows.pending``."""
-        for k, mem in self.memories().items():
-            values, last = rows.memories[k]
-            mem.write(n_id, values.to(mem.device), last.to(mem.device))
-        self.store.clear(as_numpy(n_id))
-        node, other, t, eid = (as_numpy(x) for x in rows.pending)
-        if node.size:
-            self.store.replace(node, other, t, eid)
-        for c in self.components:
-            c.import_(rows.extras.get(c.name))
-
-    def all_rows(self, views: bool = False) -> StateRows:
-        """:meth:`rows` of every node.  ``views``: the memories as held (no copy; see
-        :meth:`NodeMemory.held`), for a reader done before the state next changes."""
-        if not views:
-            return self.rows(torch.arange(self.num_nodes, device=self.device))
-        pending = self._pending_of(np.arange(self.num_nodes, dtype=np.int64))
-        extras = {c.name: out for c in self.components if (out := c.export(pending[3])) is not None}
-        return StateRows({k: m.held() for k, m in self.memories().items()}, pending, extras)
-
-    def pending_events(self) -> Tuple[torch.Tensor, ...]:
-        """``(node, other, t, eid)`` of every pending event, in host memory (no memory copied)."""
-        return self._pending_of(np.arange(self.num_nodes, dtype=np.int64))
-
-    def recent_interactions(self) -> Tuple[np.ndarray, np.ndarray]:
-        """``(node, neighbour)`` rows of the interactions the neighbour rings hold (the latest
-        ``k`` of every node): two int64 arrays, node by node."""
-        return self.sampler.recent_pairs()
-
-    @staticmethod
-    def compact_event_ids(snapshots) -> np.ndarray:
-        """Renumber the event ids that snapshots (:meth:`structures`, :meth:`backup`) refer to
-        -- in the neighbour rings, the pending events and the components' values -- to their
-        rank among all those ids, so that a table of only those events' features serves them.
-
-        Each snapshot dict has those entries replaced by renumbered copies (arrays are never
-        edited in place: a snapshot may share them with a live state); -1 stays -1.
-
-        Returns
-        -------
-        int64 ndarray
-            The original ids, sorted: new id ``i`` was ``keep[i]``.
-        """
-        used = [s["sampler"]["nbr_e"].ravel() for s in snapshots] + \
-            [s["sampler"]["hold"]["e"] for s in snapshots] + \
-            [np.asarray(s["store"]["eid"]) for s in snapshots] + \
-            [np.asarray(s["values"]["eid"]) for s in snapshots if "values" in s]
-        keep = np.unique(np.concatenate(used))
-        keep = keep[keep >= 0]
-
-        def renumber(e):
-            e = np.asarray(e)
-            return np.where(e >= 0, np.searchsorted(keep, e), -1).astype(np.int64)
-
-        for s in snapshots:
-            sampler = s["sampler"]
-            s["sampler"] = {**sampler, "nbr_e": renumber(sampler["nbr_e"]),
-                            "hold": {**sampler["hold"], "e": renumber(sampler["hold"]["e"])}}
-            s["store"] = {**s["store"], "eid": renumber(s["store"]["eid"])}
-            if "values" in s:  # TIGE's kept embeddings, by event id
-                s["values"] = {**s["values"], "eid": torch.from_numpy(renumber(s["values"]["eid"]))}
-        return keep
-
-    def structures(self, keep: Optional[Keep] = None) -> dict:
-        """The pending events, neighbour rings and components' state (no memories): what a
-        checkpoint needs besides the memories to go on from here (``keep``: see :meth:`backup`)."""
-        out = {"store": self.store.state_dict(keep), "sampler": self.sampler.state_dict(keep)}
-        self._components_into(out, out["store"]["eid"])
-        return out
-
-    def load_structures(self, state: dict, adopt: bool = False) -> None:
-        """Load what :meth:`structures` gave; the state takes their number of rows.  ``adopt``:
-        hold the arrays themselves (see :meth:`NodeMemory.restore`)."""
-        self.store.load_state_dict(state["store"], adopt=adopt)
-        self.sampler.load_state_dict(state["sampler"], adopt=adopt)
-        self._components_from(state)
-
-    def _components_into(self, out: dict, alive) -> None:
-        for c in self.components:  # (the store is compacted: its ids are the pending events')
-            st = c.state_dict(alive)
-            if st is not None:
-                out[c.state_key] = st
-
-    def _components_from(self, state: dict) -> None:
-        for c in self.components:
-            c.load_state_dict(state.get(c.state_key))
-
-    def memory_prefixes(self) -> Tuple[str, ...]:
-        """The key prefixes of :meth:`memory_dict`, one per memory."""
-        return tuple(f"{k}." for k in self.memories())
-
-    def memory_dict(self) -> Dict[str, torch.Tensor]:
-        """The memories as flat entries ``{name}.memory`` and ``{name}.last_update`` (host memory),
-        as a best checkpoint stores them beside the weights."""
-        out = {}
-        for k, m in self.memories().items():
-            # copies: the rows are written in place afterwards
-            out[f"{k}.memory"], out[f"{k}.last_update"] = m.memory.detach().cpu().clone(), m.last_update.cpu().clone()
-        return out
-
-    def load_memory_dict(self, entries: Dict[str, torch.Tensor], adopt: bool = False) -> None:
-        """Load :meth:`memory_dict` entries; the state takes their number of rows.  ``adopt``:
-        hold the tensors themselves (see :meth:`NodeMemory.restore`)."""
-        for k, m in self.memories().items():
-            m.restore({"memory": entries[f"{k}.memory"], "last_update": entries[f"{k}.last_update"]}, adopt=adopt)
-        if self.memory.num_nodes > self.num_nodes:
-            self.grow(self.memory.num_nodes)
-
-    # ------------------------------------------------------------------ snapshots
-    def backup(self, nodes: Optional[np.ndarray] = None, keep: Optional[Keep] = None) -> dict:
-        """Memories, pending messages, neighbours and components, detached (see :meth:`restore`).
-
-        ``nodes``: the nodes a coming pass may write (the endpoints of its events): only their
-        memories and rings are copied, with those the held events will enter -- a back-up of
-        the size of the pass, not of the graph.  The pending events and components are copied
-        whole.  ``keep``: where the copies live (in memory by default; :class:`Spill`: in
-        unlinked files on disk, written from the live arrays a window at a time)."""
-        if nodes is None:
-            out = {"memories": {k: m.backup(keep) for k, m in self.memories().items()}}
-            out.update(self.structures(keep))
-            return out
-        rows = np.union1d(np.asarray(nodes, dtype=np.int64), self.sampler.held_nodes())
-        out = {"partial": True, "memories": {k: m.backup_rows(rows, keep) for k, m in self.memories().items()},
-               "sampler": self.sampler.backup_rows(rows, keep), "store": self.store.state_dict(keep)}
-        self._components_into(out, out["store"]["eid"])
-        return out
-
-    def restore(self, state: dict, adopt: bool = False) -> None:
-        """Put back a :meth:`backup`.  ``adopt``: a whole back-up nobody else holds becomes the
-        state itself, no copy (a spilled one then stays mapped, its pages read as touched)."""
-        self.generation += 1
-        if state.get("partial"):
-            for k, mem in self.memories().items():
-                mem.restore_rows(state["memories"][k])
-            self.sampler.restore_rows(state["sampler"])
-            self.store.load_state_dict(state["store"])
-            self._components_from(state)
-            return
-        for k, mem in self.memories().items():
-            mem.restore(state["memories"][k], adopt=adopt)
-        self.num_nodes = self.memory.num_nodes
-        self.load_structures(state, adopt=adopt)
-
-    def whole_backup(self, partial: dict) -> dict:
-        """The whole back-up a partial one (:meth:`backup` with ``nodes``) stands for: the state
-        now, with the rows the partial one kept put back (a copy of every row, for a writer)."""
-        if not partial.get("partial"):
-            return partial
-        out = self.backup()
-        for k, saved in partial["memories"].items():
-            i = saved["ids"]
-            out["memories"][k]["memory"][i] = saved["memory"].to(out["memories"][k]["memory"].device)
-            out["memories"][k]["last_update"][i] = saved["last_update"].to(out["memories"][k]["last_update"].device)
-        rings = partial["sampler"]
-        for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
-            out["sampler"][name][rings["rows"]] = rings[name]
-        out["sampler"]["hold"] = rings["hold"]
-        out.update({k: v for k, v in partial.items() if k not in ("partial", "memories", "sampler")})
-        return out
-
-    state_dict = backup  # a checkpoint holds exactly a back-up
-    load_state_dict = restore

@@ -59,7 +59,7 @@ class Keep:
 class View(Keep):
     """"Back-up" arrays as the live ones themselves, no copy: for a reader done with them before
     the state changes next (a checkpoint written from the state at once).  Such a snapshot's
-    readers replace entries, never edit them (:meth:`NodeStates.compact_event_ids`)."""
+    readers replace entries, never edit them (:meth:`~speed.train.state.snapshots.Snapshots.compact_event_ids`)."""
 
     def copy(self, a: Array) -> Array:
         return a.detach() if isinstance(a, torch.Tensor) else a

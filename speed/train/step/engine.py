@@ -315,7 +315,7 @@ class Engine:
                     # kept on disk, written from the live state (no second copy in memory): it
                     # is read back only if the epoch stops inside the next pass
                     backup = None
-                    backup = model.state.backup(keep=Spill())
+                    backup = model.state.snapshots.backup(keep=Spill())
                     model.state.reset_memories()  # the loader resets sampler and store as it starts the pass
                 bar.update(len(step))
                 if not bar.disable and (s % LOSS_SHOWN_EVERY == 0 or s + 1 == total):
@@ -323,7 +323,7 @@ class Engine:
                 if (s + 1) % trim_steps == 0:
                     trim_heap()  # what the steps freed goes back to the system, not kept as heap
         if not ended and backup is not None:  # stopped inside a pass: keep the last complete one
-            model.state.restore(backup, adopt=True)  # the back-up becomes the state, no copy
+            model.state.snapshots.restore(backup, adopt=True)  # the back-up becomes the state, no copy
             backup = None
         # one read of every step's loss: the device's queue is waited for once an epoch
         loss = float(np.mean(torch.stack(losses).cpu().numpy().astype(np.float64))) if losses else float("nan")
