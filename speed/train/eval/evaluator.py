@@ -168,6 +168,9 @@ class Evaluator:
     pipeline : bool
         Plan each pass's next step while this one computes (``TrainConfig.pipeline_on``; a
         pass divided among processes plans in its step).
+    scores_here : bool
+        Compute the figures in this process (a PAC rank other than 0 streams its share of every
+        pass but reports nothing: its :meth:`evaluate` returns no scores).
 
     Attributes
     ----------
@@ -193,7 +196,7 @@ class Evaluator:
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
-                 max_steps: Optional[int] = None, pipeline: bool = False):
+                 max_steps: Optional[int] = None, pipeline: bool = False, scores_here: bool = True):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -203,6 +206,7 @@ class Evaluator:
         self.keep_test_start = bool(keep_test_start)
         self.max_steps = int(max_steps) if max_steps else None
         self.pipeline = bool(pipeline)
+        self.scores_here = bool(scores_here)
         self.test_start: Optional[dict] = None
         self.strategy = strategy
         self._negatives: Dict[str, tuple] = {}
@@ -452,6 +456,8 @@ class Evaluator:
             model.state.snapshots.restore(start)
             trim_heap()
         res = self.stream(model, idx, self.negatives(period), mrr_candidates=cand, collect_z=collect_z, desc=period)
+        if not self.scores_here:
+            return None, res
         scores = {"transductive": self._scores(res.pos, res.neg)}
         if res.mrr_neg is not None:
             scores["transductive"].update({k: v for k, v in ranking_metrics(res.pos, res.mrr_neg, valid).items()
@@ -463,10 +469,16 @@ class Evaluator:
             scores["selection"] = chosen_on
         return scores, res
 
-    def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Dict:
+    def _scores(self, pos: np.ndarray, neg: np.ndarray) -> Optional[Dict]:
+        """A pass's figures (None where this process reports none); the heap the metrics' arrays
+        took goes back to the system at once, not after the next phase has added to it."""
+        if not self.scores_here:
+            return None
         # TGN's and DyGLib's figures are computed on float32 probabilities: reported beside ours
-        return batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate,
-                                  reference=self.protocol.reference_figures)
+        out = batch_link_metrics(pos, neg, self.batch_size, self.protocol.aggregate,
+                                 reference=self.protocol.reference_figures)
+        trim_heap()
+        return out
 
     def replay(self, model) -> Dict:
         """Rebuild ``model``'s state from scratch on the training events with its current

@@ -61,6 +61,52 @@ def grouped_ap_auc(pos: np.ndarray, neg: np.ndarray, batch_size: Optional[int] =
     return out_ap, out_auc
 
 
+# batches scored together by batch_link_metrics: a period's metrics then hold a chunk's arrays at a
+# time, not the whole period's (1.5M events of a 10M log took 0.55 GiB on every rank at once)
+CHUNK_BATCHES = 512
+
+
+def _per_batch_ap_auc(pos: np.ndarray, neg: np.ndarray, batch_size: int):
+    """:func:`grouped_ap_auc` of batches of ``batch_size``, :data:`CHUNK_BATCHES` batches at a
+    time: the same figures (each batch's are computed from its own events alone), the memory of
+    a chunk."""
+    step = CHUNK_BATCHES * int(batch_size)
+    parts = [grouped_ap_auc(pos[i:i + step], neg[i:i + step], batch_size)
+             for i in range(0, max(pos.size, neg.size), step)]
+    if not parts:
+        return np.empty(0), np.empty(0)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def pooled_ap_auc(pos: np.ndarray, neg: np.ndarray):
+    """AP and AUC of all of ``pos`` against all of ``neg`` (float64, both non-empty): the figures
+    of :func:`grouped_ap_auc` with one batch, bit for bit (the same sums, in the same order), in a
+    third of its memory (no batch ids, no per-event batch arrays).  Returns two floats."""
+    n = pos.size + neg.size
+    s = np.concatenate([pos, neg])
+    order = np.argsort(-s, kind="stable")  # the order of lexsort((-s, zeros)): stable, highest first
+    s = s[order]
+    y = order < pos.size  # positives come first in ``s`` before the sort
+    del order
+    tp = np.cumsum(y, dtype=np.float64)  # positives at or above each position
+    ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])  # the last of each tie run
+    del s, y
+    tpe = tp[ends]
+    fpe = (ends + 1).astype(np.float64) - tpe
+    del tp, ends
+    dp = tpe - np.r_[0.0, tpe[:-1]]  # positives in each tie run
+    dn = fpe - np.r_[0.0, fpe[:-1]]
+    zero = np.zeros(tpe.size, dtype=np.int64)
+    npos = np.bincount(zero, weights=dp, minlength=1)
+    nneg = np.bincount(zero, weights=dn, minlength=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ap = np.bincount(zero, weights=dp * tpe / (tpe + fpe), minlength=1) / npos
+        auc = np.bincount(zero, weights=dp * (nneg[0] - fpe) + 0.5 * dp * dn, minlength=1) / (npos * nneg)
+    if npos[0] == 0 or nneg[0] == 0:
+        return float("nan"), float("nan")
+    return float(ap[0]), float(auc[0])
+
+
 def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     """AP and AUC of positives against negatives (scikit-learn's definitions, see
     :func:`grouped_ap_auc`).
@@ -79,8 +125,8 @@ def link_metrics(pos: np.ndarray, neg: np.ndarray) -> Dict[str, float]:
     neg = np.asarray(neg, dtype=np.float64)
     if pos.size == 0 or neg.size == 0:
         return {"ap": float("nan"), "auc": float("nan"), "count": int(pos.size)}
-    ap, auc = grouped_ap_auc(pos, neg)
-    return {"ap": float(ap[0]), "auc": float(auc[0]), "count": int(pos.size)}
+    ap, auc = pooled_ap_auc(pos, neg)
+    return {"ap": ap, "auc": auc, "count": int(pos.size)}
 
 
 def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggregate: str = "per_batch",
@@ -116,7 +162,7 @@ def batch_link_metrics(pos: np.ndarray, neg: np.ndarray, batch_size: int, aggreg
     batches = -(-pos.size // batch_size)
 
     def mean_over_batches(p, n):
-        ap, auc = grouped_ap_auc(p[:batches * batch_size], n[:batches * batch_size], batch_size)
+        ap, auc = _per_batch_ap_auc(p[:batches * batch_size], n[:batches * batch_size], batch_size)
         return {"ap": float(np.mean(ap)) if batches else float("nan"),
                 "auc": float(np.mean(auc)) if batches else float("nan")}
 

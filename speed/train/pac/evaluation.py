@@ -119,7 +119,8 @@ class ShardedEvaluation:
             # no pipeline: a divided step is planned in the step (speed.train.eval.evaluator.stream_scores)
             self._evaluator = Evaluator.for_run(self.events, self.split, cfg, self.device, node_classification=False,
                                                 progress=cfg.progress if self.is_main else False,
-                                                keep_test_start=self.folder is not None, pipeline=False)
+                                                keep_test_start=self.folder is not None, pipeline=False,
+                                                scores_here=self.is_main)  # rank 0 reports the figures
         return self._evaluator
 
     def collector(self) -> None:
