@@ -11,9 +11,13 @@ and records every loss, every epoch's validation figures, the test figures and e
 per-increment and per-window scores.  ``--compare OLD.json`` then says which figures differ
 (exactly: no tolerance), and exits 1 if any does::
 
-    python benchmarks/behaviour.py --out benchmarks/results/behaviour_before.json
+    python benchmarks/behaviour.py --out /tmp/before.json
     # ... refactor ...
-    python benchmarks/behaviour.py --out /tmp/after.json --compare benchmarks/results/behaviour_before.json
+    python benchmarks/behaviour.py --out /tmp/after.json --compare /tmp/before.json
+
+``benchmarks/results/behaviour.json`` is the stored record: ``tests/test_behaviour_record.py``
+(``pytest -m slow``) compares a fresh run with it.  It is updated on purpose, by a commit that
+says why the figures moved (``--out benchmarks/results/behaviour.json``).
 
 Results depend on the torch build and the thread count, so compare runs of one machine.
 """
@@ -131,12 +135,12 @@ def compare(new: dict, old: dict) -> list:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "behaviour.json")
+    p.add_argument("--out", type=Path, required=True,
+                   help="where the figures go (benchmarks/results/behaviour.json is the stored record)")
     p.add_argument("--compare", type=Path, help="an earlier output: list every figure that differs, exit 1 if any")
     p.add_argument("--models", nargs="*", default=None, help="recipes (default: every registered one)")
     p.add_argument("--validation", choices=("full", "local"), default=None,
-                   help="the parallel runs' per-epoch validation (default: the library's; 'local' was the "
-                        "default when benchmarks/results/behaviour_66ffe7c.json was made)")
+                   help="the parallel runs' per-epoch validation (default: the library's)")
     args = p.parse_args(argv)
     if args.validation:
         PAC["validation"] = args.validation
