@@ -1,0 +1,231 @@
+"""The sections of ``python -m benchmarks cpu``: one question each, its inputs from a recipe.
+
+A section runs in its own interpreter with its checkout first on ``sys.path`` (``--tree``), so
+an earlier commit's ``git worktree`` is measured by today's suite, and prints its answer as the
+last line (JSON).  Inputs: ``../shared/data`` when it is there, else logs ``speed generate``
+makes from the recipes below (seeds named), cached in ``benchmarks/.cache``.
+
+==============  ===========================================================================
+``partition``   SEP on a generated 10^7-event log: reading it, partitioning it (events/s)
+``train_pyg``   TGN training events/s, speed against PyG's TGN (benchmarks/train_vs_pyg.py)
+``pac``         PAC N=1 (2 threads) against N=2 (1 thread each) on SEP shards: training
+                events/s, validation and whole-run seconds, rank peaks against ``speed plan``
+``eval_pass``   val-pass events/s against training's, one process (benchmarks/eval_pass.py)
+``step_ops``    operators, sync-forcing calls and planning microseconds per training step
+                (benchmarks/step_cost.py)
+==============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CACHE = HERE / ".cache"
+SHARED = ROOT.parent / "shared" / "data"
+
+# the generated inputs: name -> speed generate's arguments (seeds named here)
+RECIPES = {
+    "g2m_seed7.csv": ["--events", "2000000", "--nodes", "1000000", "--seed", "7"],  # also eval_pass.py's
+    "sep_1e7_seed0.csv": ["--events", "10000000", "--nodes", "500000", "--seed", "0"],
+}
+SHARDS = ("g2m_seed7.csv", "g2m_seed7-p8", ["--parts", "8", "--topk", "5"])  # the PAC section's shards
+
+
+def cached(name: str) -> Path:
+    """A generated log of :data:`RECIPES`, made once into ``benchmarks/.cache``."""
+    path = CACHE / name
+    if not path.exists():
+        CACHE.mkdir(exist_ok=True)
+        tmp = path.with_suffix(".tmp.csv")
+        subprocess.run([sys.executable, "-m", "speed", "generate", str(tmp), *RECIPES[name], "--no-progress"],
+                       check=True, cwd=ROOT)
+        tmp.rename(path)
+    return path
+
+
+def shards() -> Path:
+    log, name, args = SHARDS
+    path = CACHE / name
+    if not path.exists():
+        subprocess.run([sys.executable, "-m", "speed", "partition", str(cached(log)), "-o", str(path), *args,
+                        "--no-progress"], check=True, cwd=ROOT)
+    return path
+
+
+def prepare_inputs(quick: bool) -> None:
+    """Make every cached input before any section is timed (generation is not a measurement)."""
+    for name in RECIPES:
+        cached(name)
+    shards()
+
+
+def wikipedia() -> Path:
+    """JODIE's Wikipedia log from ``../shared/data`` (None-safe: the section says when it is missing)."""
+    return SHARED / "wikipedia.csv"
+
+
+def _script(name: str, tree: str, *args: str, timeout: int = 1800) -> dict:
+    """Run ``benchmarks/NAME`` (today's) on checkout ``tree``; its JSON result file, read back."""
+    with tempfile.TemporaryDirectory(prefix="speed-bench-") as tmp:
+        out = Path(tmp) / "out.json"
+        env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        proc = subprocess.run([sys.executable, str(HERE / name), *args, "--out", str(out)], capture_output=True,
+                              text=True, env=env, timeout=timeout, cwd=ROOT)
+        if proc.returncode:
+            raise RuntimeError(f"{name}: " + (proc.stderr.strip().splitlines() or ["failed"])[-1])
+        return json.loads(out.read_text())
+
+
+# ----------------------------------------------------------------------------- sections
+def partition(tree: str, quick: bool) -> dict:
+    import speed
+
+    log = cached("sep_1e7_seed0.csv")
+    t0 = time.perf_counter()
+    ev = speed.read_events(log, progress=False)
+    read_s = time.perf_counter() - t0
+    speed.partition(speed.Events.from_arrays(ev.src[:1000], ev.dst[:1000], ev.t_float()[:1000]), 2, progress=False)
+    t0 = time.perf_counter()  # (kernels compiled or loaded from the cache above)
+    res = speed.partition(ev, 8, topk=0.05, progress=False)
+    part_s = time.perf_counter() - t0
+    return {"log": log.name, "events": len(ev), "nodes": int(ev.num_nodes), "parts": 8, "topk": 0.05,
+            "read_seconds": read_s, "partition_seconds": part_s, "events_per_s": len(ev) / part_s,
+            "replication_factor": res.stats.get("replication_factor")}
+
+
+def train_pyg(tree: str, quick: bool) -> dict:
+    logs = [str(cached("g2m_seed7.csv"))] + ([str(wikipedia())] if wikipedia().exists() else [])
+    args = ["--epochs", "2", "--threads", "2", "--eval-max-steps", "20", "--max-events", "60000" if quick else "300000"]
+    for log in logs:
+        args += ["--log", log]
+    got = _script("train_vs_pyg.py", tree, *args)
+    return {"epochs": 2, "note": "events/s of the epochs after the first", "logs": [
+        {k: r[k] for k in ("log", "speed_events_per_s", "pyg_events_per_s", "speedup")} for r in got["summary"]]}
+
+
+def pac(tree: str, quick: bool) -> dict:
+    import speed
+    from speed.partition.shards import Shards
+    from speed.train.config import TrainConfig
+    from speed.train.pac.budget import plan
+
+    path = shards()
+    steps, batches = (600, 150) if quick else (3000, 500)
+    out = {"shards": path.name, "training_steps": steps, "eval_batches": batches}
+    with tempfile.TemporaryDirectory(prefix="speed-bench-pac-") as tmp:
+        for n, threads in ((1, 2), (2, 1)):
+            t0 = time.perf_counter()
+            m = speed.train(str(path), model="tgn", nproc=n, num_threads=threads, epochs=1, max_steps=steps // n,
+                            eval_max_steps=batches, out=f"{tmp}/n{n}", progress=False, seed=0)
+            e = m["epochs"][0]
+            out[f"n{n}"] = {"threads": threads, "train_seconds": e["seconds"]["train"],
+                            "train_events_per_s": e["train_events_per_s"],
+                            "validate_seconds": e["seconds"].get("validate"), "run_seconds": time.perf_counter() - t0,
+                            "rank_peak_rss_bytes": m["rank_peak_rss_bytes"]}
+    planned = plan(Shards(path), TrainConfig(model="tgn", nproc=2).validate(), 2)
+    out["n2"]["planned_peak_bytes"] = [r["peak_bytes"] for r in planned["epochs"][0]["ranks"]]
+    out["ratios"] = {k: out["n2"][f"{k}_seconds"] / out["n1"][f"{k}_seconds"] for k in ("train", "validate", "run")}
+    return out
+
+
+def eval_pass(tree: str, quick: bool) -> dict:
+    got = _script("eval_pass.py", tree, "--tree", tree, "--steps", "600", "--eval-steps", "300")
+    return {"steps": 600, "eval_steps": 300, "widths": [
+        {"width": r["width"], "train_events_per_s": r["train_events_per_s"],
+         "passes": {p["pass"]: round(p["ratio_to_training"], 3) for p in r["passes"]}} for r in got["rows"]]}
+
+
+def step_ops(tree: str, quick: bool) -> dict:
+    got = _script("step_cost.py", tree, "--tree", tree, "--log", str(cached("g2m_seed7.csv")), "--batch", "200",
+                  "--threads", "1")
+    keep = ("model", "batch", "leaf_ops", "sync_calls", "plan_us")
+    return {"runs": [{k: r.get(k) for k in keep} for r in got["runs"]]}
+
+
+SECTIONS = {"partition": partition, "train_pyg": train_pyg, "pac": pac, "eval_pass": eval_pass, "step_ops": step_ops}
+
+
+# ----------------------------------------------------------------------------- reading them
+def headline(name: str, r: dict) -> dict:
+    """The figures a section is read by (name -> value), for the table and the ratios (none for a
+    section that failed or did not run)."""
+    if not r or "error" in r:
+        return {}
+    if name == "partition":
+        return {"SEP events/s": r["events_per_s"], "read seconds": r["read_seconds"]}
+    if name == "train_pyg":
+        return {f"{x['log']}: speed / PyG": x["speedup"] for x in r["logs"]} | \
+            {f"{x['log']}: speed events/s": x["speed_events_per_s"] for x in r["logs"]}
+    if name == "pac":
+        return {"N=2/N=1 training seconds": r["ratios"]["train"], "N=2/N=1 validation seconds": r["ratios"]["validate"],
+                "N=2/N=1 whole run": r["ratios"]["run"],
+                "N=2 rank peak / planned": max(a / b for a, b in zip(r["n2"]["rank_peak_rss_bytes"],
+                                                                     r["n2"]["planned_peak_bytes"]))}
+    if name == "eval_pass":
+        return {f"width {w['width']}: val pass / training": w["passes"].get("val") for w in r["widths"]}
+    if name == "step_ops":
+        return {f"batch {x['batch']}: {k}": x[k] for x in r["runs"] for k in ("leaf_ops", "sync_calls", "plan_us")}
+    return {}
+
+
+def describe(name: str, r: dict) -> str:
+    if "error" in r:
+        return f"{name:<10} failed: {r['error']}"
+    return f"{name:<10} " + "; ".join(f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v}"
+                                      for k, v in headline(name, r).items()) + f"   ({r['seconds']:.0f} s)"
+
+
+def ratios(mine: dict, other: dict) -> dict:
+    """This checkout's headline figures over the other's, section by section."""
+    out = {}
+    for name in mine:
+        a, b = headline(name, mine[name]), headline(name, other.get(name, {}))
+        out[name] = {k: a[k] / b[k] for k in a if isinstance(a[k], (int, float)) and b.get(k)}
+    return out
+
+
+def table(result: dict, path: Path) -> str:
+    """Today's figures as Markdown: one table per section, each figure with its result file."""
+    st = next(iter(result["stamps"].values()))
+    lines = [f"# {result['suite']}: {st['cpu']}, {st['cores']} cores" + (f", {st['gpu']}" if st["gpu"] else ""),
+             "", f"Commit {st['commit'][:10] if st['commit'] else '?'}{' (with changes)' if st['dirty'] else ''}, "
+             f"{st['date']}; Python {st['python']}, torch {st['torch']}, numpy {st['numpy']}, numba {st['numba']}.",
+             f"Command: `python -m benchmarks {result['suite'].replace('-quick', ' --quick')}`; result: `{path.name}`.", ""]
+    for name, r in result["sections"].items():
+        lines += [f"## {name}", ""]
+        if "error" in r:
+            lines += [f"failed: {r['error']}", ""]
+            continue
+        lines += ["| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {v:,.3f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in headline(name, r).items()]
+        lines.append("")
+    for tree, by_section in result.get("ratios", {}).items():
+        lines += [f"## this checkout over {tree}", "", "| section | figure | ratio |", "|---|---|---|"]
+        lines += [f"| {s} | {k} | {v:.3f} |" for s, figs in by_section.items() for k, v in figs.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="one section of the suite, as `python -m benchmarks` runs it")
+    ap.add_argument("--section", required=True, choices=list(SECTIONS))
+    ap.add_argument("--tree", default=str(ROOT))
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    sys.path.insert(0, a.tree)
+    got = SECTIONS[a.section](a.tree, a.quick)
+    print(json.dumps({"section": a.section, "tree": a.tree, **got}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
