@@ -57,3 +57,12 @@ def save(out, **fields) -> Path:
     out.write_text(json.dumps(fields, indent=2) + "\n")
     print(f"saved {out}")
     return out
+
+
+def local_trainer(events, split, config):
+    """A single-process trainer on whichever checkout is imported: ``Trainer.local`` where the
+    trainer takes its parts only, ``Trainer(events, split, config)`` on earlier checkouts (so
+    today's scripts measure a ``--tree`` of an earlier commit)."""
+    from speed.train.loop.trainer import Trainer
+
+    return getattr(Trainer, "local", Trainer)(events, split, config)

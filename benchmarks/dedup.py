@@ -25,19 +25,21 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # (_trees: what the side-by-side scripts share)
 
 
 def run(log: str, model: str, rounds: int, threads: int) -> dict:
     import torch
 
     import speed
-    from speed.train import TrainConfig, Trainer
+    from speed.train import TrainConfig
+    from _trees import local_trainer
     from speed.train.state import batch_plan as plan_mod
 
     torch.set_num_threads(threads)
     events = speed.read_events(log, progress=False)
     split = speed.chronological_split(events, new_node_fraction=0.0)
-    tr = Trainer.local(events, split, TrainConfig(model=model, seed=0, progress=False, num_threads=threads,
+    tr = local_trainer(events, split, TrainConfig(model=model, seed=0, progress=False, num_threads=threads,
                                             new_node_fraction=0.0))
     counts = {True: [0, 0, 0], False: [0, 0, 0]}  # queries computed, keys, planned events
     build = plan_mod.build_plan

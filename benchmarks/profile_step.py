@@ -63,7 +63,8 @@ def worker(a) -> dict:
 
     torch.set_num_threads(a.threads)
     import speed
-    from speed.train import TrainConfig, Trainer
+    from speed.train import TrainConfig
+    from _trees import local_trainer
 
     from speed.train.state import staging
 
@@ -106,7 +107,7 @@ def worker(a) -> dict:
     cfg = dict(model=a.model, seed=0, progress=False, num_threads=a.threads, new_node_fraction=0.0,
                device=a.device, state_device=a.state_device)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
-    tr = Trainer.local(events, split, TrainConfig(**cfg))
+    tr = local_trainer(events, split, TrainConfig(**cfg))
     tr.training.train_epoch(1)  # numba compilation and warm caches
     clock["stages"].clear()
     t0 = time.perf_counter()

@@ -73,7 +73,8 @@ def worker(a) -> dict:
 
     torch.set_num_threads(a.threads)
     import speed
-    from speed.train import TrainConfig, Trainer
+    from speed.train import TrainConfig
+    from _trees import local_trainer
     from speed.train.model import network
 
     cuda = a.device.startswith("cuda")
@@ -87,7 +88,7 @@ def worker(a) -> dict:
     if a.pipeline is not None:  # plans built in a thread beside the steps (default: on with a GPU)
         cfg.update(pipeline=a.pipeline)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
-    tr = Trainer.local(events, split, TrainConfig(**cfg))
+    tr = local_trainer(events, split, TrainConfig(**cfg))
 
     plan_s = [0.0]
     inner = network.StatefulModel.plan

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # (_trees: what the side-by-side scripts share)
 DATA = HERE.parent.parent / "shared" / "data" / "wikipedia.csv"
 
 
@@ -69,7 +70,8 @@ def _peak_device(device: str) -> dict:
 def run_speed(a) -> dict:
     from dataclasses import replace
 
-    from speed.train import TrainConfig, Trainer
+    from speed.train import TrainConfig
+    from _trees import local_trainer
 
     events, split = _setup(a.threads, a.log[0])
     bounded = (a.max_events // a.batch_size) if a.max_events else None
@@ -77,7 +79,7 @@ def run_speed(a) -> dict:
                       embedding_dim=100, neighbors=10, device=a.device, seed=a.seed, progress=False,
                       num_threads=a.threads, new_node_fraction=0.0, pipeline=a.pipeline, max_steps=bounded,
                       eval_max_steps=a.eval_max_steps).validate()
-    tr = Trainer.local(events, split, cfg)
+    tr = local_trainer(events, split, cfg)
     if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
         tr.config = replace(cfg, max_steps=a.warmup_steps)
         tr.training.train_epoch(0)
