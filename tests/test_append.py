@@ -127,6 +127,12 @@ def test_theorem1_and_balance_bounds_hold_across_appends(n, e, p, topk, balance,
 
     rng = np.random.default_rng(seed)
     src, dst, t = random_stream(rng, n, e)
+    # an append takes an event equal to one the shards hold at their last time as sent again, and
+    # stores it once (speed.partition.append): a stream with exact duplicates would count short, so
+    # each (src, dst, t) appears once here (found by hypothesis: n=20, e=294, seed=1 lost one)
+    _, first = np.unique(np.stack([t, src, dst]), axis=1, return_index=True)
+    keep = np.sort(first)
+    src, dst, t, e = src[keep], dst[keep], t[keep], int(keep.size)
     d = tempfile.mkdtemp()
     half = e // 2
     speed.partition(own_log(src[:half], dst[:half], t[:half]), p, topk=topk, balance=balance).save(f"{d}/s")
