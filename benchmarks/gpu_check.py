@@ -2,7 +2,7 @@
 
 Run it first whenever a GPU is at hand::
 
-    python benchmarks/gpu_check.py --out benchmarks/results/gpu_check
+    python -m benchmarks gpu        # or python benchmarks/gpu_check.py; results in benchmarks/results/<machine>/
 
 Without a CUDA device it prints one line saying that nothing was verified, and why, and exits 0.
 With one, the sections below run in order, each in its own process (a CUDA error in one does
@@ -584,7 +584,8 @@ def _line(name: str, r: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(HERE / "results" / "gpu_check"), help="folder for gpu_check.json")
+    ap.add_argument("--out", default=None,
+                    help="folder for gpu_check.json (default: benchmarks/results/<machine>/, the GPU in its name)")
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     ap.add_argument("--budget-s", type=float, default=1800, help="stop starting sections after this many seconds")
     ap.add_argument("--threads", type=int, default=4, help="torch threads of each CPU process")
@@ -614,6 +615,10 @@ def main() -> int:
     ap.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.out is None:
+        from _trees import machine_name
+
+        a.out = str(HERE / "results" / machine_name())  # (made once a device is found)
     out_dir = Path(a.out)
     work = Path(a.work) if a.work else out_dir / "work"
     if a.section:  # one section, in this process: its result as the last line
@@ -630,7 +635,9 @@ def main() -> int:
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "gpu_check.json"
-    result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "device": a.device,
+    from _trees import stamp
+
+    result = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": stamp(ROOT, a.threads), "device": a.device,
               "device_name": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else "cpu",
               "tolerances": {"loss_rtol": LOSS_RTOL, "ap_atol": AP_ATOL, "value_atol": VALUE_ATOL,
                              "score_atol": SCORE_ATOL},

@@ -15,7 +15,9 @@ Two parts, one heavy job at a time (run nothing else beside it):
    its peak while writing (``best_write``), the rows the evaluation read from other ranks, and what
    ``speed plan`` predicted.
 
-Prints tables and writes ``benchmarks/results/scale.json`` and ``scale.png``.
+Prints tables and writes ``benchmarks/results/<machine>/scale.json`` and ``scale.png``; the logs
+and runs go to ``benchmarks/.cache/scale`` (``--work``).  ``python -m benchmarks cpu`` (the full
+suite) runs it as its ``scale`` section.
 
 Usage::
 
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 SPEED = [sys.executable, "-m", "speed"]
 
 
@@ -178,9 +181,13 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="where the node sweep trains (cpu, cuda, cuda:N)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--skip-pyg", action="store_true")
-    ap.add_argument("--work", default="/tmp/speed-scale", help="where the generated logs and runs go")
-    ap.add_argument("--out", default=str(HERE / "results" / "scale.json"))
+    ap.add_argument("--work", default=str(HERE / ".cache" / "scale"), help="where the generated logs and runs go")
+    ap.add_argument("--out", default=None, help="result file (default: benchmarks/results/<machine>/scale.json)")
     a = ap.parse_args()
+    if a.out is None:
+        from _trees import results_dir
+
+        a.out = str(results_dir() / "scale.json")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     result = {"args": vars(a), "node_sweep": node_sweep(a, work) if a.nodes else [],

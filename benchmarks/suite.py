@@ -7,12 +7,18 @@ makes from the recipes below (seeds named), cached in ``benchmarks/.cache``.
 
 ==============  ===========================================================================
 ``partition``   SEP on a generated 10^7-event log: reading it, partitioning it (events/s)
-``train_pyg``   TGN training events/s, speed against PyG's TGN (benchmarks/train_vs_pyg.py)
+``train_pyg``   TGN training events/s, speed against PyG's TGN (benchmarks/train_vs_pyg.py),
+                on Wikipedia and on a generated log of 10^6 node ids, and on the generated
+                log at batches of 200, 1000 and 4000
 ``pac``         PAC N=1 (2 threads) against N=2 (1 thread each) on SEP shards: training
-                events/s, validation and whole-run seconds, rank peaks against ``speed plan``
+                events/s, seconds per phase, whole-run seconds, rank peaks against
+                ``speed plan``
 ``eval_pass``   val-pass events/s against training's, one process (benchmarks/eval_pass.py)
 ``step_ops``    operators, sync-forcing calls and planning microseconds per training step
                 (benchmarks/step_cost.py)
+``scale``       full suite only (benchmarks/scale.py): events/s against the graph's node
+                count (10^4 to 10^6, speed and PyG), and one PAC epoch on a generated
+                10^7-event log with full evaluation: seconds per phase, rank peaks, plan
 ==============  ===========================================================================
 """
 
@@ -102,14 +108,22 @@ def partition(tree: str, quick: bool) -> dict:
             "replication_factor": res.stats.get("replication_factor")}
 
 
+BATCHES = (200, 1000, 4000)  # the batch sweep of train_pyg (on the generated log)
+
+
 def train_pyg(tree: str, quick: bool) -> dict:
-    logs = [str(cached("g2m_seed7.csv"))] + ([str(wikipedia())] if wikipedia().exists() else [])
+    gen = str(cached("g2m_seed7.csv"))
+    logs = [gen] + ([str(wikipedia())] if wikipedia().exists() else [])
     args = ["--epochs", "2", "--threads", "2", "--eval-max-steps", "20", "--max-events", "60000" if quick else "300000"]
-    for log in logs:
-        args += ["--log", log]
-    got = _script("train_vs_pyg.py", tree, *args)
-    return {"epochs": 2, "note": "events/s of the epochs after the first", "logs": [
-        {k: r[k] for k in ("log", "speed_events_per_s", "pyg_events_per_s", "speedup")} for r in got["summary"]]}
+    keep = ("log", "speed_events_per_s", "pyg_events_per_s", "speedup")
+    got = _script("train_vs_pyg.py", tree, *args, *[x for log in logs for x in ("--log", log)])
+    out = {"epochs": 2, "note": "events/s of the epochs after the first", "threads": 2,
+           "logs": [{k: r[k] for k in keep} for r in got["summary"]], "batches": []}
+    for b in BATCHES:
+        r = got["summary"][0] if b == 200 else _script("train_vs_pyg.py", tree, *args, "--log", gen,
+                                                        "--batch-size", str(b))["summary"][0]
+        out["batches"].append({"batch": b, **{k: r[k] for k in keep}})
+    return out
 
 
 def pac(tree: str, quick: bool) -> dict:
@@ -126,13 +140,17 @@ def pac(tree: str, quick: bool) -> dict:
             t0 = time.perf_counter()
             m = speed.train(str(path), model="tgn", nproc=n, num_threads=threads, epochs=1, max_steps=steps // n,
                             eval_max_steps=batches, out=f"{tmp}/n{n}", progress=False, seed=0)
+            run_s = time.perf_counter() - t0
             e = m["epochs"][0]
+            phases = {k: float(v) for k, v in e["seconds"].items() if k in ("train", "sync", "exchange", "validate")}
+            phases["test"] = float(m["seconds"]["final_evaluation"])
+            phases["other"] = max(0.0, run_s - sum(phases.values()))  # start, spawn, loading, writing
+            planned = plan(Shards(path), TrainConfig(model="tgn", nproc=n).validate(), n)
             out[f"n{n}"] = {"threads": threads, "train_seconds": e["seconds"]["train"],
                             "train_events_per_s": e["train_events_per_s"],
-                            "validate_seconds": e["seconds"].get("validate"), "run_seconds": time.perf_counter() - t0,
-                            "rank_peak_rss_bytes": m["rank_peak_rss_bytes"]}
-    planned = plan(Shards(path), TrainConfig(model="tgn", nproc=2).validate(), 2)
-    out["n2"]["planned_peak_bytes"] = [r["peak_bytes"] for r in planned["epochs"][0]["ranks"]]
+                            "validate_seconds": e["seconds"].get("validate"), "run_seconds": run_s,
+                            "phases": phases, "rank_peak_rss_bytes": m["rank_peak_rss_bytes"],
+                            "planned_peak_bytes": [r["peak_bytes"] for r in planned["epochs"][0]["ranks"]]}
     out["ratios"] = {k: out["n2"][f"{k}_seconds"] / out["n1"][f"{k}_seconds"] for k in ("train", "validate", "run")}
     return out
 
@@ -151,7 +169,16 @@ def step_ops(tree: str, quick: bool) -> dict:
     return {"runs": [{k: r.get(k) for k in keep} for r in got["runs"]]}
 
 
-SECTIONS = {"partition": partition, "train_pyg": train_pyg, "pac": pac, "eval_pass": eval_pass, "step_ops": step_ops}
+def scale(tree: str, quick: bool) -> dict:
+    """The full suite's scaling curve and 10M-event run (benchmarks/scale.py; minutes to an hour)."""
+    return _script("scale.py", tree, "--nodes", "10000", "100000", "1000000", "--events", "300000",
+                   "--pac-events", "10000000", "--pac-nodes", "1500000", "--nproc", "2", "--parts", "8",
+                   timeout=3 * 3600)
+
+
+SECTIONS = {"partition": partition, "train_pyg": train_pyg, "pac": pac, "eval_pass": eval_pass, "step_ops": step_ops,
+            "scale": scale}
+FULL_ONLY = ("scale",)  # not in --quick
 
 
 # ----------------------------------------------------------------------------- reading them
@@ -164,7 +191,8 @@ def headline(name: str, r: dict) -> dict:
         return {"SEP events/s": r["events_per_s"], "read seconds": r["read_seconds"]}
     if name == "train_pyg":
         return {f"{x['log']}: speed / PyG": x["speedup"] for x in r["logs"]} | \
-            {f"{x['log']}: speed events/s": x["speed_events_per_s"] for x in r["logs"]}
+            {f"{x['log']}: speed events/s": x["speed_events_per_s"] for x in r["logs"]} | \
+            {f"batch {x['batch']}: speed / PyG": x["speedup"] for x in r.get("batches", [])}
     if name == "pac":
         return {"N=2/N=1 training seconds": r["ratios"]["train"], "N=2/N=1 validation seconds": r["ratios"]["validate"],
                 "N=2/N=1 whole run": r["ratios"]["run"],
@@ -172,6 +200,16 @@ def headline(name: str, r: dict) -> dict:
                                                                      r["n2"]["planned_peak_bytes"]))}
     if name == "eval_pass":
         return {f"width {w['width']}: val pass / training": w["passes"].get("val") for w in r["widths"]}
+    if name == "scale":
+        h = {f"{r['distinct_nodes']:,} nodes: speed events/s": r["speed_events_per_s"] for r in r["node_sweep"]}
+        for p in r.get("pac", []):
+            s_ = p["epoch_seconds"]
+            h[f"PAC {p['events']:,} events: training events/s"] = p["train_events_per_s"]
+            h[f"PAC {p['events']:,} events: evaluation / training seconds"] = (
+                (s_.get("validate", 0.0) + (p["final_evaluation_seconds"] or 0.0)) / max(s_.get("train", 0.0), 1e-9))
+            h[f"PAC {p['events']:,} events: largest rank peak, GB"] = max(
+                (q["run_peak_rss_bytes"] or 0) for q in p["ranks"]) / 1e9
+        return h
     if name == "step_ops":
         return {f"batch {x['batch']}: {k}": x[k] for x in r["runs"] for k in ("leaf_ops", "sync_calls", "plan_us")}
     return {}

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import suite  # noqa: E402
-from _stamp import machine_name, stamp  # noqa: E402
+from _trees import machine_name, stamp  # noqa: E402
 
 
 def test_an_unknown_section_or_tree_is_a_one_line_error(tmp_path):
@@ -34,3 +34,83 @@ def test_a_result_is_stamped_and_tabled(tmp_path):
     assert "| width 100: val pass / training | 1.800 |" in text and "failed: step_cost.py: boom" in text
     assert "python -m benchmarks cpu --quick" in text and "| eval_pass | width 100: val pass / training | 2.000 |" in text
     json.dumps(result)  # what the suite writes is JSON
+
+
+def _pac_section(n2_validate: float) -> dict:
+    def rank(n, threads, validate):
+        return {"threads": threads, "train_seconds": 10.0 / n, "train_events_per_s": 1000.0 * n,
+                "validate_seconds": validate, "run_seconds": 20.0,
+                "phases": {"train": 10.0 / n, "validate": validate, "test": 2.0, "other": 3.0},
+                "rank_peak_rss_bytes": [int(1e9)] * n, "planned_peak_bytes": [int(1.1e9)] * n}
+    return {"shards": "x-p8", "training_steps": 600, "eval_batches": 150, "n1": rank(1, 2, 3.0),
+            "n2": rank(2, 1, n2_validate), "ratios": {"train": 0.5, "validate": n2_validate / 3.0, "run": 1.0}}
+
+
+def test_the_page_is_made_from_stored_results_with_their_commands_and_charts(tmp_path, monkeypatch):
+    """docs/benchmarks.md and the README's block come from the result files alone: every table
+    names its command and file, a second run of a suite gives the page its noise, a question with
+    no result says which command answers it, and the charts are drawn."""
+    import report
+
+    st = stamp(ROOT)
+    machine = tmp_path / "benchmarks" / "results" / "some-cpu-2c"
+    machine.mkdir(parents=True)
+    ran = {"commit": st["commit"], "dirty": False, "date": st["date"]}
+    sections = {"partition": {"events": 10, "events_per_s": 5.0e6, "read_seconds": 1.0, "ran": ran},
+                "pac": {**_pac_section(4.0), "ran": ran},
+                "train_pyg": {"logs": [{"log": "unseen.csv", "speed_events_per_s": 900.0, "pyg_events_per_s": 600.0,
+                                        "speedup": 1.5}],
+                              "batches": [{"batch": b, "log": "unseen.csv", "speed_events_per_s": 900.0 * b / 200,
+                                           "pyg_events_per_s": 600.0, "speedup": 1.5 * b / 200} for b in (200, 1000)],
+                              "ran": ran}}
+    result = {"suite": "cpu-quick", "stamps": {str(ROOT): st}, "sections": sections}
+    (machine / "cpu-quick.json").write_text(json.dumps(result))
+    before = json.loads(json.dumps(result))
+    before["sections"]["partition"]["events_per_s"] = 4.0e6  # the run before: 25% apart
+    (machine / "cpu-quick.previous.json").write_text(json.dumps(before))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{report.MARKS[0]}\nSTALE LINE\n{report.MARKS[1]}\n\nrest\n")
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "benchmarks" / "results")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "DOC", tmp_path / "docs" / "benchmarks.md")
+    monkeypatch.setattr(report, "README", readme)
+    (tmp_path / "docs").mkdir()
+    assert report.main() == 0
+    page = report.DOC.read_text()
+    assert len(page.splitlines()) <= 300
+    assert "| SEP events/s | 5,000,000 |" in page and "differed by at most 25%" in page
+    assert "`python -m benchmarks cpu --quick --sections pac`" in page
+    assert "[`benchmarks/results/some-cpu-2c/cpu-quick.json`]" in page
+    assert "| unseen.csv: speed / PyG | 1.500 |" in page and "| batch 1000: speed / PyG | 7.500 |" in page
+    assert "`python -m benchmarks quality --quick` answers it" in page  # no quality result stored
+    for png in ("throughput_batch.png", "pac_phases.png", "pac_memory.png"):
+        assert (machine / png).stat().st_size > 1000 and f"some-cpu-2c/{png}" in page
+    text = readme.read_text()
+    assert "STALE LINE" not in text and text.endswith("rest\n") and "unseen.csv: 900 events/s, 1.50× PyG's TGN" in text
+    assert "validation 1.33× the seconds" in text
+
+
+def test_quality_summarises_the_seeds_and_draws_them(tmp_path):
+    import quality
+
+    runs = [{"log": g, "setting": s, "seed": k, "epochs_run": 20, "best_epoch": 19, "val_ap": [0.8] * 20,
+             "test_ap": ap, "test_ap_inductive": ap - 0.05, "seconds": 40.0}
+            for g in ("collegemsg", "generated") for s in ("single", "pac") for k, ap in enumerate((0.86, 0.88, 0.90))]
+    rows = quality.summarise(runs)
+    assert len(rows) == 4
+    r = rows[0]
+    assert (r["log"], r["setting"], r["seeds"]) == ("collegemsg", "single", 3)
+    assert abs(r["test_ap_mean"] - 0.88) < 1e-12 and abs(r["test_ap_std"] - 0.02) < 1e-12
+    assert r["published"] == quality.PUBLISHED["collegemsg"] and rows[2]["published"] is None
+    result = {"suite": "quality-quick", "stamp": stamp(ROOT), "epochs": 20, "patience": 20, "lr": 1e-4, "parts": 4,
+              "nproc": 2, "seeds": [0, 1, 2], "skipped": ["wikipedia"], "runs": runs, "summary": rows}
+    text = quality.table(result, tmp_path / "quality-quick.json")
+    assert "| collegemsg | single | 3 | 0.8800 ± 0.0200 |" in text and "Skipped (file missing): wikipedia." in text
+    quality.chart(result, tmp_path / "q.png")
+    assert (tmp_path / "q.png").stat().st_size > 1000
+
+
+def test_quality_refuses_an_unknown_log():
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "quality", "--logs", "nope"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown log or setting: nope" in done.stderr

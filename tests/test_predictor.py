@@ -270,7 +270,7 @@ def _mapped(a, folder) -> bool:
 def test_opening_a_run_maps_its_rows_and_scoring_reads_only_what_it_touches(run, tmp_path):
     """load_run maps the node rows (memories, neighbour rings, pending events) from the run's
     tensor file and holds them as they are: scoring a few pairs materialises no per-node array,
-    so its cost does not grow with the node count (benchmarks/run_open.py measures the RSS).
+    so its cost does not grow with the node count (benchmarks/run_open.py measured the RSS; retired, git show f837953:benchmarks/run_open.py).
     Writing to a loaded run changes that process's copy only, never the file."""
     path, events = run
     pred = speed.load_run(path)

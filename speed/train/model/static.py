@@ -255,7 +255,7 @@ class RowAdam(torch.optim.Optimizer):
     ``SparseAdam`` builds sparse tensors three times a step (``sparse_mask`` of both moments,
     the sparse update); here the gradient's rows are gathered once and the moments and the
     table are written back by index: 2.1 ms against 3.0 ms a step for 2,500 rows of 100 on one
-    thread (``benchmarks/static_cost.py --optimizer``), on a step of about 28 ms (TGN,
+    thread (``benchmarks/static_cost.py --optimizer``, retired: ``git show f837953:benchmarks/static_cost.py``), on a step of about 28 ms (TGN,
     Wikipedia).  As in ``SparseAdam``, ``eps`` is added to the square root of the uncorrected
     second moment and the bias corrections go into the step size; the state (``step``,
     ``exp_avg``, ``exp_avg_sq``) is the same, so checkpoints of either load into the other and

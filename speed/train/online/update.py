@@ -53,7 +53,7 @@ from ..step.runtime import seed_everything
 
 REPLAY_CAPACITY = 100_000  # interactions the reservoir keeps (about 1.6 MB)
 # The updates' default learning rate, over the run's: an update sees each event once where
-# training saw it every epoch.  Measured (benchmarks/online.py, TGN, seed 0, three increments):
+# training saw it every epoch.  Measured (benchmarks/online.py, retired: git show f837953:benchmarks/online.py; TGN, seed 0, three increments):
 # CollegeMsg AP 0.8535 at the run's rate (1e-4; memory only 0.8546) and 0.8668 at 10x;
 # Wikipedia 0.9552 and 0.9561.
 LR_SCALE = 10.0

@@ -5,7 +5,7 @@ and TGB.  This script checks those restatements once against the real code: it i
 functions from checkouts you give it (nothing of theirs is copied here), runs them on the same
 hand-built logs, and compares what speed produces with what they produce.
 
-    python benchmarks/reference_check.py --dyglib DyGLib/ --tgn tgn/ --tgb TGB/
+    python tests/reference_check.py --dyglib DyGLib/ --tgn tgn/ --tgb TGB/
 
 What is compared (the references draw with their own RNGs, so draws are compared as sets and
 counts, never element by element):
@@ -24,7 +24,7 @@ counts, never element by element):
 
 TGB's generator imports ``torch_geometric.data.TemporalData`` for a type; where PyG is not
 installed a stand-in holding ``src``, ``dst`` and ``t`` tensors is registered.  The result is
-printed and written to ``benchmarks/results/reference_check.json``.
+printed and written to ``tests/reference_check.json`` (beside this script).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from speed.train.eval.evaluator import Evaluator
 from speed.train.eval.metrics import ranking_metrics
 from speed.train.eval.negatives import random_candidates
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_conformance as conformance  # noqa: E402  (the hand-built logs the tests use, one copy)
 
