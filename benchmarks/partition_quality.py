@@ -214,7 +214,8 @@ def main() -> int:
     ap.add_argument("--synthetic-events", type=int, default=10_000_000)
     ap.add_argument("--synthetic-nodes", type=int, default=500_000)
     ap.add_argument("--kl-timeout", type=float, default=240.0, help="seconds KL may take per run")
-    ap.add_argument("--out", default=str(HERE / "results" / "partition_quality"))
+    ap.add_argument("--out", default=None,
+                    help="result path without suffix (default: benchmarks/results/<machine>/partition_quality)")
     ap.add_argument("--worker-dataset", help=argparse.SUPPRESS)
     ap.add_argument("--worker-parts", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker-method", help=argparse.SUPPRESS)
@@ -245,9 +246,13 @@ def main() -> int:
                 rows.append({**info, "parts": parts, "method": method, "topk": None, **res})
         del ev
 
-    out = Path(a.out)
+    sys.path.insert(0, str(HERE))
+    from _trees import results_dir, stamp
+
+    out = Path(a.out) if a.out else results_dir() / "partition_quality"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"config": {"synthetic_events": a.synthetic_events, "synthetic_nodes": a.synthetic_nodes,
+    result = {"stamp": stamp(), "command": "python benchmarks/partition_quality.py " + " ".join(sys.argv[1:]),
+              "config": {"synthetic_events": a.synthetic_events, "synthetic_nodes": a.synthetic_nodes,
                          "kl_timeout": a.kl_timeout, "split": "first 70% of events by time"},
               "rows": rows, "targets": targets(rows)}
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

@@ -10,7 +10,7 @@ protocol (``protocol="dyglib"``: 70/15/15 chronological split, 10% of the nodes 
 inductive figures, random negatives for selection).  The figure read is the test AP against random
 negatives (transductive), mean +- std over the seeds, beside DyGLib's published TGN figure where
 the log is one of DyGLib's.  ``--quick`` stops every run at 20 epochs (so patience never ends a
-run early) and leaves Wikipedia out: about 25 minutes on 2 cores.
+run early) and leaves Wikipedia out: about 15 minutes on 2 cores.
 
 Logs: ``collegemsg`` (SNAP CollegeMsg, DyGLib's UCI) and ``wikipedia`` (JODIE's) from
 ``../shared/data``; ``generated`` from ``speed generate`` with the recipe below, cached in
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,11 +34,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _trees import ROOT, results_dir, stamp  # noqa: E402
+from suite import RECIPES, cached  # noqa: E402
 
-CACHE = HERE / ".cache"
 SHARED = ROOT.parent / "shared" / "data"
-# the generated log: unipartite, heavy-tailed, 2,000 node ids (speed generate's arguments)
-GENERATED = ("quality_g100k_seed11.csv", ["--events", "100000", "--nodes", "2000", "--seed", "11"])
+GENERATED = "quality_g100k_seed11.csv"  # the generated log: its recipe (speed generate's arguments) in suite.py
 # DyGLib's published TGN test AP, transductive, random negatives (its paper's table of AP; UCI is
 # the network SNAP ships as CollegeMsg)
 PUBLISHED = {"collegemsg": 0.9234, "wikipedia": 0.9845}
@@ -49,21 +47,18 @@ PARTS, TOPK, NPROC = 4, 0.05, 2
 LOGS = ("collegemsg", "generated", "wikipedia")
 
 
+EXTRA: dict = {}  # logs of the user's, given to --logs as paths: name (the file's stem) -> path
+
+
 def log_path(name: str) -> Path:
-    """The log ``name`` (``../shared/data``, or generated once into the cache)."""
+    """The log ``name`` (``../shared/data``, generated once into the cache, or a path given)."""
+    if name in EXTRA:
+        return EXTRA[name]
     if name == "collegemsg":
         return SHARED / "CollegeMsg.txt"
     if name == "wikipedia":
         return SHARED / "wikipedia.csv"
-    file, args = GENERATED
-    path = CACHE / file
-    if not path.exists():
-        CACHE.mkdir(exist_ok=True)
-        tmp = path.with_suffix(".tmp.csv")
-        subprocess.run([sys.executable, "-m", "speed", "generate", str(tmp), *args, "--no-progress"], check=True,
-                       cwd=ROOT)
-        tmp.rename(path)
-    return path
+    return cached(GENERATED)
 
 
 def shards_for(name: str, seed: int, work: Path):
@@ -114,7 +109,7 @@ def table(result: dict, path: Path) -> str:
     st = result["stamp"]
     lines = [f"# {result['suite']}: {st['cpu']}, {st['cores']} cores", "",
              f"Commit {(st['commit'] or '?')[:10]}{' (with changes)' if st['dirty'] else ''}, {st['date']}; "
-             f"torch {st['torch']}. Command: `python -m benchmarks {result['suite'].replace('-quick', ' --quick')}`; "
+             f"torch {st['torch']}. Command: `{result['command']}`; "
              f"result: `{path.name}`. TGN, DyGLib's protocol, at most {result['epochs']} epochs, patience "
              f"{BUDGET['patience']}, lr {BUDGET['lr']:g}, `--deterministic`; PAC: P={PARTS}, N={NPROC}.", "",
              "| log | setting | seeds | test AP (random), mean ± std | inductive AP | DyGLib's TGN |",
@@ -165,20 +160,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks quality", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_EPOCHS} epochs at most, no Wikipedia")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--logs", help=f"comma-separated, of: {', '.join(LOGS)} (default: all; --quick: no wikipedia)")
+    ap.add_argument("--logs", help=f"comma-separated, of: {', '.join(LOGS)}, or paths of logs of yours (default: the "
+                                   "three; --quick: no wikipedia)")
     ap.add_argument("--settings", default="single,pac", help="single, pac or both (default)")
     ap.add_argument("--epochs", type=int, help="override the epoch budget (a measuring aid)")
     ap.add_argument("--out", help="result file (default: benchmarks/results/<machine>/quality[-quick].json)")
     a = ap.parse_args(argv)
     logs = a.logs.split(",") if a.logs else [g for g in LOGS if not (a.quick and g == "wikipedia")]
+    for i, g in enumerate(logs):
+        if g not in LOGS and Path(g).is_file():
+            EXTRA[Path(g).stem] = Path(g).resolve()
+            logs[i] = Path(g).stem
     settings = a.settings.split(",")
-    bad = [g for g in logs if g not in LOGS] + [s for s in settings if s not in ("single", "pac")]
+    bad = [g for g in logs if g not in LOGS and g not in EXTRA] + [s for s in settings if s not in ("single", "pac")]
     if bad:
         ap.error(f"unknown log or setting: {', '.join(bad)}")
     epochs = a.epochs or (QUICK_EPOCHS if a.quick else BUDGET["epochs"])
     suite_name = "quality-quick" if a.quick else "quality"
     out = Path(a.out) if a.out else results_dir() / f"{suite_name}.json"
     skipped = [g for g in logs if g != "generated" and not log_path(g).exists()]
+    if not a.out and EXTRA:  # a log of the user's: its own file, the stored figures stay as they are
+        out = out.with_name(f"{suite_name}-{'-'.join(EXTRA)}.json")
     runs = []
     with tempfile.TemporaryDirectory(prefix="speed-quality-") as tmp:
         for name in (g for g in logs if g not in skipped):
@@ -188,8 +190,9 @@ def main(argv=None) -> int:
                     runs.append(r)
                     print(f"{name:<10} {setting:<6} seed {seed}: {r['epochs_run']} epochs, best {r['best_epoch']}, "
                           f"test AP {r['test_ap']:.4f} ({r['seconds']:.0f} s)", flush=True)
-    result = {"suite": suite_name, "stamp": stamp(ROOT), "epochs": epochs, **{k: v for k, v in BUDGET.items() if k != "epochs"},
-              "parts": PARTS, "topk": TOPK, "nproc": NPROC, "seeds": a.seeds, "generated_recipe": GENERATED[1],
+    command = "python -m benchmarks quality " + " ".join(argv if argv is not None else sys.argv[1:])
+    result = {"suite": suite_name, "command": command.strip(), "stamp": stamp(ROOT), "epochs": epochs, **{k: v for k, v in BUDGET.items() if k != "epochs"},
+              "parts": PARTS, "topk": TOPK, "nproc": NPROC, "seeds": a.seeds, "generated_recipe": RECIPES[GENERATED],
               "skipped": skipped, "runs": runs, "summary": summarise(runs)}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_suffix(".json.tmp")

@@ -25,6 +25,7 @@ makes from the recipes below (seeds named), cached in ``benchmarks/.cache``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -42,6 +44,8 @@ SHARED = ROOT.parent / "shared" / "data"
 RECIPES = {
     "g2m_seed7.csv": ["--events", "2000000", "--nodes", "1000000", "--seed", "7"],  # also eval_pass.py's
     "sep_1e7_seed0.csv": ["--events", "10000000", "--nodes", "500000", "--seed", "0"],
+    # quality.py's: unipartite, heavy-tailed, 2,000 node ids
+    "quality_g100k_seed11.csv": ["--events", "100000", "--nodes", "2000", "--seed", "11"],
 }
 SHARDS = ("g2m_seed7.csv", "g2m_seed7-p8", ["--parts", "8", "--topk", "5"])  # the PAC section's shards
 
@@ -58,19 +62,34 @@ def cached(name: str) -> Path:
     return path
 
 
+LOG: Optional[Path] = None  # ``--log``: a log of the user's in place of the generated ones
+
+
+def main_log() -> Path:
+    """The log the training sections read: ``--log``, else the generated 2M-event recipe."""
+    return LOG if LOG is not None else cached(SHARDS[0])
+
+
 def shards() -> Path:
+    """SEP shards of :func:`main_log` (P=8, top-5%), made once into the cache."""
     log, name, args = SHARDS
+    if LOG is not None:  # named by the file and its size and time, so an edited log is partitioned again
+        st = LOG.stat()
+        key = hashlib.sha1(f"{LOG.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
+        name = f"{LOG.stem}-{key}-p8"
     path = CACHE / name
     if not path.exists():
-        subprocess.run([sys.executable, "-m", "speed", "partition", str(cached(log)), "-o", str(path), *args,
-                        "--no-progress"], check=True, cwd=ROOT)
+        CACHE.mkdir(exist_ok=True)
+        subprocess.run([sys.executable, "-m", "speed", "partition", str(main_log()), "-o", str(path), *args,
+                        "--no-progress"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return path
 
 
 def prepare_inputs(quick: bool) -> None:
     """Make every cached input before any section is timed (generation is not a measurement)."""
     for name in RECIPES:
-        cached(name)
+        if LOG is None:
+            cached(name)
     shards()
 
 
@@ -95,7 +114,7 @@ def _script(name: str, tree: str, *args: str, timeout: int = 1800) -> dict:
 def partition(tree: str, quick: bool) -> dict:
     import speed
 
-    log = cached("sep_1e7_seed0.csv")
+    log = LOG or cached("sep_1e7_seed0.csv")
     t0 = time.perf_counter()
     ev = speed.read_events(log, progress=False)
     read_s = time.perf_counter() - t0
@@ -112,7 +131,7 @@ BATCHES = (200, 1000, 4000)  # the batch sweep of train_pyg (on the generated lo
 
 
 def train_pyg(tree: str, quick: bool) -> dict:
-    gen = str(cached("g2m_seed7.csv"))
+    gen = str(main_log())
     logs = [gen] + ([str(wikipedia())] if wikipedia().exists() else [])
     args = ["--epochs", "2", "--threads", "2", "--eval-max-steps", "20", "--max-events", "60000" if quick else "300000"]
     keep = ("log", "speed_events_per_s", "pyg_events_per_s", "speedup")
@@ -156,14 +175,15 @@ def pac(tree: str, quick: bool) -> dict:
 
 
 def eval_pass(tree: str, quick: bool) -> dict:
-    got = _script("eval_pass.py", tree, "--tree", tree, "--steps", "600", "--eval-steps", "300")
+    got = _script("eval_pass.py", tree, "--tree", tree, "--steps", "600", "--eval-steps", "300",
+                  "--log", str(main_log()))
     return {"steps": 600, "eval_steps": 300, "widths": [
         {"width": r["width"], "train_events_per_s": r["train_events_per_s"],
          "passes": {p["pass"]: round(p["ratio_to_training"], 3) for p in r["passes"]}} for r in got["rows"]]}
 
 
 def step_ops(tree: str, quick: bool) -> dict:
-    got = _script("step_cost.py", tree, "--tree", tree, "--log", str(cached("g2m_seed7.csv")), "--batch", "200",
+    got = _script("step_cost.py", tree, "--tree", tree, "--log", str(main_log()), "--batch", "200",
                   "--threads", "1")
     keep = ("model", "batch", "leaf_ops", "sync_calls", "plan_us")
     return {"runs": [{k: r.get(k) for k in keep} for r in got["runs"]]}
@@ -258,7 +278,10 @@ def main() -> int:
     ap.add_argument("--section", required=True, choices=list(SECTIONS))
     ap.add_argument("--tree", default=str(ROOT))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--log", help="a log in place of the generated ones")
     a = ap.parse_args()
+    global LOG
+    LOG = Path(a.log).resolve() if a.log else None
     sys.path.insert(0, a.tree)
     got = SECTIONS[a.section](a.tree, a.quick)
     print(json.dumps({"section": a.section, "tree": a.tree, **got}))

@@ -15,7 +15,8 @@ from _trees import machine_name, stamp  # noqa: E402
 
 def test_an_unknown_section_or_tree_is_a_one_line_error(tmp_path):
     for args, said in ((["cpu", "--sections", "nope"], "no section nope"),
-                       (["cpu", "--tree", str(tmp_path)], "not a checkout of speed")):
+                       (["cpu", "--tree", str(tmp_path)], "not a checkout of speed"),
+                       (["cpu", "--quick", "--log", str(tmp_path / "nope.csv")], "nope.csv: no such file")):
         done = subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -102,7 +103,7 @@ def test_quality_summarises_the_seeds_and_draws_them(tmp_path):
     assert (r["log"], r["setting"], r["seeds"]) == ("collegemsg", "single", 3)
     assert abs(r["test_ap_mean"] - 0.88) < 1e-12 and abs(r["test_ap_std"] - 0.02) < 1e-12
     assert r["published"] == quality.PUBLISHED["collegemsg"] and rows[2]["published"] is None
-    result = {"suite": "quality-quick", "stamp": stamp(ROOT), "epochs": 20, "patience": 20, "lr": 1e-4, "parts": 4,
+    result = {"suite": "quality-quick", "command": "python -m benchmarks quality --quick", "stamp": stamp(ROOT), "epochs": 20, "patience": 20, "lr": 1e-4, "parts": 4,
               "nproc": 2, "seeds": [0, 1, 2], "skipped": ["wikipedia"], "runs": runs, "summary": rows}
     text = quality.table(result, tmp_path / "quality-quick.json")
     assert "| collegemsg | single | 3 | 0.8800 ± 0.0200 |" in text and "Skipped (file missing): wikipedia." in text
