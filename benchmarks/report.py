@@ -192,10 +192,17 @@ def command_line(result: dict, path: Path, section: Optional[str] = None) -> str
     return f"Command: `{cmd}`; result: [`{rel(path)}`](../{rel(path)})."
 
 
-def section_table(name: str, r: dict) -> List[str]:
+def section_table(name: str, r: dict, before: Optional[dict] = None) -> List[str]:
+    """The section's headline figures; with ``before`` (the same section's previous run, of the
+    same commit), that run's figures beside them: the spread a rerun shows."""
     if "error" in r:
         return [f"This section failed in that run: {r['error']}"]
     rows = suite.headline(name, r)
+    old = suite.headline(name, before) if before and (before.get("ran") or {}).get("commit") == \
+        (r.get("ran") or {}).get("commit") else {}
+    if old:
+        return ["| figure | value | the run before |", "|---|---|---|"] + [
+            f"| {k} | {fmt(v)} | {fmt(old.get(k, ''))} |" for k, v in rows.items()]
     return ["| figure | value |", "|---|---|"] + [f"| {k} | {fmt(v)} |" for k, v in rows.items()]
 
 
@@ -206,6 +213,8 @@ def missing(question: str, command: str) -> List[str]:
 def cpu_sections(cpu: Optional[dict], path: Optional[Path], gpu, gpu_path) -> List[str]:
     L: List[str] = []
     sec = (cpu or {}).get("sections", {})
+    prev_path = path.with_suffix(".previous.json") if path else None
+    prev = json.loads(prev_path.read_text()).get("sections", {}) if prev_path and prev_path.exists() else {}
     log = (f"`{cpu['log']}`" if (cpu or {}).get("log") else
            "the generated log (`speed generate --events 2000000 --nodes 1000000 --seed 7`)")
     head = {"partition": "## Partitioning speed (SEP, 10^7 events, P=8, top-5%)",
@@ -233,7 +242,7 @@ def cpu_sections(cpu: Optional[dict], path: Optional[Path], gpu, gpu_path) -> Li
         if name not in sec:
             L += missing(name, f"python -m benchmarks cpu --quick --sections {name}")
             continue
-        L += section_table(name, sec[name]) + ["", command_line(cpu, path, name), ""]
+        L += section_table(name, sec[name], prev.get(name)) + ["", command_line(cpu, path, name), ""]
         if name == "train_pyg":
             png = chart_batches(cpu, gpu, path.parent / "throughput_batch.png")
             if png:

@@ -190,7 +190,9 @@ def main() -> int:
         a.out = str(results_dir() / "scale.json")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    result = {"args": vars(a), "node_sweep": node_sweep(a, work) if a.nodes else [],
+    from _trees import stamp
+
+    result = {"stamp": stamp(threads=a.threads), "args": vars(a), "node_sweep": node_sweep(a, work) if a.nodes else [],
               "pac": [pac_run(a, work, e, n) for e, n in
                       zip(a.pac_events, a.pac_nodes or [max(e // 6, 1000) for e in a.pac_events])]}
     out = Path(a.out)
