@@ -349,6 +349,8 @@ def page() -> str:
          "numpy, numba, CPU, cores, threads, GPU, date). Design history lives in git and, where it explains a "
          "choice, in [parallel.md](parallel.md) and [training.md](training.md).", "",
          "## Running it", "",
+         "From the repository's root, installed with `pip install -e '.[all]'` (the `bench` extra brings PyG's "
+         "TGN for the comparison, and psutil).", "",
          "| command | what it measures | time |", "|---|---|---|",
          "| `python -m benchmarks cpu --quick` | SEP speed, TGN against PyG's, PAC N=1 against N=2 and `speed plan`, "
          "evaluation against training, operators per step | about 4 min on 2 cores |",
