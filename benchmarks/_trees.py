@@ -92,10 +92,17 @@ def results_dir() -> Path:
 
 
 
-def tree_options(ap, out: Path, what: str = "measure") -> None:
-    """``--tree`` (repeatable), ``--out`` (default ``out``) and the hidden ``--worker`` flag."""
+def default_out(name: str) -> str:
+    """``benchmarks/results/<machine>/NAME``: where a script's result goes unless told (the folder
+    is made when the result is saved)."""
+    return str(ROOT / "benchmarks" / "results" / machine_name() / name)
+
+
+def tree_options(ap, name: str, what: str = "measure") -> None:
+    """``--tree`` (repeatable), ``--out`` (default :func:`default_out` of ``name``) and the hidden
+    ``--worker`` flag."""
     ap.add_argument("--tree", action="append", default=None, help=f"checkout to {what} (repeatable; default this one)")
-    ap.add_argument("--out", default=str(out))
+    ap.add_argument("--out", default=default_out(name))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -126,10 +133,10 @@ def run_worker(script: str, *args) -> object:
 
 
 def save(out, **fields) -> Path:
-    """Write ``fields`` as JSON to ``out`` (its folder made), say where."""
+    """Write ``fields`` as JSON to ``out`` (its folder made), stamped, and say where."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(fields, indent=2) + "\n")
+    out.write_text(json.dumps({"stamp": stamp(), **fields}, indent=2) + "\n")
     print(f"saved {out}")
     return out
 

@@ -79,7 +79,7 @@ def main() -> int:
     ap.add_argument("--eval-steps", type=int, default=300, help="batches a pass")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--width", type=int, help=argparse.SUPPRESS)
-    tree_options(ap, HERE / "results" / "eval_pass.json")
+    tree_options(ap, "eval_pass.json")
     a = ap.parse_args()
     if answered_as_worker(a, worker):
         return 0

@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import speed  # noqa: E402
-from _trees import save  # noqa: E402
+from _trees import default_out, save  # noqa: E402
 from speed._threads import usable_cores  # noqa: E402
 from speed.train.model.network import build_model  # noqa: E402
 
@@ -100,7 +100,7 @@ def main() -> int:
                     help="planning pool sizes (default: this host's cores, and one fewer)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warm", type=int, default=1_000_000, help="events in the rings before the plans")
-    ap.add_argument("--out", default=str(HERE / "results" / "plan_beside_step.json"))
+    ap.add_argument("--out", default=default_out("plan_beside_step.json"))
     a = ap.parse_args()
     torch.set_num_threads(1)
     cores = usable_cores()

@@ -131,7 +131,7 @@ def main() -> int:
     pin = ap.add_mutually_exclusive_group()
     pin.add_argument("--pin", action="store_true", help="host memories: through a pinned staging buffer")
     pin.add_argument("--no-pin", action="store_true", help="host memories: plain pageable copies")
-    tree_options(ap, HERE / "results" / "profile_step.json", "profile")
+    tree_options(ap, "profile_step.json", "profile")
     a = ap.parse_args()
     if answered_as_worker(a, worker, ("log", "tree")):
         return 0

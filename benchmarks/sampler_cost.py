@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--neighbors", type=int, default=10)
     ap.add_argument("--warm", type=int, default=1_500_000, help="events in the rings before the steps")
     ap.add_argument("--steps", type=int, default=40)
-    tree_options(ap, HERE / "results" / "sampler_cost.json")
+    tree_options(ap, "sampler_cost.json")
     a = ap.parse_args()
     if answered_as_worker(a, worker, ("tree", "batch")):
         return 0

@@ -177,7 +177,7 @@ def main() -> int:
                          "the step's host overhead: what a launch-bound GPU step costs the host)")
     ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
                     help="plan each batch in a thread beside the steps (default: the config's, on with a GPU)")
-    tree_options(ap, HERE / "results" / "step_cost.json")
+    tree_options(ap, "step_cost.json")
     a = ap.parse_args()
     if answered_as_worker(a, worker, ("tree", "batch")):
         return 0

@@ -233,7 +233,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--log", action="append", default=None)
-    ap.add_argument("--out", default=str(HERE / "results" / "train_vs_pyg.json"))
+    ap.add_argument("--out", default=None, help="result file (default: benchmarks/results/<machine>/train_vs_pyg.json)")
     ap.add_argument("--worker", choices=["speed", "pyg"], help=argparse.SUPPRESS)
     ap.add_argument("--train-only", action="store_true", help="time training alone (no val/test; benchmarks/scale.py)")
     ap.add_argument("--batch-size", type=int, default=200)
@@ -284,9 +284,11 @@ def main() -> int:
         print(f"{row['log']:<16} PyG {row['pyg_events_per_s']:>8,.0f} ev/s AP {row['pyg_test_ap']:.4f} | speed "
               f"{row['speed_events_per_s']:>8,.0f} ev/s AP {row['speed_test_ap']:.4f} | {row['speedup']:.2f}x",
               flush=True)
-    out = Path(a.out)
+    from _trees import default_out, stamp
+
+    out = Path(a.out or default_out("train_vs_pyg.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": summary, "runs": runs}, indent=2) + "\n")
+    out.write_text(json.dumps({"stamp": stamp(threads=a.threads), "summary": summary, "runs": runs}, indent=2) + "\n")
     print(f"saved {out}")
     return 0
 
