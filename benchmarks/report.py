@@ -330,7 +330,11 @@ def scale_section(cpu_full: Optional[dict], path: Optional[Path]) -> List[str]:
     r = (cpu_full or {}).get("sections", {}).get("scale")
     if not r:
         return L + missing("the scaling curve and the 10M-event run", "python -m benchmarks cpu --sections scale")
-    return L + section_table("scale", r) + ["", command_line(cpu_full, path, "scale"), ""]
+    L += section_table("scale", r) + ["", command_line(cpu_full, path, "scale"), ""]
+    png = path.parent / "scale.png"  # scale.py's chart of the node sweep, beside its result
+    if png.exists():
+        L += [f"![training events/s against the node count](../{rel(png)})", ""]
+    return L
 
 
 def page() -> str:

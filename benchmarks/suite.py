@@ -98,10 +98,11 @@ def wikipedia() -> Path:
     return SHARED / "wikipedia.csv"
 
 
-def _script(name: str, tree: str, *args: str, timeout: int = 1800) -> dict:
-    """Run ``benchmarks/NAME`` (today's) on checkout ``tree``; its JSON result file, read back."""
+def _script(name: str, tree: str, *args: str, timeout: int = 1800, out: Optional[Path] = None) -> dict:
+    """Run ``benchmarks/NAME`` (today's) on checkout ``tree``; its JSON result file, read back
+    (``out``: where the script writes it, with what it draws beside it; default a temporary file)."""
     with tempfile.TemporaryDirectory(prefix="speed-bench-") as tmp:
-        out = Path(tmp) / "out.json"
+        out = Path(out) if out is not None else Path(tmp) / "out.json"
         env = {**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")}
         proc = subprocess.run([sys.executable, str(HERE / name), *args, "--out", str(out)], capture_output=True,
                               text=True, env=env, timeout=timeout, cwd=ROOT)
@@ -191,9 +192,13 @@ def step_ops(tree: str, quick: bool) -> dict:
 
 def scale(tree: str, quick: bool) -> dict:
     """The full suite's scaling curve and 10M-event run (benchmarks/scale.py; minutes to an hour)."""
+    from _trees import results_dir
+
+    # kept with its chart in the results (the other checkout's under its own name)
+    out = results_dir() / ("scale.json" if Path(tree) == ROOT else f"scale-{Path(tree).name}.json")
     return _script("scale.py", tree, "--nodes", "10000", "100000", "1000000", "--events", "300000",
                    "--pac-events", "10000000", "--pac-nodes", "1500000", "--nproc", "2", "--parts", "8",
-                   timeout=3 * 3600)
+                   timeout=3 * 3600, out=out)
 
 
 SECTIONS = {"partition": partition, "train_pyg": train_pyg, "pac": pac, "eval_pass": eval_pass, "step_ops": step_ops,
@@ -221,7 +226,9 @@ def headline(name: str, r: dict) -> dict:
     if name == "eval_pass":
         return {f"width {w['width']}: val pass / training": w["passes"].get("val") for w in r["widths"]}
     if name == "scale":
-        h = {f"{r['distinct_nodes']:,} nodes: speed events/s": r["speed_events_per_s"] for r in r["node_sweep"]}
+        h = {f"{x['distinct_nodes']:,} nodes: speed events/s": x["speed_events_per_s"] for x in r["node_sweep"]}
+        h |= {f"{x['distinct_nodes']:,} nodes: speed / PyG": x["speed_over_pyg"] for x in r["node_sweep"]
+              if "speed_over_pyg" in x}
         for p in r.get("pac", []):
             s_ = p["epoch_seconds"]
             h[f"PAC {p['events']:,} events: training events/s"] = p["train_events_per_s"]

@@ -115,3 +115,27 @@ def test_quality_refuses_an_unknown_log():
     done = subprocess.run([sys.executable, "-m", "benchmarks", "quality", "--logs", "nope"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 2 and "unknown log or setting: nope" in done.stderr
+
+
+def test_the_scale_section_is_read_by_its_curve_and_its_10m_run():
+    r = {"node_sweep": [{"distinct_nodes": 9876, "speed_events_per_s": 15000.0},
+                        {"distinct_nodes": 654321, "speed_events_per_s": 14000.0}],
+         "pac": [{"events": 10_000_000, "epoch_seconds": {"train": 400.0, "validate": 150.0},
+                  "final_evaluation_seconds": 50.0, "train_events_per_s": 17000.0,
+                  "ranks": [{"run_peak_rss_bytes": 2_000_000_000}, {"run_peak_rss_bytes": 2_100_000_000}]}]}
+    h = suite.headline("scale", r)
+    assert h["654,321 nodes: speed events/s"] == 14000.0
+    assert h["PAC 10,000,000 events: evaluation / training seconds"] == 0.5
+    assert h["PAC 10,000,000 events: largest rank peak, GB"] == 2.1
+
+
+def test_every_script_is_named_on_the_page_and_there_are_at_most_15():
+    """The page lists every file of benchmarks/ with what it is for (report.SCRIPTS), and the
+    folder stays small: a one-off measurement lives in a commit, not beside the suite."""
+    import report
+
+    files = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+    assert sorted(name for name, _ in report.SCRIPTS) == files
+    assert len(files) <= 15
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert all(f"`benchmarks/{name}`" in page for name in files)
