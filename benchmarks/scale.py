@@ -110,6 +110,8 @@ def pac_run(a, work: Path, events: int, nodes: int) -> dict:
            "final_evaluation_seconds": m["seconds"].get("final_evaluation"),
            "train_events_per_s": ep["train_events_per_s"],
            "evaluation_exchange": m.get("evaluation_exchange"),
+           # each rank's evaluation passes, in order (seconds, planning, collectives): evaluation_work
+           "evaluation_work": m.get("evaluation_work"),
            "best_write": m.get("best_write"),
            "ranks": [{"rank": r["rank"], "events": r["events"], "nodes": r["nodes"],
                       "training_peak_rss_bytes": r.get("peak_rss_bytes"),

@@ -232,8 +232,11 @@ def headline(name: str, r: dict) -> dict:
         for p in r.get("pac", []):
             s_ = p["epoch_seconds"]
             h[f"PAC {p['events']:,} events: training events/s"] = p["train_events_per_s"]
-            h[f"PAC {p['events']:,} events: evaluation / training seconds"] = (
+            h[f"PAC {p['events']:,} events: validation and test / training seconds"] = (
                 (s_.get("validate", 0.0) + (p["final_evaluation_seconds"] or 0.0)) / max(s_.get("train", 0.0), 1e-9))
+            if p.get("evaluation_work"):  # the passes alone, the slower rank's (issue 59's measure)
+                h[f"PAC {p['events']:,} events: evaluation passes / training seconds"] = max(
+                    sum(x["seconds_total"] for x in w) for w in p["evaluation_work"]) / max(s_.get("train", 0.0), 1e-9)
             h[f"PAC {p['events']:,} events: largest rank peak, GB"] = max(
                 (q["run_peak_rss_bytes"] or 0) for q in p["ranks"]) / 1e9
         return h

@@ -125,7 +125,7 @@ def test_the_scale_section_is_read_by_its_curve_and_its_10m_run():
                   "ranks": [{"run_peak_rss_bytes": 2_000_000_000}, {"run_peak_rss_bytes": 2_100_000_000}]}]}
     h = suite.headline("scale", r)
     assert h["654,321 nodes: speed events/s"] == 14000.0
-    assert h["PAC 10,000,000 events: evaluation / training seconds"] == 0.5
+    assert h["PAC 10,000,000 events: validation and test / training seconds"] == 0.5
     assert h["PAC 10,000,000 events: largest rank peak, GB"] == 2.1
 
 
