@@ -30,6 +30,7 @@ speed and memory
                    records events/s, peak GPU memory and test AP with evaluation bounded (the
                    first 50 batches of val, then of test); then ``benchmarks/step_cost.py`` on
                    the same log: kernel launches, host-device syncs and operators per step,
+                   the kernels' busy time a step against the step's time (the device-busy fraction),
                    ``benchmarks/sampler_cost.py``: neighbour sampling's µs a step on 1, 4
                    and all the host's cores, and ``benchmarks/plan_beside_step.py``: a plan's µs
                    alone and beside a thread dispatching without pause, with a planning pool of

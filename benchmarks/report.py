@@ -268,7 +268,9 @@ def gpu_section(gpu: Optional[dict], path: Optional[Path]) -> List[str]:
     for r in t.get("step_cost", [])[:2]:
         L.append(f"\nBatch {r['batch']}: {fmt(r['leaf_ops'])} operators and {fmt(r.get('kernel_launches'))} kernel "
                  f"launches a step, {fmt(r['sync_calls'])} host syncs, step {r['step_ms']:.1f} ms, plan "
-                 f"{r['plan_us'] / 1000:.1f} ms.")
+                 f"{r['plan_us'] / 1000:.1f} ms"
+                 + (f", kernels {r['kernel_ms']:.2f} ms a step ({100 * r['kernel_over_step']:.0f}% of the step)"
+                    if "kernel_over_step" in r else "") + ".")
     p = gpu["sections"].get("pac_speed") or {}
     if p.get("runs"):
         L += ["", f"PAC ranks sharing the GPU (`pac_speed`: {fmt(p['log']['events'])} events, P={p['parts']}, the same "

@@ -66,6 +66,20 @@ def _leaves(events):
     return [e for e in events if e.name.startswith("aten::") and not has_aten_below(e)]
 
 
+def busy_us(intervals) -> float:
+    """Microseconds covered by the union of ``(start, end)`` intervals: the time the device ran a
+    kernel (kernels on several streams overlap; each microsecond counts once)."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
 def worker(a) -> dict:
     sys.path.insert(0, a.tree)
     import torch
@@ -112,8 +126,10 @@ def worker(a) -> dict:
         if done == window[0]:
             sync()
             prof.__enter__()
+            marks["w0"] = time.perf_counter()
         elif done == window[1]:
             sync()
+            marks["w1"] = time.perf_counter()
             prof.__exit__(None, None, None)
         if done == timed[0]:
             sync()
@@ -159,6 +175,12 @@ def worker(a) -> dict:
         out["runtime_syncs"] = sum(v for k, v in runtime.items() if runtime_sync(k)) / n
         out["runtime_calls"] = {k: v / n for k, v in runtime.most_common(12)}
         out["device_name"] = torch.cuda.get_device_name(a.device)
+        # the device's busy time: kernels' union over the profiled window (the profiler slows the
+        # host, so this fraction is a floor), and their sum per step against the unprofiled step
+        busy = busy_us((e.time_range.start, e.time_range.end) for e in kernels)
+        out["kernel_ms"] = 1e-3 * busy / n
+        out["device_busy_fraction"] = 1e-6 * busy / max(marks["w1"] - marks["w0"], 1e-9)
+        out["kernel_over_step"] = out["kernel_ms"] / out["step_ms"]
     return out
 
 

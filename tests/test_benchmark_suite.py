@@ -139,3 +139,11 @@ def test_every_script_is_named_on_the_page_and_there_are_at_most_15():
     assert len(files) <= 15
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     assert all(f"`benchmarks/{name}`" in page for name in files)
+
+
+def test_device_busy_time_counts_overlapping_kernels_once():
+    from step_cost import busy_us
+
+    assert busy_us([]) == 0.0
+    assert busy_us([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17.0  # 0-12 and 20-25
+    assert busy_us([(30, 40), (0, 5)]) == 15.0  # in any order
