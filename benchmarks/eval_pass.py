@@ -19,7 +19,6 @@ Prints a row per tree, width and round, and saves them (JSON) to ``--out``.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,18 +26,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _trees import answered_as_worker, run_worker, save, tree_options, trees  # noqa: E402
+from suite import RECIPES, cached  # noqa: E402
 
-CACHE = HERE / ".cache"
-RECIPE = ["--events", "2000000", "--nodes", "1000000", "--seed", "7"]
-
-
-def generated_log() -> Path:
-    """The default log, generated once into ``benchmarks/.cache`` by the recipe above."""
-    path = CACHE / "g2m_seed7.csv"
-    if not path.exists():
-        CACHE.mkdir(exist_ok=True)
-        subprocess.run([sys.executable, "-m", "speed", "generate", str(path), *RECIPE, "--no-progress"], check=True)
-    return path
+LOG_NAME = "g2m_seed7.csv"  # the default log: suite.py's recipe of that name, made once into its cache
 
 
 def worker(a) -> dict:
@@ -86,7 +76,7 @@ def main() -> int:
     if a.log is not None and not Path(a.log).is_file():
         print(f"eval_pass.py: {a.log}: no such file (--log names an event log speed can read)", file=sys.stderr)
         return 2
-    log = a.log or str(generated_log())
+    log = a.log or str(cached(LOG_NAME))
     rows = []
     for r in range(a.rounds):
         for width in a.widths:
@@ -103,7 +93,7 @@ def main() -> int:
                 print(f"round {r}  width {width:>3}  {tree}: training {got['train_events_per_s']:,.0f} ev/s; "
                       + "; ".join(f"{p['pass']} {p['events_per_s']:,.0f} ({p['ratio_to_training']:.2f}x)"
                                   for p in got["passes"]), flush=True)
-    save(a.out, log=log, recipe=None if a.log else RECIPE, threads=a.threads, steps=a.steps,
+    save(a.out, log=log, recipe=None if a.log else RECIPES[LOG_NAME], threads=a.threads, steps=a.steps,
          eval_steps=a.eval_steps, rows=rows)
     return 0
 

@@ -34,9 +34,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _trees import ROOT, results_dir, stamp  # noqa: E402
-from suite import RECIPES, cached  # noqa: E402
+from suite import RECIPES, SHARED, cached  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data"
 GENERATED = "quality_g100k_seed11.csv"  # the generated log: its recipe (speed generate's arguments) in suite.py
 # DyGLib's published TGN test AP, transductive, random negatives (its paper's table of AP; UCI is
 # the network SNAP ships as CollegeMsg)

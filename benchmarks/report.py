@@ -408,26 +408,21 @@ def readme_block() -> str:
          "Every figure here is made by `python -m benchmarks docs` from a stored result, with the command that "
          "measures it; [docs/benchmarks.md](docs/benchmarks.md) has the tables, charts and noise.", ""]
     sec = (cpu or {}).get("sections", {})
-    cmd = "`python -m benchmarks cpu --quick`"
-    if sec:
-        where = f"{rel(path)}"
-        tp = sec.get("train_pyg", {})
-        for x in tp.get("logs", []):
-            L.append(f"- TGN training, one process, 2 threads, {x['log']}: {x['speed_events_per_s']:,.0f} events/s, "
-                     f"{x['speedup']:.2f}× PyG's TGN ({cmd}, `{where}`).")
-        p = sec.get("pac", {})
-        if "ratios" in p:
-            L.append(f"- PAC, N=2 ranks against N=1 on 2 cores: training {1 / p['ratios']['train']:.2f}× as fast, "
-                     f"validation {p['ratios']['validate']:.2f}× the seconds, the whole run {p['ratios']['run']:.2f}× "
-                     f"({cmd}, `{where}`).")
-        e = sec.get("eval_pass", {})
-        for w in e.get("widths", []):
-            L.append(f"- A validation pass streams {w['passes'].get('val', float('nan')):.2f}× training's events/s at "
-                     f"width {w['width']} ({cmd}, `{where}`).")
-        part = sec.get("partition", {})
-        if "events_per_s" in part:
-            L.append(f"- SEP partitions {fmt(part['events'])} events into 8 parts at {fmt(part['events_per_s'])} "
-                     f"events/s ({cmd}, `{where}`).")
+    said = f"(`python -m benchmarks cpu --quick`, `{rel(path)}`)" if sec else ""
+    for x in sec.get("train_pyg", {}).get("logs", []):
+        L.append(f"- TGN training, one process, 2 threads, {x['log']}: {x['speed_events_per_s']:,.0f} events/s, "
+                 f"{x['speedup']:.2f}× PyG's TGN {said}.")
+    r = sec.get("pac", {}).get("ratios")
+    if r:
+        L.append(f"- PAC, N=2 ranks against N=1 on 2 cores: training {1 / r['train']:.2f}× as fast, validation "
+                 f"{r['validate']:.2f}× the seconds, the whole run {r['run']:.2f}× {said}.")
+    for w in sec.get("eval_pass", {}).get("widths", []):
+        L.append(f"- A validation pass streams {w['passes'].get('val', float('nan')):.2f}× training's events/s at "
+                 f"width {w['width']} {said}.")
+    part = sec.get("partition", {})
+    if "events_per_s" in part:
+        L.append(f"- SEP partitions {fmt(part['events'])} events into 8 parts at {fmt(part['events_per_s'])} "
+                 f"events/s {said}.")
     if gpu and "throughput" in gpu.get("sections", {}):
         runs = [r for r in gpu["sections"]["throughput"]["runs"] if r.get("ok") and r["framework"] == "speed"]
         L.append(f"- On one {gpu['device_name']}: " + ", ".join(f"{fmt(r['events_per_s'])} events/s at batch {r['batch']}"
