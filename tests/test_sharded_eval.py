@@ -42,6 +42,11 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, tmp_path
             assert all(w["rows_received"] > 0 and w["bytes_received"] > 0 for w in work)
             # what a rank receives, it receives once: its rows and key states, from their owners
             assert sum(w["rows_received"] for w in work) == sum(w["rows_sent"] for w in work)
+            # a step moves what it reads to the device in two packed copies (its plan and rows,
+            # then the key states received) and waits for the device once (what it sends and stores)
+            for w in work:
+                assert w["steps"] > 0
+                assert w["copies_in"] == 2 * w["steps"] and w["copies_out"] == w["steps"], w
         else:
             assert res[0][i]["read"]["calls"] == 0 and work[0]["rows_received"] == 0
 

@@ -37,7 +37,7 @@ import torch
 
 from ..model.network import RowLayout
 from ..model.queries import QueryLayout
-from ..state.batch_plan import BatchPlan, DyRepPlan
+from ..state.batch_plan import BatchPlan, DyRepPlan, to_device
 from ..state.sharded import pack_rows, unpack_rows
 
 
@@ -53,17 +53,24 @@ class QueryPlan:
     nb_feat: torch.Tensor
     nb_dt: torch.Tensor
     nb_mask: torch.Tensor
-    orig_uq: Optional[np.ndarray] = None  # each query's index among the whole step's distinct queries
-    orig_nbk: Optional[np.ndarray] = None  # each neighbour key's index among the whole step's
+    #: each query's index among the whole step's distinct queries (int64 array or its RowLayout)
+    orig_uq: Optional[object] = None
+    #: each neighbour key's index among the whole step's (int64 array or its RowLayout)
+    orig_nbk: Optional[object] = None
+
+    _DEVICE = ("uq_key", "uq_t", "nb_keys", "nb_key", "nb_feat", "nb_dt", "nb_mask")
+
+    def device_tensors(self) -> list:
+        """The tensors that go to the device, in a fixed order (:meth:`with_device_tensors`)."""
+        return [getattr(self, n) for n in self._DEVICE]
+
+    def with_device_tensors(self, tensors) -> "QueryPlan":
+        return QueryPlan(*tensors, orig_uq=self.orig_uq, orig_nbk=self.orig_nbk)
 
     def to(self, device) -> "QueryPlan":
         if torch.device(device).type == "cpu":
             return self
-        from ..state.batch_plan import to_device
-
-        names = ["uq_key", "uq_t", "nb_keys", "nb_key", "nb_feat", "nb_dt", "nb_mask"]
-        return QueryPlan(*to_device([getattr(self, n) for n in names], torch.device(device)),
-                         orig_uq=self.orig_uq, orig_nbk=self.orig_nbk)
+        return self.with_device_tensors(to_device(self.device_tensors(), torch.device(device)))
 
 
 @dataclass
@@ -81,6 +88,8 @@ class Work:
     seconds_collectives: float = 0.0
     seconds_total: float = 0.0  # in the steps (planning apart)
     seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
+    copies_in: int = 0  # host-to-device copies a divided step makes (one packed copy each)
+    copies_out: int = 0  # device-to-host copies (each one a wait for the device, on a GPU)
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -178,7 +187,7 @@ class DividedStep:
             dyrep = DyRepPlan(inv=torch.from_numpy(np.searchsorted(du, d.inv.numpy()[pe]).astype(np.int64)),
                               own_row=remap_row(d.own_row.numpy()[du]), t=d.t[torch.from_numpy(du)],
                               nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask[torch.from_numpy(du)],
-                              nb_dt=d.nb_dt[torch.from_numpy(du)], nb_feat=d.nb_feat[torch.from_numpy(du)], orig=du)
+                              nb_dt=d.nb_dt[torch.from_numpy(du)], nb_feat=d.nb_feat[torch.from_numpy(du)], orig=RowLayout(du))
         t_pe = torch.from_numpy(pe)
         empty = torch.empty(0, dtype=torch.long)
         return BatchPlan(
@@ -191,7 +200,7 @@ class DividedStep:
             pe_feat=plan.pe_feat[t_pe], agg_entry=agg_entry, agg_local=agg_local,
             agg_sel=torch.from_numpy(kpos[agg_sel[sel]]), ob_node=empty, ob_key=empty, ob_latest=empty,
             ev_eid=empty, ev_src=empty, ev_dst=empty, dyrep=dyrep, agg_identity=plan.agg_identity,
-            orig_pe=pe, orig_sel=sel, orig_rows=rows)
+            orig_pe=RowLayout(pe), orig_sel=RowLayout(sel), orig_rows=RowLayout(rows))
 
     @staticmethod
     def _keys_of_queries(plan, uq: np.ndarray) -> np.ndarray:
@@ -214,6 +223,7 @@ class DividedStep:
         t_start = time.perf_counter()
         me, size, work = self.rank, self.size, self.work
         net, state, dev = model.net, model.state, model.device
+        # ---- on the host: what this process computes, reads, sends and stores (numpy)
         key_node = plan.rows.numpy()[plan.key_row.numpy()]
         key_owner = self._owner_of(key_node)
         mine = key_owner == me
@@ -222,51 +232,77 @@ class DividedStep:
         du = self._dyrep_of(plan, pe)
         rows = self._rows_of(plan, keys, pe, du)
         row_nodes = plan.rows.numpy()
-
-        # ---- stored rows for my keys: mine, and the others' from their owners
-        if size > 1:
-            s_rows, l_rows = self._fetch_rows(plan, row_nodes, rows, key_owner, state)
-        else:
-            s_rows, l_rows = state.read_nodes(plan.rows[torch.from_numpy(rows)])
+        # round 1, host to host: the stored rows my keys read, mine and the others' from their owners
+        s_rows, l_rows = self._fetch_rows(plan, row_nodes, rows, key_owner, state)
         kplan = self._key_plan(plan, keys, pe, sel, du, rows)
-        kdev = kplan.to(dev)
-        states, lasts = net.key_states(kdev, (s_rows.to(dev), l_rows.to(dev)), state.message_inputs(kdev),
-                                       invariant=True)
         work.keys += int(keys.size)
-
-        # ---- my share of the events: its distinct queries and the key states they read
+        # my share of the events, its distinct queries and the key states they read
         n = step.m
         bounds = shares(n, size)
         lo, hi = int(bounds[me]), int(bounds[me + 1])
-        out = StepScores(events=hi - lo)
+        m = hi - lo
         q_inv = plan.q_inv.numpy()
         positions = step.positions(lo, hi)
         uq = np.unique(q_inv[positions])
         need = self._keys_of_queries(plan, uq)
-        if size > 1:
-            t_states, t_lasts = self._fetch_keys(plan, step, need, keys, key_owner, states, lasts)
-        else:
-            t_states, t_lasts = states, lasts  # every key is mine, in key order
-            need = keys
+        kpos = np.full(key_owner.size, -1, dtype=np.int64)
+        kpos[keys] = np.arange(keys.size)
+        send_idx, send_counts, recv_counts = self._key_sends(plan, step, need, key_owner, kpos)
+        owner_need = key_owner[need]
+        here = np.flatnonzero(owner_need == me)
+        others = np.flatnonzero(owner_need != me)
+        recv_at = others[np.argsort(owner_need[others], kind="stable")]  # as they arrive: by owner, then key
+        ob_node, ob_key = plan.ob_node.numpy(), plan.ob_key.numpy()
+        ob_mine = key_owner[ob_key] == me
+        qplan = self._query_plan(plan, uq, need)
         work.embeddings += int(uq.size)
-        static = net.key_static(plan.rows[plan.key_row[torch.from_numpy(need)]].to(dev)) \
-            if net.static is not None else None
-        qplan = self._query_plan(plan, uq, need).to(dev)
-        z_uq = net.embed_keys(qplan, t_states, t_lasts, static, invariant=True)
-        z = z_uq.index_select(0, torch.from_numpy(np.searchsorted(uq, q_inv[positions])).to(dev))
-        m = hi - lo
-        mine = step.share(m)  # this share's queries, laid out as a step's
+        k = step.k
+        pairs = RowLayout.contiguous(lo, m)
+        cands = RowLayout.contiguous(lo * k, m * k) if k else None
+
+        # ---- one copy to the device of everything the step reads there (a GPU does not wait for
+        # it); pageable copies, one per index, would each wait for the device's queue to drain
+        static_ids = plan.rows[plan.key_row[torch.from_numpy(need)]] if net.static is not None else None
+        (kdev, s_dev, l_dev, qdev, static_ids, send_t, here_t, here_k, recv_t, z_at, ob_at, pairs,
+         cands) = self._to_device(dev, kplan, s_rows, l_rows, qplan, static_ids, send_idx, here, kpos[need[here]],
+                                  recv_at, np.searchsorted(uq, q_inv[positions]), kpos[ob_key[ob_mine]], pairs,
+                                  cands)
+        states, lasts = net.key_states(kdev, (s_dev, l_dev), state.message_inputs(kdev), invariant=True)
+
+        # ---- one copy back: the key states the others' shares read, and those my endpoints store
+        out_rows = pack_rows(torch.cat([states.index_select(0, send_t), states.index_select(0, ob_at)]),
+                             torch.cat([lasts.index_select(0, send_t), lasts.index_select(0, ob_at)]))
+        work.copies_out += 1
+        out_rows = out_rows.cpu()
+        ns = int(send_idx.size)
+        # round 2, host to host: the key states my share reads, from their owners
+        t0 = time.perf_counter()
+        got = self.world.host_exchange(out_rows[:ns], send_counts, recv_counts)
+        self._count(got.shape[0], ns, got.shape[1] * 4, time.perf_counter() - t0)
+        (got,) = self._to_device(dev, got)
+        s_in, l_in = unpack_rows(got)
+        t_states = states.new_empty((need.size, states.shape[1]))
+        t_lasts = lasts.new_empty((need.size,))
+        t_states[here_t] = states.index_select(0, here_k)
+        t_lasts[here_t] = lasts.index_select(0, here_k)
+        t_states[recv_t] = s_in
+        t_lasts[recv_t] = l_in
+
+        # ---- embed and score my share
+        static = net.key_static(static_ids) if static_ids is not None else None
+        z = net.embed_keys(qdev, t_states, t_lasts, static, invariant=True).index_select(0, z_at)
+        out = StepScores(events=m)
+        share = step.share(m)  # this share's queries, laid out as a step's
         if score and m:
             # each pair at its event's place in the batch, each candidate at its own
-            k = step.k
-            out.pos, out.neg, out.mrr = mine.score(net.score, z, RowLayout.contiguous(lo, m),
-                                                   RowLayout.contiguous(lo * k, m * k) if k else None)
+            out.pos, out.neg, out.mrr = share.score(net.score, z, pairs, cands)
         if collect and m:
-            out.z_src = z[mine.src]
+            out.z_src = z[share.src]
         work.scored += m
 
-        # ---- take the batch in: each owner stores its endpoints' states
-        self._absorb(model, plan, n, lo, hi, z, key_owner, keys, states, lasts)
+        # ---- take the batch in: each owner stores its endpoints' states (on the host, as copied)
+        s_ob, l_ob = unpack_rows(out_rows[ns:])
+        self._absorb(model, plan, n, lo, hi, z, torch.from_numpy(ob_node[ob_mine]), s_ob, l_ob)
         work.steps += 1
         work.seconds_total += time.perf_counter() - t_start
         return out
@@ -322,27 +358,49 @@ class DividedStep:
                          nb_keys=torch.from_numpy(nb_keys.astype(np.int64)),
                          nb_key=torch.from_numpy(np.ascontiguousarray(nb_key, dtype=np.int64).reshape(uq.size, k)),
                          nb_feat=plan.nb_feat[t_uq], nb_dt=plan.nb_dt[t_uq], nb_mask=plan.nb_mask[t_uq],
-                         orig_uq=uq, orig_nbk=orig_nbk)
+                         orig_uq=RowLayout(uq), orig_nbk=RowLayout(orig_nbk))
 
     # ------------------------------------------------------------------ exchanges
+    def _row_requests(self, plan, key_owner: np.ndarray):
+        """``(rank, row)`` pairs, int64 arrays: the stored rows (positions among ``plan.rows``) that
+        each key's owner reads to compute its keys -- their own rows, the pending events' both
+        endpoints, DyRep's queries and their neighbours -- for every rank at once (what
+        :meth:`_rows_of` gives one rank)."""
+        agg_sel = plan.agg_sel.numpy()
+        if plan.agg_identity:  # pending event j is key agg_sel[j]'s
+            pe, pe_req = np.arange(agg_sel.size), key_owner[agg_sel]
+        else:
+            pe, pe_req = plan.agg_entry.numpy(), key_owner[agg_sel[plan.agg_local.numpy()]]
+        req = [key_owner, pe_req, pe_req]
+        row = [plan.key_row.numpy(), plan.pe_row.numpy()[pe], plan.pe_other_row.numpy()[pe]]
+        if plan.dyrep is not None and pe.size:
+            d = plan.dyrep
+            inv = d.inv.numpy()[pe]
+            mask = d.nb_mask.numpy()[inv]
+            req += [pe_req, np.broadcast_to(pe_req[:, None], mask.shape)[mask]]
+            row += [d.own_row.numpy()[inv], d.nb_row.numpy()[inv][mask]]
+        return np.concatenate(req), np.concatenate(row)
+
+    @staticmethod
+    def _pairs(rank: np.ndarray, item: np.ndarray, n: int):
+        """The distinct ``(rank, item)`` pairs (``0 <= item < n``), by rank then item."""
+        both = np.unique(rank.astype(np.int64) * np.int64(max(n, 1)) + item)
+        return both // max(n, 1), both % max(n, 1)
+
     def _fetch_rows(self, plan, row_nodes, rows, key_owner, state):
-        """Round 1: every process's key rows, from their owners (one ``all_to_all_single``)."""
+        """Round 1: every process's key rows, from their owners (one ``all_to_all_single``).  What
+        each process needs is found for all of them in one pass over the plan, so a process's
+        host work does not grow with the number of processes."""
         w, me, size = self.world, self.rank, self.size
         row_owner = self._owner_of(row_nodes)
-        send_ids, send_counts, recv_counts = [], [], []
-        for r in range(size):
-            k_r = np.flatnonzero(key_owner == r)
-            pe_r, sel_r = self._pending_of_keys(plan, key_owner == r)
-            rows_r = rows if r == me else self._rows_of(plan, k_r, pe_r, self._dyrep_of(plan, pe_r))
-            if r == me:
-                send_counts.append(0)
-                recv_counts.append(0)
-                continue
-            out = rows_r[row_owner[rows_r] == me]  # what r needs of mine
-            send_ids.append(row_nodes[out])
-            send_counts.append(out.size)
-            recv_counts.append(int(np.count_nonzero(row_owner[rows] == r)))
-        ids = np.concatenate(send_ids) if send_ids else np.empty(0, dtype=np.int64)
+        req, row = self._row_requests(plan, key_owner)
+        keep = (row_owner[row] == me) & (req != me)  # rows of mine that another process reads
+        dest, row = self._pairs(req[keep], row[keep], row_nodes.size)
+        send_counts = np.bincount(dest, minlength=size).tolist()
+        recv_counts = np.bincount(row_owner[rows], minlength=size)
+        recv_counts[me] = 0
+        recv_counts = recv_counts.tolist()
+        ids = row_nodes[row]
         s_send, l_send = state.held_rows(ids)
         t0 = time.perf_counter()
         got = w.host_exchange(pack_rows(s_send, l_send), send_counts, recv_counts)
@@ -366,50 +424,69 @@ class DividedStep:
             offset += pos.numel()
         return s_all, l_all
 
-    def _fetch_keys(self, plan, step: QueryLayout, need, keys, key_owner, states, lasts):
-        """Round 2: the key states each share of queries reads, from the keys' owners."""
-        w, me, size = self.world, self.rank, self.size
-        bounds = shares(step.m, size)
-        q_inv = plan.q_inv.numpy()
-        kpos = np.full(key_owner.size, -1, dtype=np.int64)
-        kpos[keys] = np.arange(keys.size)
-        send_idx, send_counts, recv_counts = [], [], []
-        for r in range(size):
-            if r == me:
-                send_counts.append(0)
-                recv_counts.append(0)
-                continue
-            pos_r = step.positions(int(bounds[r]), int(bounds[r + 1]))
-            need_r = self._keys_of_queries(plan, np.unique(q_inv[pos_r])) if pos_r.size else np.empty(0, np.int64)
-            out = need_r[key_owner[need_r] == me]
-            send_idx.append(kpos[out])
-            send_counts.append(out.size)
-            recv_counts.append(int(np.count_nonzero(key_owner[need] == r)))
-        idx = torch.from_numpy(np.concatenate(send_idx) if send_idx else np.empty(0, dtype=np.int64))
-        packed = pack_rows(states.index_select(0, idx.to(states.device)), lasts.index_select(0, idx.to(lasts.device)))
-        t0 = time.perf_counter()
-        got = w.host_exchange(packed.cpu(), send_counts, recv_counts)
-        self._count(got.shape[0], int(idx.numel()), got.shape[1] * 4, time.perf_counter() - t0)
-        s_in, l_in = unpack_rows(got)
-        d = states.shape[1]
-        t_states = torch.empty(need.size, d, dtype=states.dtype, device=states.device)
-        t_lasts = torch.empty(need.size, dtype=lasts.dtype, device=lasts.device)
-        owner_need = key_owner[need]
-        here = np.flatnonzero(owner_need == me)
-        t_states[torch.from_numpy(here).to(states.device)] = states.index_select(
-            0, torch.from_numpy(kpos[need[here]]).to(states.device))
-        t_lasts[torch.from_numpy(here).to(states.device)] = lasts.index_select(
-            0, torch.from_numpy(kpos[need[here]]).to(states.device))
-        offset = 0
-        for r in range(size):
-            if r == me:
-                continue
-            pos = np.flatnonzero(owner_need == r)
-            at = torch.from_numpy(pos).to(states.device)
-            t_states[at] = s_in[offset:offset + pos.size].to(states.device)
-            t_lasts[at] = l_in[offset:offset + pos.size].to(states.device)
-            offset += pos.size
-        return t_states, t_lasts
+    def _key_sends(self, plan, step: QueryLayout, need: np.ndarray, key_owner: np.ndarray, kpos: np.ndarray):
+        """Round 2's counts and what this process sends: the key states of its own that the other
+        processes' shares of queries read (their own nodes' and their neighbours'), found for all
+        shares in one pass.  Returns ``(send_idx, send_counts, recv_counts)``: positions among
+        this process's keys, grouped by destination in rank order, keys ascending in each."""
+        me, size = self.rank, self.size
+        m, g, k = step.m, step.groups, step.k
+        bounds = shares(m, size)
+        event = np.concatenate([np.tile(np.arange(m), g), np.repeat(np.arange(m), k)])  # of each query position
+        share = np.searchsorted(bounds, event, side="right") - 1
+        n_uq = plan.uq_key.shape[0]
+        s_of, uq = self._pairs(share, plan.q_inv.numpy()[:event.size], n_uq)
+        rank, key = [s_of], [plan.uq_key.numpy()[uq]]
+        if plan.nb_mask.shape[1]:
+            mask = plan.nb_mask.numpy()[uq]
+            rank.append(np.broadcast_to(s_of[:, None], mask.shape)[mask])
+            key.append(plan.nb_keys.numpy()[plan.nb_key.numpy()[uq]][mask])
+        rank, key = np.concatenate(rank), np.concatenate(key)
+        keep = (key_owner[key] == me) & (rank != me)
+        dest, key = self._pairs(rank[keep], key[keep], key_owner.size)
+        recv_counts = np.bincount(key_owner[need], minlength=size)
+        recv_counts[me] = 0
+        return kpos[key], np.bincount(dest, minlength=size).tolist(), recv_counts.tolist()
+
+    def _to_device(self, dev, *items):
+        """``items`` on ``dev`` in one copy (:func:`~speed.train.state.batch_plan.to_device`): host
+        tensors, int64 arrays, plans (:class:`BatchPlan`, :class:`QueryPlan`; their row layouts
+        become :class:`RowLayout` objects whose positions travel too), row layouts, or None."""
+        flat, spans = [], []
+        for it in items:
+            start = len(flat)
+            if isinstance(it, np.ndarray):
+                it = torch.from_numpy(np.ascontiguousarray(it))
+            if isinstance(it, (BatchPlan, QueryPlan)):
+                flat += it.device_tensors()
+                for lay in _layouts_of(it):
+                    flat.append(lay.host_positions())
+            elif isinstance(it, RowLayout):
+                flat.append(it.host_positions())
+            elif it is not None:
+                flat.append(it)
+            spans.append((it, start, len(flat)))
+        real = [i for i, t in enumerate(flat) if t is not None]
+        moved = [None] * len(flat)
+        if real:
+            self.work.copies_in += 1
+            for i, t in zip(real, to_device([flat[i] for i in real], torch.device(dev))):
+                moved[i] = t
+        out = []
+        for it, start, stop in spans:
+            got = moved[start:stop]
+            if isinstance(it, (BatchPlan, QueryPlan)):
+                lays = _layouts_of(it)
+                body = got[:len(got) - len(lays)]
+                for lay, pos in zip(lays, got[len(got) - len(lays):]):
+                    lay.hold(dev, pos)
+                out.append(it.with_device_tensors(body))
+            elif isinstance(it, RowLayout):
+                it.hold(dev, got[0])
+                out.append(it)
+            else:
+                out.append(got[0] if got else None)
+        return out
 
     def _count(self, rows_in: int, rows_out: int, row_bytes: int, seconds: float) -> None:
         work = self.work
@@ -420,18 +497,14 @@ class DividedStep:
         work.seconds_collectives += seconds
 
     # ------------------------------------------------------------------ absorb
-    def _absorb(self, model, plan, n, lo, hi, z, key_owner, keys, states, lasts) -> None:
-        """The batch's endpoints store their memory as seen at its last time, each on its owner;
-        a component that keeps embeddings (TIGE) gets each endpoint's at its latest event."""
+    def _absorb(self, model, plan, n, lo, hi, z, nodes, states, lasts) -> None:
+        """The batch's endpoints store their memory as seen at its last time, each on its owner
+        (``nodes``, this process's endpoints, and their ``states``/``lasts`` on the host); a
+        component that keeps embeddings (TIGE) gets each endpoint's at its latest event."""
         state, dev = model.state, model.device
         ob_node = plan.ob_node.numpy()
         if ob_node.size == 0:
             return
-        ob_key = plan.ob_key.numpy()
-        kpos = np.full(key_owner.size, -1, dtype=np.int64)
-        kpos[keys] = np.arange(keys.size)
-        mine = key_owner[ob_key] == self.rank
-        at = torch.from_numpy(kpos[ob_key[mine]]).to(states.device)
         z_ob = None
         if state.keeps_embeddings:
             # each endpoint's latest query is among the batch's first 2n (sources, destinations)
@@ -450,8 +523,16 @@ class DividedStep:
                 self._count(ob_node.size - here.size, here.size * (self.size - 1), z.shape[1] * 4,
                             time.perf_counter() - t0)
         # (a component reads the plan beside the embeddings: on their device)
-        state.observe(plan.to(dev) if z_ob is not None else plan, torch.from_numpy(ob_node[mine]),
-                      states.index_select(0, at), lasts.index_select(0, at), z_ob)
+        state.observe(plan.to(dev) if z_ob is not None else plan, nodes, states, lasts, z_ob)
+
+
+def _layouts_of(plan) -> list:
+    """The row layouts a divided plan carries (:class:`RowLayout` objects), in a fixed order."""
+    if isinstance(plan, QueryPlan):
+        names = [plan.orig_uq, plan.orig_nbk]
+    else:
+        names = [plan.orig_pe, plan.orig_sel, plan.orig_rows] + ([plan.dyrep.orig] if plan.dyrep is not None else [])
+    return [x for x in names if isinstance(x, RowLayout)]
 
 
 def gather_scores(world, parts: List[StepScores], sizes: List[int]):

@@ -154,7 +154,7 @@ class TemporalGNN(nn.Module):
         dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
         feat = plan.pe_feat
         if invariant:  # each pending event at its place in the whole step (RowLayout)
-            lay = RowLayout(plan.orig_pe) if plan.orig_pe is not None else RowLayout.leading(dt.shape[0])
+            lay = RowLayout.of(plan.orig_pe) if plan.orig_pe is not None else RowLayout.leading(dt.shape[0])
             raw = lay.take(self.message(*lay.place(s_self, s_other), self.time_enc(lay.place(dt)), lay.place(feat)))
         else:
             raw = self.message(s_self, s_other, self.time_enc(dt), feat)
@@ -165,7 +165,7 @@ class TemporalGNN(nn.Module):
                                          plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
         held = s_key.index_select(0, plan.agg_sel)
         if invariant:  # each updated key at its place among the whole step's
-            lay = RowLayout(plan.orig_sel) if plan.orig_sel is not None else RowLayout.leading(held.shape[0])
+            lay = RowLayout.of(plan.orig_sel) if plan.orig_sel is not None else RowLayout.leading(held.shape[0])
             new = lay.take(self.updater(*lay.place(agg, held)))
         else:
             new = self.updater(agg, held)
@@ -190,8 +190,8 @@ class TemporalGNN(nn.Module):
                                        nbr_e=d.nb_feat, nbr_dt=d.nb_dt, nbr_mask=d.nb_mask)
         else:
             z = self._attend(self.message_embedding, own, dt, s_rows, d.nb_row, d.nb_feat, d.nb_dt, d.nb_mask,
-                             (RowLayout(d.orig) if d.orig is not None else RowLayout.leading(own.shape[0]),
-                              RowLayout(plan.orig_rows) if plan.orig_rows is not None
+                             (RowLayout.of(d.orig) if d.orig is not None else RowLayout.leading(own.shape[0]),
+                              RowLayout.of(plan.orig_rows) if plan.orig_rows is not None
                               else RowLayout.leading(s_rows.shape[0])))
         return z.index_select(0, d.inv)
 
@@ -235,11 +235,11 @@ class TemporalGNN(nn.Module):
         own = h.index_select(0, q.uq_key)
         own_dt = q.uq_t - lasts.index_select(0, q.uq_key)
         orig = getattr(q, "orig_uq", None)
-        queries = (RowLayout(orig) if orig is not None else RowLayout.leading(own.shape[0])) if invariant else None
+        queries = (RowLayout.of(orig) if orig is not None else RowLayout.leading(own.shape[0])) if invariant else None
         if self.embedding.needs_neighbors:
             nb = h.index_select(0, q.nb_keys)
             orig = getattr(q, "orig_nbk", None)
-            layouts = (queries, RowLayout(orig) if orig is not None else RowLayout.leading(nb.shape[0])) if invariant \
+            layouts = (queries, RowLayout.of(orig) if orig is not None else RowLayout.leading(nb.shape[0])) if invariant \
                 else None
             return self._attend(self.embedding, own, own_dt, nb, q.nb_key, q.nb_feat, q.nb_dt, q.nb_mask, layouts)
         z = queries.take(self.embedding(*queries.place(own, own_dt))) if invariant else self.embedding(own, own_dt)
@@ -478,6 +478,22 @@ class RowLayout:
         height = int(positions.max()) + 1 if self.n else 0
         self.rows = max(1, -(-height // self.BLOCK)) * self.BLOCK
         self._positions = torch.from_numpy(positions)
+
+    @classmethod
+    def of(cls, index) -> "RowLayout":
+        """``index`` as a layout: itself when it is one already (its positions may be on a
+        device: :meth:`hold`)."""
+        return index if isinstance(index, cls) else cls(index)
+
+    def host_positions(self) -> Optional[torch.Tensor]:
+        """int64 (n,): each row's position, on the host (None for :meth:`leading` rows)."""
+        return self._positions
+
+    def hold(self, device, positions: Optional[torch.Tensor]) -> None:
+        """Keep :meth:`host_positions` as moved to a device (so that moving them can share a
+        copy with a step's other tensors)."""
+        if positions is not None:
+            self._on[positions.device] = positions
 
     @classmethod
     def leading(cls, n: int) -> "RowLayout":
