@@ -404,6 +404,8 @@ def section_throughput(a, work: Path) -> dict:
                 cmd.append("--pipeline")
             elif fw == "speed-no-pipeline":
                 cmd.append("--no-pipeline")
+            elif fw == "speed-cuda-graph":
+                cmd.append("--cuda-graph")
             t0 = time.monotonic()
             try:
                 proc = _call(cmd, left - 5)
@@ -416,7 +418,7 @@ def section_throughput(a, work: Path) -> dict:
                 ep = r["epochs"][0]
                 row.update(events=ep["events"], seconds=ep["seconds"], events_per_s=ep["events_per_s"],
                            loss=ep["loss"], test_ap=r["test"]["ap"], peak_device_bytes=r.get("peak_device_bytes"),
-                           num_nodes=r.get("num_nodes"))
+                           num_nodes=r.get("num_nodes"), captured=r.get("captured"))
             else:
                 row["output_tail"] = "timeout" if proc is None else proc.stderr[-1500:]
             out["runs"].append(row)
@@ -595,9 +597,10 @@ def main() -> int:
     ap.add_argument("--sweep-nodes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--sweep-events", type=int, default=200_000)
     ap.add_argument("--tp-batches", type=int, nargs="+", default=[200, 1000, 4000], help="throughput: batch sizes")
-    ap.add_argument("--tp-frameworks", nargs="+", default=["speed", "speed-no-pipeline", "pyg"],
-                    choices=["speed", "speed-pipeline", "speed-no-pipeline", "pyg"],
-                    help="throughput: what runs at each batch size (speed: its defaults, the pipeline on with a GPU)")
+    ap.add_argument("--tp-frameworks", nargs="+", default=["speed", "speed-cuda-graph", "speed-no-pipeline", "pyg"],
+                    choices=["speed", "speed-pipeline", "speed-no-pipeline", "speed-cuda-graph", "pyg"],
+                    help="throughput: what runs at each batch size (speed: its defaults, the pipeline on with a GPU; "
+                         "speed-cuda-graph: --cuda-graph)")
     ap.add_argument("--tp-events", type=int, default=300_000, help="throughput: training events a run")
     ap.add_argument("--tp-eval-steps", type=int, default=50, help="throughput: evaluation batches of val and test")
     ap.add_argument("--tp-log-events", type=int, default=2_000_000, help="throughput: events of the generated log")

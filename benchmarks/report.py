@@ -282,6 +282,32 @@ def gpu_section(gpu: Optional[dict], path: Optional[Path]) -> List[str]:
                          f"{fmt(r['validate_s'])} | {fmt(r['wall_s'])} |")
     L += ["", f"Command: `python -m benchmarks gpu --sections throughput`; result: [`{rel(path)}`](../{rel(path)}). "
           "(Stored before results carried the host's CPU in their stamp.)", ""]
+    return L + cuda_graph_section(*newest("cuda_graph.json"))
+
+
+def cuda_graph_section(cg: Optional[dict], path: Optional[Path]) -> List[str]:
+    """``--cuda-graph`` against the eager step, measured side by side on one machine."""
+    if cg is None:
+        return []
+    L = ["### The captured step (`--cuda-graph`)", "",
+         f"On {cg['device_name']} ({cg['started']}): {cg['what']}.", "",
+         "| batch | eager events/s | `--cuda-graph` events/s | speed-up | test AP eager / captured |",
+         "|---|---|---|---|---|"]
+    by = {}
+    for r in cg["throughput"]:
+        by.setdefault(r["batch"], {})[r["framework"]] = r
+    for b, two in sorted(by.items()):
+        e, c = two.get("speed"), two.get("speed-cuda-graph")
+        if e and c:
+            L.append(f"| {b} | {fmt(e['events_per_s'])} | {fmt(c['events_per_s'])} | "
+                     f"{c['events_per_s'] / e['events_per_s']:.2f}× | {e['test_ap']:.4f} / {c['test_ap']:.4f} |")
+    for r in cg.get("step_cost_cuda_graph", []):
+        L.append(f"\nBatch {r['batch']}, captured: step {r['step_ms']:.2f} ms, {r['kernel_launches']:.0f} kernels "
+                 f"in one graph launch, kernels {r['kernel_ms']:.2f} ms a step (the device busy "
+                 f"{100 * r['device_busy_fraction']:.0f}% of the profiled window), plan and padding "
+                 f"{r['plan_us'] / 1000:.1f} ms in the pipeline's thread (wall time there, waits for the interpreter lock included).")
+    L += ["", f"{cg['gpu_test']['summary']}. {cg.get('note', '')}.", "",
+          f"Commands: {'; '.join(f'`{c}`' for c in cg['commands'])}; result: [`{rel(path)}`](../{rel(path)}).", ""]
     return L
 
 
@@ -428,6 +454,16 @@ def readme_block() -> str:
         L.append(f"- On one {gpu['device_name']}: " + ", ".join(f"{fmt(r['events_per_s'])} events/s at batch {r['batch']}"
                                                             for r in runs)
                  + f" (`python -m benchmarks gpu --sections throughput`, `{rel(gpath)}`).")
+    cg, cgpath = newest("cuda_graph.json")
+    if cg:
+        by = {}
+        for r in cg["throughput"]:
+            by.setdefault(r["batch"], {})[r["framework"]] = r["events_per_s"]
+        pairs = [(b, d["speed-cuda-graph"], d["speed-cuda-graph"] / d["speed"]) for b, d in sorted(by.items())
+                 if "speed" in d and "speed-cuda-graph" in d]
+        L.append(f"- With `--cuda-graph` on one {cg['device_name']}: "
+                 + ", ".join(f"{fmt(e)} events/s at batch {b} ({x:.2f}× the eager step)" for b, e, x in pairs)
+                 + f" (docs/benchmarks.md, `{rel(cgpath)}`).")
     if q:
         rows = [r for r in q["summary"] if r["log"] == "collegemsg"]
         if rows:

@@ -101,6 +101,8 @@ def worker(a) -> dict:
         cfg.update(memory_dim=a.dim, time_dim=a.dim, embedding_dim=a.dim)
     if a.pipeline is not None:  # plans built in a thread beside the steps (default: on with a GPU)
         cfg.update(pipeline=a.pipeline)
+    if a.cuda_graph:  # fixed-shape steps replayed from a CUDA graph (eagerly on a CPU)
+        cfg.update(cuda_graph=True)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = local_trainer(events, split, TrainConfig(**cfg))
 
@@ -115,6 +117,19 @@ def worker(a) -> dict:
             plan_s[0] += time.perf_counter() - t0
 
     network.StatefulModel.plan = timed_plan
+    if a.cuda_graph:  # a captured step's padding and packing is planning too
+        from speed.train.step import captured
+
+        inner_fix = captured.CapturedStep.fix
+
+        def timed_fix(self, plan):
+            t0 = time.perf_counter()
+            try:
+                return inner_fix(self, plan)
+            finally:
+                plan_s[0] += time.perf_counter() - t0
+
+        captured.CapturedStep.fix = timed_fix
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     marks = {}
@@ -155,7 +170,8 @@ def worker(a) -> dict:
     syncs = Counter(e.name for e in evs if e.name in SYNC_OPS)
     n = a.steps
     out = {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "batch": a.batch, "device": a.device,
-           "dim": a.dim, "pipeline": a.pipeline,
+           "dim": a.dim, "pipeline": a.pipeline, "cuda_graph": bool(a.cuda_graph),
+           "replays": getattr(engine.captured, "replays", None) if a.cuda_graph else None,
            "torch": torch.__version__, "threads": a.threads, "steps": n,
            "leaf_ops": len(leaves) / n,
            "sync_calls": sum(syncs.values()) / n,
@@ -199,6 +215,8 @@ def main() -> int:
                          "the step's host overhead: what a launch-bound GPU step costs the host)")
     ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
                     help="plan each batch in a thread beside the steps (default: the config's, on with a GPU)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="fixed-shape steps replayed from a CUDA graph (--cuda-graph; eagerly without a GPU)")
     tree_options(ap, "step_cost.json")
     a = ap.parse_args()
     if answered_as_worker(a, worker, ("tree", "batch")):
@@ -209,7 +227,8 @@ def main() -> int:
             r = run_worker(__file__, "--log", a.log, "--tree", tree, "--model", a.model, "--batch", batch,
                            "--threads", a.threads, "--device", a.device, "--skip", a.skip, "--steps", a.steps,
                            *(["--deterministic"] if a.deterministic else []), *(["--dim", a.dim] if a.dim else []),
-                           *([f"--{'' if a.pipeline else 'no-'}pipeline"] if a.pipeline is not None else []))
+                           *([f"--{'' if a.pipeline else 'no-'}pipeline"] if a.pipeline is not None else []),
+                           *(["--cuda-graph"] if a.cuda_graph else []))
             rows.append(r)
             gpu = (f"  {r['kernel_launches']:6.0f} kernels {r['memcpy']:4.0f} copies {r['runtime_syncs']:4.0f} syncs"
                    if "kernel_launches" in r else "")

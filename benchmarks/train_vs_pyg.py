@@ -78,7 +78,7 @@ def run_speed(a) -> dict:
     cfg = TrainConfig(model="tgn", batch_size=a.batch_size, lr=1e-4, memory_dim=100, time_dim=100,
                       embedding_dim=100, neighbors=10, device=a.device, seed=a.seed, progress=False,
                       num_threads=a.threads, new_node_fraction=0.0, pipeline=a.pipeline, max_steps=bounded,
-                      eval_max_steps=a.eval_max_steps).validate()
+                      eval_max_steps=a.eval_max_steps, cuda_graph=a.cuda_graph).validate()
     tr = local_trainer(events, split, cfg)
     if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
         tr.config = replace(cfg, max_steps=a.warmup_steps)
@@ -89,12 +89,14 @@ def run_speed(a) -> dict:
         log = tr.training.train_epoch(e)
         epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss,
                        "events": log.train_events})
+    cap = tr.training.engine.captured
+    captured = {"replays": cap.replays, "recorded": cap.recorded, "failed": cap.failed} if cap is not None else None
     if a.train_only:
-        return {"epochs": epochs, "num_nodes": int(events.num_nodes), **_peak_device(a.device)}
+        return {"epochs": epochs, "num_nodes": int(events.num_nodes), "captured": captured, **_peak_device(a.device)}
     tr.evaluator.evaluate(tr.model, "val")
     test, _ = tr.evaluator.evaluate(tr.model, "test")
     return {"epochs": epochs, "test": test["transductive"], "num_nodes": int(events.num_nodes),
-            **_peak_device(a.device)}
+            "captured": captured, **_peak_device(a.device)}
 
 
 def run_pyg(a) -> dict:
@@ -245,6 +247,8 @@ def main() -> int:
                     help="untimed training steps before the first epoch (a fresh model and state follow)")
     ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
                     help="speed: plan the next batch in a background thread (default: speed's, on with a GPU)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="speed: fixed-shape steps replayed from a CUDA graph (eagerly without a GPU)")
     a = ap.parse_args()
     a.log = a.log or [str(DATA)]
     if a.worker:

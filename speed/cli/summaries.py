@@ -183,6 +183,17 @@ def format_train_summary(m: dict, out: Path) -> str:
         who = f"{n} rank{'s' if n != 1 else ''}" if m.get("nproc", 1) > 1 or n > 1 else "1 process"
         lines.append(f"ran on {who} x {th['per_process']} thread{'s' if th['per_process'] != 1 else ''}"
                      + (f" ({th['why']})" if th.get("why") else ""))
+    cg = m.get("cuda_graph")
+    if cg is not None:
+        if cg.get("failed"):
+            lines.append(f"--cuda-graph: the step could not be recorded ({cg['failed']}); the padded steps ran eagerly")
+        elif cg.get("recorded"):
+            lines.append(f"--cuda-graph: {cg['replays']:,} steps replayed from {cg['recorded']} recorded graph"
+                         f"{'s' if cg['recorded'] != 1 else ''} (each shape's first {cg.get('warmup')} steps and other "
+                         "shapes' ran eagerly)")
+        else:
+            lines.append("--cuda-graph: no step was recorded (no CUDA device, or too few steps of one shape): the "
+                         "fixed-shape steps ran eagerly")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no best.json was written")

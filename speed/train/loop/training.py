@@ -15,12 +15,13 @@ from ..._threads import apply_threads, choose_threads, default_threads, usable_c
 from ..._util import tune_allocator
 from ...data.events import Events
 from ...data.split import Split
-from ..config import TrainConfig
+from ..config import ConfigError, TrainConfig
 from ..eval.evaluator import Evaluator
 from ..model.build import model_for, place_state
 from ..model.network import StatefulModel
 from ..model.static import prepare_static
 from ..run.folder import RunFolder, kept_threads
+from ..step.captured import CapturedStep
 from ..step.engine import Batches, Engine, EpochLog
 from ..step.loader import EventStream
 from ..step.negatives import negative_pool, train_seed, training_negatives
@@ -58,8 +59,12 @@ class StreamTraining:
         prepare_static(self.model.net, events.src[self.train_index], events.dst[self.train_index], self.neg_pool,
                        config.seed, progress=config.progress)
         self.optimizer = make_optimizer(self.model.net, config.lr, config.static_lr)
+        if config.cuda_graph:
+            why = CapturedStep.why_not(self.model, self.optimizer, config)
+            if why is not None:
+                raise ConfigError("cuda_graph", f"cannot capture {config.model}'s step: {why}")
         self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline_on(device),
-                             staleness=config.staleness)
+                             staleness=config.staleness, capture=config.cuda_graph)
         self.stream = EventStream(events)
 
     def train_epoch(self, epoch: int, collect: Optional[list] = None) -> EpochLog:
@@ -87,7 +92,13 @@ class StreamTraining:
         return {"appended_events_not_trained": int(appended)} if appended else {}
 
     def extra_metrics(self) -> Dict:
-        return {}
+        """With ``--cuda-graph``: the shapes recorded, the steps replayed, and why recording
+        failed if it did (the steps then ran eagerly)."""
+        cap = self.engine.captured
+        if cap is None:
+            return {}
+        return {"cuda_graph": {"recorded": cap.recorded, "replays": cap.replays, "failed": cap.failed,
+                               "warmup": cap.WARMUP}}
 
 
 def local_parts(events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel],

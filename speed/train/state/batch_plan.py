@@ -79,7 +79,7 @@ class DyRepPlan:
     nb_mask: torch.Tensor
     nb_dt: torch.Tensor
     nb_feat: torch.Tensor
-    orig: Optional[np.ndarray] = None  # each query's index in the whole step's (a divided step's part)
+    orig: Optional[object] = None  # each query's index in the whole step's (a divided step's part; array or RowLayout)
 
     def to(self, device, non_blocking: bool = False) -> "DyRepPlan":
         return DyRepPlan(**{f.name: (getattr(self, f.name).to(device, non_blocking=non_blocking) if f.name != "orig"
@@ -166,10 +166,14 @@ class BatchPlan:
     #: (``agg_entry`` is ``arange``): the last aggregator, which then needs no gather
     agg_identity: bool = False
     #: a part of a whole step's plan (:mod:`speed.train.eval.divided`): each pending event's,
-    #: updated key's and row's index in the whole plan (for RowLayout); None: the whole plan
-    orig_pe: Optional[np.ndarray] = None
-    orig_sel: Optional[np.ndarray] = None
-    orig_rows: Optional[np.ndarray] = None
+    #: updated key's and row's index in the whole plan (int64 arrays, or their RowLayouts);
+    #: None: the whole plan
+    orig_pe: Optional[object] = None
+    orig_sel: Optional[object] = None
+    orig_rows: Optional[object] = None
+    #: the padded plan's tensors in one page-locked buffer, ``(buffer, spans, tensors)``, for a
+    #: captured step (:mod:`speed.train.step.captured`); None otherwise
+    packed: Optional[tuple] = None
 
     @property
     def num_keys(self) -> int:
@@ -183,19 +187,30 @@ class BatchPlan:
         device = torch.device(device)
         if device.type == "cpu":  # plans are built on the host
             return self
+        return self.with_device_tensors(to_device(self.device_tensors(), device))
+
+    def _device_names(self):
         names = [f.name for f in fields(self) if f.name not in _HOST_FIELDS and getattr(self, f.name) is not None]
-        tensors = [getattr(self, n) for n in names]
         dy = [f.name for f in fields(DyRepPlan) if f.name != "orig"] if self.dyrep is not None else []
-        tensors += [getattr(self.dyrep, n) for n in dy] if dy else []
-        moved = to_device(tensors, device)
+        return names, dy
+
+    def device_tensors(self) -> list:
+        """The plan's tensors that go to a device, in a fixed order (:meth:`with_device_tensors`
+        takes them back, moved), so one copy can carry them beside others."""
+        names, dy = self._device_names()
+        return [getattr(self, n) for n in names] + [getattr(self.dyrep, n) for n in dy]
+
+    def with_device_tensors(self, tensors) -> "BatchPlan":
+        """This plan with :meth:`device_tensors` replaced by ``tensors`` (the same order)."""
+        names, dy = self._device_names()
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out.update(zip(names, moved[:len(names)]))
+        out.update(zip(names, tensors[:len(names)]))
         if dy:
-            out["dyrep"] = DyRepPlan(**dict(zip(dy, moved[len(names):])), orig=self.dyrep.orig)
+            out["dyrep"] = DyRepPlan(**dict(zip(dy, tensors[len(names):])), orig=self.dyrep.orig)
         return BatchPlan(**out)
 
 
-_HOST_FIELDS = ("stale", "agg_identity", "dyrep", "orig_pe", "orig_sel", "orig_rows")  # not device tensors
+_HOST_FIELDS = ("stale", "agg_identity", "dyrep", "orig_pe", "orig_sel", "orig_rows", "packed")  # not device tensors
 _ALIGN = 64  # bytes between the tensors packed into one copy (vectorised kernels' alignment)
 
 

@@ -194,6 +194,16 @@ class NodeStates:
         """The stored ``(states, last_update)`` of nodes ``n_id`` (of the main memory)."""
         return self.memory.read(n_id)
 
+    def memory_device(self) -> torch.device:
+        """Where the node memory's rows are held."""
+        return self.memory.memory.device
+
+    def buffer_ids(self) -> tuple:
+        """The addresses of the memory's buffers: they change when a buffer is replaced (the
+        memory resized, or restored by adopting other tensors), which a step recorded on them
+        must notice (:mod:`speed.train.step.captured`)."""
+        return self.memory.memory.data_ptr(), self.memory.last_update.data_ptr()
+
     def held_rows(self, ids: np.ndarray):
         """The stored ``(states, last_update)`` of nodes ``ids`` whose rows this process holds
         (all of them, unless the memory is divided among ranks), as host tensors: no exchange."""

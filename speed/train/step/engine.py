@@ -27,6 +27,7 @@ import torch
 
 from ..._util import TRIM_EVERY, progress_bar, trim_heap
 from ..state.spill import Spill
+from .captured import CapturedStep
 from .loader import EventStream, PlanLoader, Step
 from .losses import link_loss
 from .negatives import NegativeSampler
@@ -199,16 +200,22 @@ class Engine:
         Plan the next batch in a background thread while this one computes.
     staleness : int
         With the pipeline, let a step read memory up to this many batches stale (0: exact).
+    capture : bool
+        Pad each training plan to a fixed shape and run its step from a CUDA graph recorded
+        once per shape (:mod:`.captured`; eagerly on the same buffers without a GPU).  The
+        caller checks :meth:`CapturedStep.why_not` first.
     """
 
     def __init__(self, model, optimizer: torch.optim.Optimizer, forward: Optional[Callable] = None,
-                 progress: Optional[bool] = None, pipeline: bool = False, staleness: int = 0):
+                 progress: Optional[bool] = None, pipeline: bool = False, staleness: int = 0,
+                 capture: bool = False):
         self.model = model
         self.optimizer = optimizer
         self.forward = forward or model.net
         self.progress = progress
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
+        self.captured = CapturedStep(model, optimizer, self.forward) if capture else None
 
     def step(self, step: Step, collect: Optional[list] = None, score: bool = False,
              ranked: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
@@ -240,10 +247,16 @@ class Engine:
         model = self.model
         n = len(step)
         training = self.optimizer is not None
+        plan = step.plan
+        if plan.packed is not None and self.captured is not None and training and collect is None \
+                and not score and ranked is None and extra_loss is None:  # padded for a captured step
+            return StepResult(loss=self.captured.run(plan, n))
+        if plan.q_inv.device != model.device:  # a host plan (one the graph does not take runs eagerly)
+            plan = plan.to(model.device)
         if training:
             self.optimizer.zero_grad()
         with torch.set_grad_enabled(training):
-            pos_logit, neg_logit, z, states, lasts = self.forward(step.plan, *model.inputs(step.plan), n)
+            pos_logit, neg_logit, z, states, lasts = self.forward(plan, *model.inputs(plan), n)
         out = StepResult()
         if score:
             out.pos, out.neg = pos_logit.detach().cpu().numpy(), neg_logit.detach().cpu().numpy()
@@ -251,13 +264,13 @@ class Engine:
             with torch.no_grad():
                 out.ranked = ranked(z).cpu().numpy()
         if not training:
-            model.absorb(step.plan, states, lasts, z)
+            model.absorb(plan, states, lasts, z)
             return out
         loss = link_loss(pos_logit, neg_logit)
         if extra_loss is not None:
             loss = loss + extra_loss(z)
         # stored states come from the weights that produced this batch's loss (PyG's order)
-        model.absorb(step.plan, states, lasts, z)
+        model.absorb(plan, states, lasts, z)
         if collect is not None:
             collect.append(z[:n].detach().cpu())
         loss.backward()
@@ -272,7 +285,8 @@ class Engine:
         gradient averaging of the DDP wrapper takes part, with zero gradients."""
         model = self.model
         self.optimizer.zero_grad()
-        pos_logit, neg_logit, _, _, _ = self.forward(step.plan, *model.inputs(step.plan), len(step))
+        plan = step.plan.to(model.device) if step.plan.q_inv.device != model.device else step.plan
+        pos_logit, neg_logit, _, _, _ = self.forward(plan, *model.inputs(plan), len(step))
         (0.0 * link_loss(pos_logit, neg_logit)).backward()
         self.optimizer.step()
 
@@ -304,7 +318,8 @@ class Engine:
             return (pass_ended and index + 1 < total) or sync_due(index + 1, sync_every)
 
         loader = PlanLoader(model, stream, batches, negatives.next_edges, pipeline=self.pipeline, staleness=self.staleness,
-                            barrier=barrier, on_pass_start=model.state.reset_structures, observed=observed)
+                            barrier=barrier, on_pass_start=model.state.reset_structures, observed=observed,
+                            fix=self.captured.fix if self.captured is not None else None)
         with progress_bar(total * batches.batch_size, desc, progress=self.progress) as bar:
             for step in loader:
                 s, ended = step.index, step.ended

@@ -133,12 +133,17 @@ class PlanLoader:
     on_device : bool
         Move each plan to the model's device (default); False keeps it on the host (an
         evaluation that divides its steps, :mod:`speed.train.eval.divided`, cuts it first).
+    fix : callable, optional
+        ``fix(host_plan) -> plan``, run on each plan in the planning thread: a captured step's
+        padding and packing (:meth:`speed.train.step.captured.CapturedStep.fix`); the plan then
+        stays on the host.
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
                  pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
                  on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None,
-                 push: bool = True, observed: Optional[Callable] = None, on_device: bool = True):
+                 push: bool = True, observed: Optional[Callable] = None, on_device: bool = True,
+                 fix: Optional[Callable] = None):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
         self.staleness = int(staleness)
@@ -152,6 +157,9 @@ class PlanLoader:
             raise ValueError("observed events need messages without event values (not TIGE)")
         self.observed = observed
         self.on_device = bool(on_device)
+        #: pads each host plan to its fixed shape and packs it for a captured step, in the
+        #: planning thread (:meth:`speed.train.step.captured.CapturedStep.fix`); None: no padding
+        self.fix = fix
         self.device = model.device
         #: seconds spent building plans (in whichever thread built them)
         self.plan_seconds = 0.0
@@ -178,7 +186,10 @@ class PlanLoader:
         if more is not None and more[0].size:  # one time-ordered batch of both (ties: the step's own first)
             order = np.argsort(np.concatenate([t, more[2]]), kind="stable")
             events = tuple(np.concatenate([a, b])[order] for a, b in zip(events, more))
-        plan = self.model.plan(nodes, times, events=events, push=self.push, on_device=self.on_device)
+        plan = self.model.plan(nodes, times, events=events, push=self.push,
+                               on_device=self.on_device and self.fix is None)
+        if self.fix is not None:
+            plan = self.fix(plan)
         if self.staleness:
             if before_read is not None:
                 before_read(index)

@@ -114,6 +114,18 @@ class FlatAdam(torch.optim.Optimizer):
         self.flat.addcdiv_(self.exp_avg, denom, value=-(lr / bias_correction1))
         return None
 
+    # ------------------------------------------------------------------ a captured step
+    def capturable(self, on: bool = True) -> None:
+        """Let the fused step be recorded in a CUDA graph (its step count and bias corrections
+        stay on the device; :mod:`speed.train.step.captured`)."""
+        if self._fused is None:
+            raise RuntimeError("only the fused (CUDA) step can be recorded")
+        self._fused.param_groups[0]["capturable"] = bool(on)
+
+    def replayed(self) -> None:
+        """A recorded step ran (its device step count advanced): count it here too."""
+        self.steps += 1
+
     # ------------------------------------------------------------------ state
     def _sync_moments(self) -> None:
         """The fused optimiser keeps its own moments and step: bring them into the flat ones."""

@@ -1,0 +1,176 @@
+"""A training step captured once per shape and replayed: one CUDA graph a step.
+
+A GPU step of a small temporal model is a few hundred small kernels; dispatching them costs the
+host more than the device spends running them (on an H100, TGN at batch 200: a 9.2 ms step whose
+kernels keep the device busy 0.8 ms).  With the plan padded to fixed shapes (:mod:`.fixed`), the
+whole step -- the memory rows read, the forward pass, the loss, the state writes, the backward
+pass and the optimiser step (:class:`~speed.train.step.optim.FlatAdam`'s fused Adam over one
+flat buffer) -- has the same tensors every time, so it is recorded once as a CUDA graph
+(``torch.cuda.graphs``) and replayed: the host's work a step is one copy of the plan into the
+graph's input buffer and one launch.
+
+Why ``torch.cuda.graphs`` and not ``torch.compile(mode="reduce-overhead")``: the step's state
+writes and optimiser run in place on buffers the graph must keep (the node memory, the flat
+weights), which is what a hand-placed graph holds by construction; compiling first costs a
+minute a shape, and graph breaks in the plan's dataclasses would split the graph.
+
+The plan reaches the graph in one copy: the loader's thread pads it and lays its tensors end to
+end in one page-locked buffer (:meth:`CapturedStep.fix`), which is copied into the graph's
+input buffer without the host waiting.
+
+Where no GPU is present the same code runs the step eagerly on the same input buffer (no graph):
+what the tests on a CPU check.  A step is recorded after :attr:`CapturedStep.WARMUP` eager ones
+of its shape (CUDA's libraries set their workspaces up in those), and recorded again when a
+buffer it holds is replaced (the memory resized, the weights reloaded) or the learning rate
+changes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from ..state.batch_plan import BatchPlan, pack, unpack
+from .fixed import pad_plan, unsupported
+from .losses import link_loss
+
+
+class _Recorded:
+    """One shape's graph, its input buffer and the buffers it was recorded on."""
+
+    def __init__(self, buf: torch.Tensor, plan: BatchPlan, holds: Tuple, lr: float):
+        self.buf = buf
+        self.plan = plan  # views of buf: the graph's inputs
+        self.holds = holds
+        self.lr = lr
+        self.graph = None
+        self.loss: Optional[torch.Tensor] = None
+
+
+class CapturedStep:
+    """Training steps of ``model`` replayed from a CUDA graph per plan shape.
+
+    Parameters
+    ----------
+    model : StatefulModel
+    optimizer : FlatAdam
+    forward : callable
+        The forward pass (``model.net``).
+    """
+
+    #: eager steps of a shape before it is recorded
+    WARMUP = 3
+
+    def __init__(self, model, optimizer, forward):
+        self.model, self.optimizer, self.forward = model, optimizer, forward
+        self.device = model.device
+        self.graphs: Dict[tuple, _Recorded] = {}
+        self.seen: Dict[tuple, int] = {}
+        self.replays = 0
+        self.recorded = 0
+        #: why recording failed, if it did (the steps then run eagerly on the padded plans)
+        self.failed: Optional[str] = None
+
+    @staticmethod
+    def why_not(model, optimizer, config=None) -> Optional[str]:
+        """Why steps of ``model`` with ``optimizer`` cannot be captured (None: they can)."""
+        from .optim import FlatAdam
+
+        why = unsupported(model.net, model.state)
+        if why is not None:
+            return why
+        if not isinstance(optimizer, FlatAdam):
+            return "its optimiser is not one flat Adam"
+        if model.state.memory_device() != model.device:
+            # a graph replays the copies of host rows it recorded, not the gathers that filled them
+            return "the node state is in host memory (--state-device device keeps it on the GPU)"
+        if config is not None and config.deterministic:
+            return "--deterministic (the eager step is its path)"
+        if config is not None and config.staleness:
+            return "--staleness (rows read ahead)"
+        return None
+
+    # ------------------------------------------------------------------ the loader's thread
+    def fix(self, plan: BatchPlan) -> BatchPlan:
+        """The host plan padded to its fixed shape, its tensors packed in one page-locked buffer
+        (``plan.packed``): run by the loader, in its thread."""
+        plan = pad_plan(plan)
+        tensors = plan.device_tensors()
+        buf, spans = pack(tensors, pin=self.device.type == "cuda")
+        plan.packed = (buf, spans, tensors)
+        return plan
+
+    # ------------------------------------------------------------------ the step
+    def _key(self, plan: BatchPlan) -> tuple:
+        return tuple((tuple(t.shape), t.dtype) for t in plan.packed[2])
+
+    def _holds(self) -> Tuple:
+        """The buffers a graph reads and writes in place: when one is replaced, record again."""
+        return self.model.state.buffer_ids() + (self.optimizer.flat.data_ptr(), self.optimizer.flat_grad.data_ptr())
+
+    def _body(self, plan: BatchPlan, n: int) -> torch.Tensor:
+        """The step on the device plan ``plan`` (what is recorded)."""
+        model, opt = self.model, self.optimizer
+        opt.zero_grad()
+        pos, neg, z, states, lasts = self.forward(plan, *model.inputs(plan), n)
+        loss = link_loss(pos, neg)
+        model.absorb(plan, states, lasts, z)  # stored states come from the weights of this loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def run(self, plan: BatchPlan, n: int) -> torch.Tensor:
+        """One training step of ``n`` events on the fixed host plan ``plan`` (from :meth:`fix`);
+        returns its loss, on the device."""
+        buf, spans, like = plan.packed
+        key = self._key(plan)
+        rec = self.graphs.get(key)
+        lr = self.optimizer.param_groups[0]["lr"]
+        if rec is None or rec.holds != self._holds() or rec.lr != lr:
+            dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
+            rec = _Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
+            self.graphs[key] = rec
+        rec.buf.copy_(buf, non_blocking=True)
+        if self.device.type != "cuda" or self.failed is not None:  # the same step, eagerly, on the same buffer
+            return self._body(rec.plan, n)
+        if rec.graph is None:
+            self.seen[key] = self.seen.get(key, 0) + 1
+            if self.seen[key] <= self.WARMUP:
+                # eager, on a side stream (as torch's graphs ask of the steps before a capture)
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    loss = self._body(rec.plan, n)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                return loss
+            if not self._record(rec, n):
+                return self._body(rec.plan, n)
+        rec.graph.replay()
+        self.optimizer.replayed()
+        self.replays += 1
+        return rec.loss.clone()
+
+    def _record(self, rec: _Recorded, n: int) -> bool:
+        """Record the step on ``rec``'s buffers (recording runs nothing: the caller replays).
+        Where recording fails, say why once and return False: the run goes on eagerly."""
+        opt = self.optimizer
+        steps = opt.steps  # recording calls the optimiser's step without running it
+        opt.capturable(True)
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.device)
+        try:
+            # thread_local: the planning thread's page-locked allocations may go on meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                rec.loss = self._body(rec.plan, n)
+        except Exception as exc:  # noqa: BLE001 -- any failure of recording: step eagerly instead
+            self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            warnings.warn(f"--cuda-graph: the step could not be recorded ({self.failed}); training goes on "
+                          "with eager steps on the padded plans", RuntimeWarning, stacklevel=3)
+            return False
+        finally:
+            opt.steps = steps
+        rec.graph = graph
+        self.recorded += 1
+        return True

@@ -1,0 +1,120 @@
+"""Fixed shapes and the captured step (speed.train.step.fixed, speed.train.step.captured).
+
+A plan padded to its bounds computes, for its real rows, what the plan computes unpadded: the
+logits, the key states, the gradients and the memory stored, within 1e-6 (a matrix product of
+another height may round a row's last bit differently).  The captured step's buffers and order
+of work, run eagerly where there is no GPU, give the eager padded step's losses.  The GPU's
+recording and replay are checked in tests/test_gpu.py."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import speed
+from speed.train import TrainConfig, Trainer
+from speed.train.config import ConfigError
+from speed.train.model.queries import QueryLayout
+from speed.train.step.fixed import Bounds, pad_plan, unsupported
+from speed.train.step.engine import Engine, StepResult
+from speed.train.step.losses import link_loss
+
+
+@pytest.fixture(scope="module")
+def sample():
+    events = speed.read_events("data/sample.csv", progress=False)
+    return events, speed.chronological_split(events, seed=0)
+
+
+def _trainer(sample, model="tgn", **kw):
+    events, split = sample
+    cfg = TrainConfig(model=model, epochs=1, seed=0, progress=False, num_threads=1, max_steps=30, **kw).validate()
+    tr = Trainer.local(events, split, cfg)
+    for mod in tr.model.net.modules():  # the same arithmetic both ways: no dropout masks to draw
+        if isinstance(getattr(mod, "dropout", None), float):
+            mod.dropout = 0.0
+    return tr
+
+
+@pytest.mark.parametrize("model", ["tgn", "jodie"])
+def test_a_padded_plan_computes_what_the_plan_computes(sample, model):
+    events, split = sample
+    tr = _trainer(sample, model)
+    m = tr.model
+    m.state.reset()
+    rng = np.random.default_rng(0)
+    idx = np.flatnonzero(split.train_mask)
+    b = 200
+    worst = 0.0
+    for s in range(12):
+        pos = idx[s * b:(s + 1) * b]
+        src, dst = events.src[pos].astype(np.int64), events.dst[pos].astype(np.int64)
+        t = events.t_float()[pos].astype(np.float64)
+        neg = rng.integers(0, events.num_nodes, b)
+        lay = QueryLayout(b)
+        plan = m.plan(lay.nodes(src, dst, neg), lay.times(t), events=(src, dst, t, events.eid[pos].astype(np.int64)),
+                      on_device=False)
+        padded = pad_plan(plan)
+        bnd = Bounds.of(plan)
+        assert padded.uq_t.shape[0] == bnd.distinct and padded.key_row.shape[0] == bnd.keys
+        assert padded.rows.shape[0] == bnd.rows and padded.pe_row.shape[0] == bnd.pending
+        assert padded.nb_keys.shape[0] == bnd.nb_keys and padded.ob_node.shape[0] == bnd.endpoints
+        out = {}
+        for name, p in (("plain", plan), ("padded", padded)):
+            m.net.zero_grad(set_to_none=True)
+            pl, nl, z, states, lasts = m.net(p, *m.inputs(p), b)
+            link_loss(pl, nl).backward()
+            grads = torch.cat([q.grad.reshape(-1) for q in m.net.parameters() if q.grad is not None])
+            out[name] = (pl.detach(), nl.detach(), states.detach()[:plan.key_row.shape[0]],
+                         lasts.detach()[:plan.key_row.shape[0]], grads, states.detach(), lasts.detach())
+        a, p_ = out["plain"], out["padded"]
+        for x, y in zip(a[:4], p_[:4]):
+            worst = max(worst, float((x - y).abs().max()))
+            torch.testing.assert_close(y, x, rtol=0, atol=1e-6)
+        torch.testing.assert_close(p_[4], a[4], rtol=1e-5, atol=1e-6)  # gradients: sums over many rows
+        # what the padded plan stores is what the plan stores (its padding repeats endpoint 0)
+        m.absorb(padded, p_[5], p_[6])
+        got = m.state.read_nodes(plan.ob_node)
+        want = a[2].index_select(0, plan.ob_key), a[3].index_select(0, plan.ob_key)
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-6)
+        assert torch.equal(got[1], want[1])
+    assert worst <= 1e-6
+
+
+class _Step:
+    def __init__(self, plan, n):
+        self.plan, self.n = plan, n
+
+    def __len__(self):
+        return self.n
+
+
+def test_the_captured_steps_order_of_work_gives_the_eager_losses(sample):
+    """The captured step's path (padded plans packed in the loader's thread, copied into one
+    input buffer, the step run on its views) against the engine's eager step on the same padded
+    plans: the same losses, step by step."""
+    losses = {}
+    for capture in (True, False):
+        tr = _trainer(sample, "tgn", cuda_graph=True)
+        eng = tr.engine
+        if not capture:  # the loader still pads; each step goes the engine's eager way
+            eng.captured.run = lambda plan, n, eng=eng: Engine.step(eng, _Step(dataclasses.replace(plan, packed=None),
+                                                                                n)).loss
+        seen = []
+        real = eng.step
+        eng.step = lambda step, *a, **k: seen.append(float(real(step, *a, **k).loss)) or StepResult(loss=torch.tensor(seen[-1]))
+        tr.fit()
+        losses[capture] = seen
+    assert len(losses[True]) == 30
+    assert losses[True] == pytest.approx(losses[False], rel=1e-6, abs=0)
+
+
+def test_what_cannot_be_captured_is_refused_clearly(sample):
+    with pytest.raises(ConfigError, match="cuda_graph.*deterministic"):
+        TrainConfig(model="tgn", cuda_graph=True, deterministic=True).validate()
+    with pytest.raises(ConfigError, match="cuda_graph.*PAC"):
+        TrainConfig(model="tgn", cuda_graph=True, nproc=2).validate()
+    events, split = sample
+    with pytest.raises(ConfigError, match="cannot capture tige's step: a state component"):
+        Trainer.local(events, split, TrainConfig(model="tige", cuda_graph=True, progress=False).validate())
