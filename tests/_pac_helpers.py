@@ -82,9 +82,7 @@ def _init(rank, world, store_file):
 
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=WORKER_TIMEOUT))
-    # (a group for a planning thread's collectives, as World.join makes one)
-    plan = dist.new_group(backend="gloo", timeout=timedelta(seconds=WORKER_TIMEOUT)) if world > 1 else None
-    return World(rank, world, "cpu", "gloo", strict=True, plan_group=plan)
+    return World(rank, world, "cpu", "gloo", strict=True)
 
 
 def _leave(queue):
@@ -186,7 +184,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
     ev = speed.generate_events(160, 1600, seed=7)
     ev.msg = np.random.default_rng(3).standard_normal((len(ev), 3)).astype(np.float32)
     out = []
-    for i, (name, protocol, strategy) in enumerate(cases):
+    for name, protocol, strategy in cases:
         frac = 0.0 if protocol == "tgb" else 0.1
         split = speed.chronological_split(ev, new_node_fraction=frac, seed=0)
         kw = dict(memory_dim=6, time_dim=4, embedding_dim=6, neighbors=3, msg_dim=3)
@@ -217,9 +215,6 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 model.state.rows.load_pending(full.rows.pending(), {
                     c.name: c.export(full.rows.pending()[3]) for c in full.components
                     if c.export(full.rows.pending()[3]) is not None})
-            # every other case builds the divided plans ahead, in a thread, its sampler's collectives on
-            # the world's planning group
-            evaluator.pipeline = sharded and i % 2 == 1
             evaluator.prepare(model)
             val, val_res = evaluator.evaluate(model, "val", selection=True)
             test, test_res = evaluator.evaluate(model, "test")

@@ -117,23 +117,18 @@ class World:
         The device group's backend ("nccl" or "gloo"; "none" for a world of one).
     host_group, wait_group : ProcessGroup, optional
         None: the default group (host) or the host group (wait).
-    plan_group : ProcessGroup, optional
-        A gloo group for the collectives of plans built in a background thread (a sharded
-        sampler's answers), apart from the step's (:meth:`for_planning`); None: plans are built
-        in the step's thread.
     strict : bool
         Check every call as NCCL would (see the module docstring).
     """
 
     def __init__(self, rank: int = 0, size: int = 1, device="cpu", backend: str = "none", host_group=None,
-                 wait_group=None, strict: bool = False, plan_group=None):
+                 wait_group=None, strict: bool = False):
         self.rank, self.size = int(rank), int(size)
         self.device = torch.device(device)
         self.backend = backend
         self.strict = bool(strict or os.environ.get("SPEED_STRICT_COLLECTIVES") == "1")
         self._host = host_group
         self._wait = wait_group if wait_group is not None else host_group
-        self._plan = plan_group
         if self.strict:
             _guard_distributed()
 
@@ -189,16 +184,7 @@ class World:
         # the waits on rank 0 get a group of their own with a long timeout; a rank that dies is
         # still caught by the launcher (spawn, torchrun)
         wait = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
-        plan = dist.new_group(backend="gloo", timeout=timeout) if size > 1 else None
-        return cls(rank, size, device, backend, host, wait, plan_group=plan)
-
-    def for_planning(self) -> Optional["World"]:
-        """This rank's world for a planning thread: the same ranks, its host collectives on a
-        group of their own, so that a thread building the next step's plan does not interleave
-        its collectives with the step's (None: no such group, or a world of one)."""
-        if self.size == 1 or self._plan is None:
-            return None
-        return World(self.rank, self.size, self.device, self.backend, self._plan, self._plan, self.strict)
+        return cls(rank, size, device, backend, host, wait)
 
     @property
     def is_main(self) -> bool:

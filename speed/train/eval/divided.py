@@ -131,12 +131,6 @@ class DividedStep:
         self.owner = owner
         self.work = Work()
 
-    @property
-    def plans_ahead(self) -> bool:
-        """Whether this step's plans may be built in a background thread: alone, or when the
-        world has a planning group for the sampler's collectives (:meth:`World.for_planning`)."""
-        return self.size == 1 or self.world.for_planning() is not None
-
     # ------------------------------------------------------------------ planning
     def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
         if self.owner is None or self.size == 1:

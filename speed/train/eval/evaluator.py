@@ -95,13 +95,12 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if hasattr(divider, "work"):
         divider.work = Work()  # this pass's
     # a world of one computes each plan as built, on the model's device (the loader moves it in
-    # its thread); divided among processes, each cuts its part out on the host first.  Divided
-    # plans are built ahead only where the world has a group for the planning thread: a sharded
-    # sampler answers queries with a collective, which must not interleave with the step's
+    # its thread); divided among processes, each cuts its part out on the host first.  The
+    # divided plans are not built ahead: a sharded sampler answers queries with a collective,
+    # and a second thread's collectives would interleave with the step's
     whole = divider.size == 1
-    ahead = getattr(divider, "plans_ahead", whole)
     loader = PlanLoader(model, stream, Batches(index, batch_size),
-                        negatives.next_edges if negatives is not None else None, pipeline=pipeline and ahead,
+                        negatives.next_edges if negatives is not None else None, pipeline=pipeline and whole,
                         extra_queries=extra, push=graph is None, on_device=whole)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the

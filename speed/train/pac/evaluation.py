@@ -116,11 +116,10 @@ class ShardedEvaluation:
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
             cfg = self.config
-            # the next divided step is planned in a background thread as training's are (the pipeline
-            # setting; the sampler's collectives go on the world's planning group)
+            # no pipeline: a divided step is planned in the step (speed.train.eval.evaluator.stream_scores)
             self._evaluator = Evaluator.for_run(self.events, self.split, cfg, self.device, node_classification=False,
                                                 progress=cfg.progress if self.is_main else False,
-                                                keep_test_start=self.folder is not None,
+                                                keep_test_start=self.folder is not None, pipeline=False,
                                                 scores_here=self.is_main)  # rank 0 reports the figures
         return self._evaluator
 

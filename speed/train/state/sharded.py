@@ -81,9 +81,7 @@ class ShardedMemory(NodeMemory):
 
     def __init__(self, owner: np.ndarray, memory_dim: int, world, exchange: Optional[Exchange] = None):
         self.owner = owner
-        # its answers are exchanged where the plans are built: on the planning group when there
-        # is one (the plans may then be built in a thread beside the step's collectives)
-        self.comm = world.for_planning() or world
+        self.comm = world
         self.rank, self.world = world.rank, world.size
         self.mine = np.flatnonzero(owner == self.rank)  # global ids of the rows held, ascending
         self.local = _local_index(owner, self.mine)
@@ -233,9 +231,7 @@ class ShardedSampler(RecentNeighborSampler):
 
     def __init__(self, owner: np.ndarray, k: int, world, exchange: Optional[Exchange] = None):
         self.owner = owner
-        # its answers are exchanged where the plans are built: on the planning group when there
-        # is one (the plans may then be built in a thread beside the step's collectives)
-        self.comm = world.for_planning() or world
+        self.comm = world
         self.rank, self.world = world.rank, world.size
         self.mine = np.flatnonzero(owner == self.rank)
         self.local = _local_index(owner, self.mine)
