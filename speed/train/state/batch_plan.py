@@ -211,6 +211,8 @@ class BatchPlan:
 
 
 _HOST_FIELDS = ("stale", "agg_identity", "dyrep", "orig_pe", "orig_sel", "orig_rows", "packed")  # not device tensors
+#: a plan's tensor fields, in the order :meth:`BatchPlan.device_tensors` gives them (all of them set)
+TENSOR_FIELDS = tuple(f.name for f in fields(BatchPlan) if f.name not in _HOST_FIELDS)
 _ALIGN = 64  # bytes between the tensors packed into one copy (vectorised kernels' alignment)
 
 
@@ -236,15 +238,22 @@ def to_device(tensors, device: torch.device):
     return unpack(host.to(device, non_blocking=True), tensors, spans)
 
 
-def pack(tensors, pin: bool = False):
-    """``tensors`` laid end to end (each at a multiple of 64 bytes) in one uint8 buffer,
-    page-locked with ``pin``; returns ``(buffer, [(offset, nbytes), ...])``."""
+def place(tensors, pin: bool = False):
+    """An empty uint8 buffer (page-locked with ``pin``) for ``tensors`` laid end to end, each at
+    a multiple of 64 bytes (only their shapes and dtypes are read: meta tensors will do); returns
+    ``(buffer, [(offset, nbytes), ...])``."""
     spans, total = [], 0
     for t in tensors:
         nbytes = t.numel() * t.element_size()
         spans.append((total, nbytes))
         total += -(-nbytes // _ALIGN) * _ALIGN
-    buf = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pin)
+    return torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pin), spans
+
+
+def pack(tensors, pin: bool = False):
+    """``tensors`` laid end to end (each at a multiple of 64 bytes) in one uint8 buffer,
+    page-locked with ``pin``; returns ``(buffer, [(offset, nbytes), ...])``."""
+    buf, spans = place(tensors, pin)
     for t, (off, nbytes) in zip(tensors, spans):
         if nbytes:
             buf[off:off + nbytes].view(t.dtype).view(t.shape).copy_(t)

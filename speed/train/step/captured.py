@@ -32,8 +32,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ..state.batch_plan import BatchPlan, pack, unpack
-from .fixed import pad_plan, unsupported
+from ..state.batch_plan import BatchPlan, unpack
+from .fixed import pack_padded, unsupported
 from .losses import link_loss
 
 
@@ -96,10 +96,7 @@ class CapturedStep:
     def fix(self, plan: BatchPlan) -> BatchPlan:
         """The host plan padded to its fixed shape, its tensors packed in one page-locked buffer
         (``plan.packed``): run by the loader, in its thread."""
-        plan = pad_plan(plan)
-        tensors = plan.device_tensors()
-        buf, spans = pack(tensors, pin=self.device.type == "cuda")
-        plan.packed = (buf, spans, tensors)
+        plan, plan.packed = pack_padded(plan, pin=self.device.type == "cuda")
         return plan
 
     # ------------------------------------------------------------------ the step

@@ -39,7 +39,7 @@ from typing import Optional
 
 import torch
 
-from ..state.batch_plan import BatchPlan
+from ..state.batch_plan import TENSOR_FIELDS, BatchPlan, place, unpack
 
 
 @dataclass(frozen=True)
@@ -95,58 +95,70 @@ def unsupported(net, state) -> Optional[str]:
     return None
 
 
-def _pad(x: torch.Tensor, n: int, value=0) -> torch.Tensor:
-    """``x`` with rows appended up to ``n`` (each ``value``, or a copy of row ``value`` when
-    ``value`` is the string ``"first"``)."""
-    extra = n - x.shape[0]
-    if extra < 0:
-        raise ValueError(f"a plan's {x.shape[0]} rows exceed their bound {n}")
-    if extra == 0:
-        return x
-    if isinstance(value, str):
-        fill = x[:1].expand(extra, *x.shape[1:])
-    else:
-        fill = x.new_full((extra,) + tuple(x.shape[1:]), value)
-    return torch.cat([x, fill])
+#: how each padded field is filled past its real rows: a value, ``FIRST`` (copies of row 0) or
+#: ``ARANGE`` (the row indices go on); the bound is a :class:`Bounds` attribute.  The fields not
+#: named (the queries' ``q_inv``, the batch's ``ev_*``) keep their sizes.
+FIRST, ARANGE, SCRATCH = "first", "arange", "scratch"
+PADDING = {
+    "uq_t": ("distinct", 0.0), "uq_key": ("distinct", 0), "nb_keys": ("nb_keys", 0), "nb_key": ("distinct", 0),
+    "nb_mask": ("distinct", False), "nb_dt": ("distinct", 0.0), "nb_feat": ("distinct", 0.0), "rows": ("rows", 0),
+    "key_row": ("keys", 0), "pe_row": ("pending", 0), "pe_other_row": ("pending", 0), "pe_node": ("pending", 0),
+    "pe_other": ("pending", 0), "pe_t": ("pending", 0.0), "pe_eid": ("pending", -1), "pe_feat": ("pending", 0.0),
+    "agg_entry": ("pending", ARANGE), "agg_local": ("pending", ARANGE), "agg_sel": ("pending", SCRATCH),
+    "ob_node": ("endpoints", FIRST), "ob_key": ("endpoints", FIRST), "ob_latest": ("endpoints", FIRST),
+}
 
 
-def pad_plan(plan: BatchPlan, bounds: Optional[Bounds] = None) -> BatchPlan:
+def pack_padded(plan: BatchPlan, bounds: Optional[Bounds] = None, pin: bool = False):
     """``plan`` (on the host, the last aggregator's: ``agg_identity``) padded to ``bounds``
-    (default: its own, :meth:`Bounds.of`).  The real rows keep their indices, so every index of
-    the plan stays valid; see the module docstring for what the padding reads and writes."""
+    (default: its own, :meth:`Bounds.of`), written once, straight into one buffer laid out as
+    :func:`~speed.train.state.batch_plan.pack` lays a plan's tensors (page-locked with ``pin``).
+    The real rows keep their indices, so every index of the plan stays valid; see the module
+    docstring for what the padding reads and writes.
+
+    Returns
+    -------
+    padded : BatchPlan
+        Its tensors are views of the buffer.
+    packed : tuple
+        ``(buffer, spans, like)`` for :func:`~speed.train.state.batch_plan.unpack` (``like``:
+        meta tensors of the padded shapes).
+    """
     if not plan.agg_identity:
         raise ValueError("only plans of the last aggregator are padded")
     if plan.dyrep is not None or plan.stale is not None:
         raise ValueError("plans with DyRep's queries or rows read ahead are not padded")
-    b = bounds or Bounds.of(plan)
     if plan.ob_node.shape[0] == 0:
         raise ValueError("a padded plan takes a batch in (it has events)")
-    if plan.uq_t.shape[0] > b.distinct:
-        raise ValueError(f"a plan's {plan.uq_t.shape[0]} distinct queries exceed their bound {b.distinct}")
-    scratch = b.keys - 1
-    return BatchPlan(
-        q_inv=plan.q_inv,
-        uq_t=_pad(plan.uq_t, b.distinct, 0.0),
-        uq_key=_pad(plan.uq_key, b.distinct, 0),
-        nb_keys=_pad(plan.nb_keys, b.nb_keys, 0),
-        nb_key=_pad(plan.nb_key, b.distinct, 0),
-        nb_mask=_pad(plan.nb_mask, b.distinct, False),
-        nb_dt=_pad(plan.nb_dt, b.distinct, 0.0),
-        nb_feat=_pad(plan.nb_feat, b.distinct, 0.0),
-        rows=_pad(plan.rows, b.rows, 0),
-        key_row=_pad(plan.key_row, b.keys, 0),
-        pe_row=_pad(plan.pe_row, b.pending, 0),
-        pe_other_row=_pad(plan.pe_other_row, b.pending, 0),
-        pe_node=_pad(plan.pe_node, b.pending, 0),
-        pe_other=_pad(plan.pe_other, b.pending, 0),
-        pe_t=_pad(plan.pe_t, b.pending, 0.0),
-        pe_eid=_pad(plan.pe_eid, b.pending, -1),
-        pe_feat=_pad(plan.pe_feat, b.pending, 0.0),
-        agg_entry=torch.arange(b.pending, dtype=torch.long),
-        agg_local=torch.arange(b.pending, dtype=torch.long),
-        agg_sel=_pad(plan.agg_sel, b.pending, scratch),
-        ob_node=_pad(plan.ob_node, b.endpoints, "first"),
-        ob_key=_pad(plan.ob_key, b.endpoints, "first"),
-        ob_latest=_pad(plan.ob_latest, b.endpoints, "first"),
-        ev_eid=plan.ev_eid, ev_src=plan.ev_src, ev_dst=plan.ev_dst,
-        agg_identity=True)
+    b = bounds or Bounds.of(plan)
+    real = [getattr(plan, name) for name in TENSOR_FIELDS]
+    rows = []
+    for name, x in zip(TENSOR_FIELDS, real):
+        n = getattr(b, PADDING[name][0]) if name in PADDING else x.shape[0]
+        if x.shape[0] > n:
+            raise ValueError(f"a plan's {x.shape[0]} rows of {name} exceed their bound {n}")
+        rows.append(n)
+    like = [torch.empty((n,) + tuple(x.shape[1:]), dtype=x.dtype, device="meta") for n, x in zip(rows, real)]
+    buf, spans = place(like, pin)
+    views = unpack(buf, like, spans)
+    for name, x, v in zip(TENSOR_FIELDS, real, views):
+        m = x.shape[0]
+        v[:m].copy_(x)
+        if m == v.shape[0]:
+            continue
+        fill = PADDING[name][1]
+        if fill == FIRST:
+            v[m:].copy_(x[:1].expand_as(v[m:]))
+        elif fill == ARANGE:
+            torch.arange(m, v.shape[0], out=v[m:])
+        elif fill == SCRATCH:
+            v[m:].fill_(b.keys - 1)
+        else:
+            v[m:].fill_(fill)
+    padded = BatchPlan(**dict(zip(TENSOR_FIELDS, views)), agg_identity=True)
+    return padded, (buf, spans, like)
+
+
+def pad_plan(plan: BatchPlan, bounds: Optional[Bounds] = None) -> BatchPlan:
+    """``plan`` padded to ``bounds`` (:func:`pack_padded`'s plan, in ordinary host memory)."""
+    return pack_padded(plan, bounds)[0]
