@@ -17,7 +17,7 @@ import speed
 from speed.train import TrainConfig, Trainer
 from speed.train.config import ConfigError
 from speed.train.model.queries import QueryLayout
-from speed.train.step.fixed import Bounds, pad_plan, unsupported
+from speed.train.step.fixed import Bounds, FittedBounds, pad_plan, unsupported
 from speed.train.step.engine import Engine, StepResult
 from speed.train.step.losses import link_loss
 
@@ -62,6 +62,7 @@ def test_a_padded_plan_computes_what_the_plan_computes(sample, model, log):
     idx = np.flatnonzero(split.train_mask)
     b = 200
     worst = 0.0
+    fitted = FittedBounds()
     for s in range(12):
         pos = idx[s * b:(s + 1) * b]
         src, dst = events.src[pos].astype(np.int64), events.dst[pos].astype(np.int64)
@@ -70,8 +71,9 @@ def test_a_padded_plan_computes_what_the_plan_computes(sample, model, log):
         lay = QueryLayout(b)
         plan = m.plan(lay.nodes(src, dst, neg), lay.times(t), events=(src, dst, t, events.eid[pos].astype(np.int64)),
                       on_device=False)
-        padded = pad_plan(plan)
-        bnd = Bounds.of(plan)
+        # the worst case on even steps, the sizes fitted to the plans so far on odd ones
+        bnd = Bounds.of(plan) if s % 2 == 0 else fitted(plan)
+        padded = pad_plan(plan, bnd)
         assert padded.uq_t.shape[0] == bnd.distinct and padded.key_row.shape[0] == bnd.keys
         assert padded.rows.shape[0] == bnd.rows and padded.pe_row.shape[0] == bnd.pending
         assert padded.nb_keys.shape[0] == bnd.nb_keys and padded.ob_node.shape[0] == bnd.endpoints
@@ -97,6 +99,52 @@ def test_a_padded_plan_computes_what_the_plan_computes(sample, model, log):
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-6)
         assert torch.equal(got[1], want[1])
     assert worst <= 1e-6
+
+
+def test_fitted_bounds_hold_every_plan_grow_geometrically_and_stay_under_the_worst_case(sample):
+    """FittedBounds over a training epoch's plans at batch 200: every plan fits the sizes it is
+    given, which are multiples of the quantum (or the worst case), never above the worst case,
+    and change only when a plan outgrows them, an outgrown size by at least the growth factor
+    and none shrinking; the last,
+    smaller batch gets sizes of its own."""
+    events, split = sample
+    tr = _trainer(sample, "tgn")
+    m = tr.model
+    m.state.reset()
+    idx = np.flatnonzero(split.train_mask)
+    rng = np.random.default_rng(1)
+    fitted = FittedBounds()
+    sizes, changes, b = None, 0, 200
+    starts = list(range(0, idx.size, b))
+    for lo in starts:
+        pos = idx[lo:lo + b]
+        n = pos.size
+        src, dst = events.src[pos].astype(np.int64), events.dst[pos].astype(np.int64)
+        t = events.t_float()[pos].astype(np.float64)
+        lay = QueryLayout(n)
+        plan = m.plan(lay.nodes(src, dst, rng.integers(0, events.num_nodes, n)), lay.times(t),
+                      events=(src, dst, t, events.eid[pos].astype(np.int64)), on_device=False)
+        got, need, worst = fitted(plan), Bounds.needed(plan), Bounds.of(plan)
+        assert got.covers(need) and worst.covers(got)
+        for f in ("distinct", "nb_keys", "endpoints", "keys", "pending", "rows"):
+            v = getattr(got, f)
+            assert v % FittedBounds.QUANTUM == 0 or v in (getattr(worst, f), getattr(need, f))
+        if n == b:
+            if sizes is not None and got != sizes:
+                changes += 1
+                fields = ("distinct", "nb_keys", "endpoints", "keys", "pending", "rows")
+                outgrown = [f for f in fields if getattr(need, f) > getattr(sizes, f)]
+                assert outgrown  # only a plan that did not fit changes them
+                assert got.covers(sizes)  # no size shrinks
+                assert all(getattr(got, f) >= min(getattr(worst, f), getattr(sizes, f) * FittedBounds.GROWTH)
+                           for f in outgrown)
+            sizes = got
+        pad_plan(plan, got)  # (it fits)
+    assert idx.size % b  # the sample's last batch is smaller: a shape of its own
+    d = fitted.as_dict()
+    assert len(d["shapes"]) == 2 and d["grown"] == changes
+    full = [x for x in d["shapes"] if x["events"] == b][0]
+    assert 0 < full["of_worst_case"] < 1  # a real batch is far from the worst case
 
 
 class _Step:

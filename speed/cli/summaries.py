@@ -191,7 +191,13 @@ def format_train_summary(m: dict, out: Path) -> str:
             lines.append(f"--cuda-graph: {cg['replays']:,} steps replayed from {cg['recorded']} recorded graph"
                          f"{'s' if cg['recorded'] != 1 else ''} (each shape's first {cg.get('warmup')} steps and other "
                          "shapes' ran eagerly)")
-        else:
+        shapes = (cg.get("bounds") or {}).get("shapes") or []
+        if shapes:  # the largest batch shape's padding, fitted to its plans
+            top = max(shapes, key=lambda b: b["events"])
+            lines.append(f"--cuda-graph: plans padded to {top['of_worst_case']:.0%} of the worst case of a "
+                         f"{top['events']:,}-event batch ({top['keys']:,} memory keys, {top['pending']:,} pending "
+                         f"events; the sizes grew {cg['bounds'].get('grown', 0)} times)")
+        if not cg.get("failed") and not cg.get("recorded"):
             lines.append("--cuda-graph: no step was recorded (no CUDA device, or too few steps of one shape): the "
                          "fixed-shape steps ran eagerly")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test

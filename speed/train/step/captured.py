@@ -28,12 +28,13 @@ changes.
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from typing import Dict, Optional, Tuple
 
 import torch
 
 from ..state.batch_plan import BatchPlan, unpack
-from .fixed import pack_padded, unsupported
+from .fixed import FittedBounds, pack_padded, unsupported
 from .losses import link_loss
 
 
@@ -62,11 +63,16 @@ class CapturedStep:
 
     #: eager steps of a shape before it is recorded
     WARMUP = 3
+    #: graphs kept (the least recently replayed is let go): an epoch's full batches and its
+    #: last, smaller one; a shape outgrown by the fitted bounds is not replayed again
+    KEEP = 2
 
     def __init__(self, model, optimizer, forward):
         self.model, self.optimizer, self.forward = model, optimizer, forward
         self.device = model.device
-        self.graphs: Dict[tuple, _Recorded] = {}
+        self.graphs: "OrderedDict[tuple, _Recorded]" = OrderedDict()
+        #: the padded sizes, fitted to the plans seen (used in the loader's thread)
+        self.bounds = FittedBounds()
         self.seen: Dict[tuple, int] = {}
         self.replays = 0
         self.recorded = 0
@@ -96,7 +102,7 @@ class CapturedStep:
     def fix(self, plan: BatchPlan) -> BatchPlan:
         """The host plan padded to its fixed shape, its tensors packed in one page-locked buffer
         (``plan.packed``): run by the loader, in its thread."""
-        plan, plan.packed = pack_padded(plan, pin=self.device.type == "cuda")
+        plan, plan.packed = pack_padded(plan, self.bounds(plan), pin=self.device.type == "cuda")
         return plan
 
     # ------------------------------------------------------------------ the step
@@ -129,6 +135,9 @@ class CapturedStep:
             dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
             rec = _Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
             self.graphs[key] = rec
+            while len(self.graphs) > self.KEEP:  # its graph's memory pool goes with it
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
         rec.buf.copy_(buf, non_blocking=True)
         if self.device.type != "cuda" or self.failed is not None:  # the same step, eagerly, on the same buffer
             return self._body(rec.plan, n)

@@ -3,7 +3,8 @@
 A plan's tensors (:class:`~speed.train.state.batch_plan.BatchPlan`) have sizes that change from
 step to step: the distinct queries, their neighbours' distinct memory keys, the keys, the rows
 read, the pending events.  A step captured once and replayed (:mod:`.captured`) needs the same
-sizes every time, so each is padded to its bound:
+sizes every time, so each is padded to a bound.  The worst case of a batch (:meth:`Bounds.of`)
+is:
 
 =================  ===================================================================
 distinct queries   ``Q``, the plan's queries (``3 B`` for sources, destinations, negatives)
@@ -13,6 +14,10 @@ memory keys        ``Q + Q k + 2 B``, plus one scratch key (the last)
 pending events     the memory keys (the last aggregator applies at most one a key)
 rows read          the memory keys and two rows per pending event
 =================  ===================================================================
+
+A captured run pads to sizes fitted to its plans instead (:class:`FittedBounds`): the worst
+case holds every neighbour slot filled and every key with a pending event, which a real batch
+is far from, and the padded rows cost the device as much as real ones.
 
 Padding is chosen so that the real rows compute what they compute unpadded:
 
@@ -44,41 +49,99 @@ from ..state.batch_plan import TENSOR_FIELDS, BatchPlan, place, unpack
 
 @dataclass(frozen=True)
 class Bounds:
-    """The padded sizes of a plan of ``queries`` queries, ``events`` events and ``k`` neighbour
-    slots (see the module docstring)."""
+    """The padded sizes of a plan's tensors (see the module docstring): its distinct queries,
+    neighbour keys, batch endpoints, memory keys (the scratch key, the last, included), pending
+    events and rows read.  :meth:`of` gives the worst case of a plan's batch; :class:`FittedBounds`
+    sizes fitted to the plans seen."""
 
-    queries: int
-    events: int
-    k: int
+    distinct: int
+    nb_keys: int
+    endpoints: int
+    keys: int
+    pending: int
+    rows: int
 
-    @property
-    def distinct(self) -> int:
-        return self.queries
-
-    @property
-    def nb_keys(self) -> int:
-        return max(self.queries * self.k, 1)  # (a plan without neighbours holds one, unread)
-
-    @property
-    def endpoints(self) -> int:
-        return 2 * self.events
-
-    @property
-    def keys(self) -> int:
-        """Memory keys, the scratch key (the last) included."""
-        return self.distinct + self.queries * self.k + self.endpoints + 1
-
-    @property
-    def pending(self) -> int:
-        return self.keys - 1
-
-    @property
-    def rows(self) -> int:
-        return self.keys - 1 + 2 * self.pending
+    @classmethod
+    def worst(cls, queries: int, events: int, k: int) -> "Bounds":
+        """The largest plan of ``queries`` queries, ``events`` events and ``k`` neighbour slots."""
+        nb_keys = queries * k
+        keys = queries + nb_keys + 2 * events + 1
+        return cls(distinct=queries, nb_keys=max(nb_keys, 1),  # (a plan without neighbours holds one, unread)
+                   endpoints=2 * events, keys=keys, pending=keys - 1, rows=keys - 1 + 2 * (keys - 1))
 
     @classmethod
     def of(cls, plan: BatchPlan) -> "Bounds":
-        return cls(int(plan.q_inv.shape[0]), int(plan.ev_src.shape[0]), int(plan.nb_mask.shape[1]))
+        """The worst case of ``plan``'s batch: every size any plan of its queries, events and
+        neighbour slots can have."""
+        return cls.worst(int(plan.q_inv.shape[0]), int(plan.ev_src.shape[0]), int(plan.nb_mask.shape[1]))
+
+    @classmethod
+    def needed(cls, plan: BatchPlan) -> "Bounds":
+        """The least sizes that hold ``plan`` (and its scratch key)."""
+        return cls(distinct=int(plan.uq_t.shape[0]), nb_keys=max(int(plan.nb_keys.shape[0]), 1),
+                   endpoints=int(plan.ob_node.shape[0]), keys=int(plan.key_row.shape[0]) + 1,
+                   pending=int(plan.pe_row.shape[0]), rows=int(plan.rows.shape[0]))
+
+    def covers(self, other: "Bounds") -> bool:
+        return all(getattr(self, f) >= getattr(other, f) for f in _SIZES)
+
+    def cells(self) -> int:
+        """Rows over every size (a measure of the padded step's work)."""
+        return sum(getattr(self, f) for f in _SIZES)
+
+
+_SIZES = ("distinct", "nb_keys", "endpoints", "keys", "pending", "rows")
+
+
+class FittedBounds:
+    """Bounds fitted to the plans of a run, one set per batch shape (queries, events, neighbour
+    slots): each size is the largest seen times :attr:`HEADROOM`, rounded up to
+    :attr:`QUANTUM` rows and never above the worst case; a plan that outgrows a size grows it
+    by at least :attr:`HEADROOM` again.  So a run records a handful of shapes (geometric growth:
+    a size that starts at s and ends at S grows log(S/s)/log(1.25) times at most), and a step
+    computes about what its plans hold rather than the worst case -- on the generated 2M-event
+    log at batch 1000 the worst case is several times the real plan (most of a batch's
+    neighbour slots and pending events are empty).
+
+    Called by the one thread that plans (the loader's): not thread-safe.
+    """
+
+    HEADROOM = 1.25
+    GROWTH = 1.5
+    QUANTUM = 64
+
+    def __init__(self):
+        self._by: dict = {}
+        #: times a size grew (each a new shape, recorded after its warm-up)
+        self.grown = 0
+
+    def __call__(self, plan: BatchPlan) -> Bounds:
+        worst = Bounds.of(plan)
+        key = (int(plan.q_inv.shape[0]), int(plan.ev_src.shape[0]), int(plan.nb_mask.shape[1]))
+        need = Bounds.needed(plan)
+        cur = self._by.get(key)
+        if cur is not None and cur.covers(need):
+            return cur
+        sizes = {}
+        for f in _SIZES:
+            n, have, cap = getattr(need, f), 0 if cur is None else getattr(cur, f), getattr(worst, f)
+            # every size is refit when one is outgrown: they grow together as the graph fills (a
+            # size outgrown, n > have, grows by at least GROWTH; the others to n times HEADROOM
+            # where that is more), so one new shape serves them all
+            want = max(n * self.HEADROOM, have * self.GROWTH) if n > have else max(n * self.HEADROOM, have)
+            sizes[f] = min(cap, max(n, -(-int(want) // self.QUANTUM) * self.QUANTUM))
+        fitted = Bounds(**sizes)
+        if cur is not None:
+            self.grown += 1
+        self._by[key] = fitted
+        return fitted
+
+    def as_dict(self) -> dict:
+        """Each batch shape's fitted sizes against its worst case (``metrics.json``)."""
+        return {"grown": self.grown,
+                "shapes": [{"queries": q, "events": e, "k": k, **b.__dict__,
+                            "of_worst_case": round(b.cells() / Bounds.worst(q, e, k).cells(), 4)}
+                           for (q, e, k), b in self._by.items()]}
 
 
 def unsupported(net, state) -> Optional[str]:
