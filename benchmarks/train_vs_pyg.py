@@ -92,7 +92,8 @@ def run_speed(a) -> dict:
         epochs.append({"seconds": log.train_seconds, "events_per_s": log.train_events_per_s, "loss": log.loss,
                        "events": log.train_events})
     cap = getattr(tr.training.engine, "captured", None)
-    captured = {"replays": cap.replays, "recorded": cap.recorded, "failed": cap.failed} if cap is not None else None
+    captured = ({"replays": cap.replays, "recorded": cap.recorded, "failed": cap.failed, "bounds": cap.bounds.as_dict()}
+                if cap is not None else None)
     if a.train_only:
         return {"epochs": epochs, "num_nodes": int(events.num_nodes), "captured": captured, **_peak_device(a.device)}
     tr.evaluator.evaluate(tr.model, "val")

@@ -183,3 +183,23 @@ def test_what_cannot_be_captured_is_refused_clearly(sample):
     events, split = sample
     with pytest.raises(ConfigError, match="cannot capture tige's step: a state component"):
         Trainer.local(events, split, TrainConfig(model="tige", cuda_graph=True, progress=False).validate())
+
+
+def test_the_cli_says_how_the_fitted_sizes_went(tmp_path, capsys):
+    """``speed train --cuda-graph`` on a CPU: the steps run eagerly on the padded plans, and the
+    summary and metrics.json say so, with the largest batch's fitted sizes against its worst case."""
+    import json
+
+    from speed.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "data/sample.csv", "--cuda-graph", "--epochs", "1", "--max-steps", "25", "--out", str(out),
+                 "--no-progress", "--threads", "1"]) == 0
+    text = capsys.readouterr()
+    said = text.out + text.err
+    assert "--cuda-graph: no step was recorded" in said
+    assert "--cuda-graph: plans padded to" in said and "of the worst case of a 200-event batch" in said
+    cg = json.loads((out / "metrics.json").read_text())["cuda_graph"]
+    assert cg["recorded"] == 0 and cg["replays"] == 0 and cg["failed"] is None
+    (shape,) = cg["bounds"]["shapes"]
+    assert shape["events"] == 200 and 0 < shape["of_worst_case"] < 1 and cg["bounds"]["grown"] >= 1

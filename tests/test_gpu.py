@@ -231,7 +231,8 @@ def test_the_captured_step_replays_the_eager_padded_step(small_log):
     assert len(cl) == len(el) >= 50
     # one shape a size of the fitted bounds grew to (each recorded once it had its warm-up steps)
     grown = got[True][4]
-    assert 1 <= recorded <= 1 + grown and full - CapturedStep.WARMUP * (1 + grown) <= replays <= full - CapturedStep.WARMUP
+    assert 1 <= recorded <= 1 + grown
+    assert full - CapturedStep.WARMUP * (1 + grown) <= replays <= full - CapturedStep.WARMUP
     assert cl[:40] == pytest.approx(el[:40], rel=1e-6)
     assert cl == pytest.approx(el, rel=2e-3)
     assert abs(cap_ap - eager_ap) <= 0.005

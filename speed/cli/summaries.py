@@ -189,8 +189,9 @@ def format_train_summary(m: dict, out: Path) -> str:
             lines.append(f"--cuda-graph: the step could not be recorded ({cg['failed']}); the padded steps ran eagerly")
         elif cg.get("recorded"):
             lines.append(f"--cuda-graph: {cg['replays']:,} steps replayed from {cg['recorded']} recorded graph"
-                         f"{'s' if cg['recorded'] != 1 else ''} (each shape's first {cg.get('warmup')} steps and other "
-                         "shapes' ran eagerly)")
+                         f"{'s' if cg['recorded'] != 1 else ''} (the first shape's first {cg.get('warmup')} steps, "
+                         f"each later shape's first {cg.get('rewarm', cg.get('warmup'))}, and shapes seen too few "
+                         "times ran eagerly)")
         shapes = (cg.get("bounds") or {}).get("shapes") or []
         if shapes:  # the largest batch shape's padding, fitted to its plans
             top = max(shapes, key=lambda b: b["events"])

@@ -98,7 +98,7 @@ class StreamTraining:
         if cap is None:
             return {}
         return {"cuda_graph": {"recorded": cap.recorded, "replays": cap.replays, "failed": cap.failed,
-                               "warmup": cap.WARMUP, "bounds": cap.bounds.as_dict()}}
+                               "warmup": cap.WARMUP, "rewarm": cap.REWARM, "bounds": cap.bounds.as_dict()}}
 
 
 def local_parts(events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel],

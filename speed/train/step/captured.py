@@ -20,6 +20,7 @@ input buffer without the host waiting.
 
 Where no GPU is present the same code runs the step eagerly on the same input buffer (no graph):
 what the tests on a CPU check.  A step is recorded after :attr:`CapturedStep.WARMUP` eager ones
+(:attr:`CapturedStep.REWARM` for shapes after the first)
 of its shape (CUDA's libraries set their workspaces up in those), and recorded again when a
 buffer it holds is replaced (the memory resized, the weights reloaded) or the learning rate
 changes.
@@ -61,8 +62,12 @@ class CapturedStep:
         The forward pass (``model.net``).
     """
 
-    #: eager steps of a shape before it is recorded
+    #: eager steps of the first shape before it is recorded (CUDA's libraries set up their
+    #: handles and workspaces in them)
     WARMUP = 3
+    #: eager steps of each later shape (the fitted bounds grow a few times early in a run): the
+    #: libraries are set up by then, and every eager step is a step not replayed
+    REWARM = 1
     #: graphs kept (the least recently replayed is let go): an epoch's full batches and its
     #: last, smaller one; a shape outgrown by the fitted bounds is not replayed again
     KEEP = 2
@@ -76,6 +81,9 @@ class CapturedStep:
         self.seen: Dict[tuple, int] = {}
         self.replays = 0
         self.recorded = 0
+        #: one memory pool for every shape's graph: a graph's intermediates are dead once it has
+        #: replayed, so the next shape's recording reuses them, and a let-go graph's return to it
+        self._pool = None
         #: why recording failed, if it did (the steps then run eagerly on the padded plans)
         self.failed: Optional[str] = None
 
@@ -143,7 +151,7 @@ class CapturedStep:
             return self._body(rec.plan, n)
         if rec.graph is None:
             self.seen[key] = self.seen.get(key, 0) + 1
-            if self.seen[key] <= self.WARMUP:
+            if self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM):
                 # eager, on a side stream (as torch's graphs ask of the steps before a capture)
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
@@ -168,7 +176,7 @@ class CapturedStep:
         torch.cuda.synchronize(self.device)
         try:
             # thread_local: the planning thread's page-locked allocations may go on meanwhile
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 rec.loss = self._body(rec.plan, n)
         except Exception as exc:  # noqa: BLE001 -- any failure of recording: step eagerly instead
             self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -178,5 +186,7 @@ class CapturedStep:
         finally:
             opt.steps = steps
         rec.graph = graph
+        if self._pool is None:
+            self._pool = graph.pool()
         self.recorded += 1
         return True
