@@ -366,6 +366,16 @@ def test_the_pipeline_waits_for_in_epoch_syncs_and_pass_ends(tmp_path):
     assert piped["test"] == plain["test"]
 
 
+def test_one_rank_plans_its_evaluation_ahead_and_scores_the_same(shards4, tmp_path):
+    """A world of one plans its evaluation steps in the pipeline's thread, as a single process
+    does (a rank among several plans in its step): the figures are the unpipelined run's."""
+    kw = dict(model="tgn", epochs=2, seed=0, nproc=1, deterministic=True, **TINY)
+    plain = speed.train(shards4, out=tmp_path / "plain", pipeline=False, **kw)
+    piped = speed.train(shards4, out=tmp_path / "piped", pipeline=True, **kw)
+    assert [e["val"] for e in piped["epochs"]] == [e["val"] for e in plain["epochs"]]
+    assert piped["test"] == plain["test"]
+
+
 @pytest.mark.slow
 def test_balance_evens_the_ranks_of_a_dense_log_and_pac_keeps_accuracy(tmp_path, capsys):
     """The e-mail-like log of docs/parallel.md (a few senders write most mail), partitioned with

@@ -116,10 +116,11 @@ class ShardedEvaluation:
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
             cfg = self.config
-            # no pipeline: a divided step is planned in the step (speed.train.eval.evaluator.stream_scores)
+            # the run's pipeline: a world of one plans ahead as a single process does; a step
+            # divided among ranks is planned in the step (speed.train.eval.evaluator.stream_scores)
             self._evaluator = Evaluator.for_run(self.events, self.split, cfg, self.device, node_classification=False,
                                                 progress=cfg.progress if self.is_main else False,
-                                                keep_test_start=self.folder is not None, pipeline=False,
+                                                keep_test_start=self.folder is not None,
                                                 scores_here=self.is_main)  # rank 0 reports the figures
         return self._evaluator
 
