@@ -306,9 +306,35 @@ def cuda_graph_section(cg: Optional[dict], path: Optional[Path]) -> List[str]:
                  f"in one graph launch, kernels {r['kernel_ms']:.2f} ms a step (the device busy "
                  f"{100 * r['device_busy_fraction']:.0f}% of the profiled window), plan and padding "
                  f"{r['plan_us'] / 1000:.1f} ms in the pipeline's thread (wall time there, waits for the interpreter lock included).")
-    L += ["", f"{cg['gpu_test']['summary']}. {cg.get('note', '')}.", "",
-          f"Commands: {'; '.join(f'`{c}`' for c in cg['commands'])}; result: [`{rel(path)}`](../{rel(path)}).", ""]
+    L += ["", f"{cg['gpu_test']['summary']}. {cg.get('note', '')}.", ""]
+    for later in LATER_CUDA_GRAPH_RUNS:  # later device runs of the same commands, after changes
+        run = cg.get(later)
+        if not run:
+            continue
+        rows = sorted(run.get("throughput", []), key=lambda r: (r["batch"], r["framework"]))
+        said = "; ".join(f"batch {r['batch']} {r['framework']} {fmt(r['events_per_s'])} events/s (test AP "
+                         f"{r['test_ap']:.4f}, peak {r['peak_device_bytes'] / 1e9:.2f} GB)" for r in rows)
+        L += [f"Later, at {run['commit']} ({run['started']}): {said}.", ""]
+    L += [f"Commands: {'; '.join(f'`{c}`' for c in cg['commands'])}; result: [`{rel(path)}`](../{rel(path)}).", ""]
     return L
+
+
+#: the keys of cuda_graph.json that hold later device runs, oldest first
+LATER_CUDA_GRAPH_RUNS = ("fitted_bounds", "shared_pool")
+
+
+def latest_cuda_graph(cg: dict) -> List[tuple]:
+    """``(batch, captured events/s, speed-up or None)`` of the latest device run with each batch
+    captured; the speed-up where the eager step ran beside it in that run."""
+    out = {}
+    for run in [cg] + [cg[k] for k in LATER_CUDA_GRAPH_RUNS if cg.get(k)]:
+        by = {}
+        for r in run.get("throughput", []):
+            by.setdefault(r["batch"], {})[r["framework"]] = r["events_per_s"]
+        for b, d in by.items():
+            if "speed-cuda-graph" in d:
+                out[b] = (b, d["speed-cuda-graph"], d["speed-cuda-graph"] / d["speed"] if "speed" in d else None)
+    return [out[b] for b in sorted(out)]
 
 
 def quality_section(q: Optional[dict], path: Optional[Path]) -> List[str]:
@@ -456,13 +482,9 @@ def readme_block() -> str:
                  + f" (`python -m benchmarks gpu --sections throughput`, `{rel(gpath)}`).")
     cg, cgpath = newest("cuda_graph.json")
     if cg:
-        by = {}
-        for r in cg["throughput"]:
-            by.setdefault(r["batch"], {})[r["framework"]] = r["events_per_s"]
-        pairs = [(b, d["speed-cuda-graph"], d["speed-cuda-graph"] / d["speed"]) for b, d in sorted(by.items())
-                 if "speed" in d and "speed-cuda-graph" in d]
-        L.append(f"- With `--cuda-graph` on one {cg['device_name']}: "
-                 + ", ".join(f"{fmt(e)} events/s at batch {b} ({x:.2f}× the eager step)" for b, e, x in pairs)
+        L.append(f"- With `--cuda-graph` on one {cg['device_name']} (its latest run): "
+                 + ", ".join(f"{fmt(e)} events/s at batch {b}" + (f" ({x:.2f}× the eager step beside it)" if x else "")
+                             for b, e, x in latest_cuda_graph(cg))
                  + f" (docs/benchmarks.md, `{rel(cgpath)}`).")
     if q:
         rows = [r for r in q["summary"] if r["log"] == "collegemsg"]
