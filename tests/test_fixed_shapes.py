@@ -18,6 +18,7 @@ from speed.train import TrainConfig, Trainer
 from speed.train.config import ConfigError
 from speed.train.model.queries import QueryLayout
 from speed.train.step.fixed import Bounds, FittedBounds, pad_plan, unsupported
+from speed.train.step.captured import CapturedStep
 from speed.train.step.engine import Engine, StepResult
 from speed.train.step.losses import link_loss
 
@@ -162,6 +163,8 @@ def test_the_captured_steps_order_of_work_gives_the_eager_losses(sample):
     losses = {}
     for capture in (True, False):
         tr = _trainer(sample, "tgn", cuda_graph=True)
+        if capture:
+            kept = tr
         eng = tr.engine
         if not capture:  # the loader still pads; each step goes the engine's eager way
             eng.captured.run = lambda plan, n, eng=eng: Engine.step(eng, _Step(dataclasses.replace(plan, packed=None),
@@ -173,6 +176,15 @@ def test_the_captured_steps_order_of_work_gives_the_eager_losses(sample):
         losses[capture] = seen
     assert len(losses[True]) == 30
     assert losses[True] == pytest.approx(losses[False], rel=1e-6, abs=0)
+    # the shapes outgrown by the fitted sizes are let go: at most KEEP input buffers (and graphs)
+    cap = kept.engine.captured
+    assert cap.bounds.grown >= CapturedStep.KEEP  # (more shapes went by than are kept)
+    assert 1 <= len(cap.graphs) <= CapturedStep.KEEP
+
+    def cells(key):  # elements of a shape's input buffer
+        return sum(int(np.prod(shape)) for shape, _ in key)
+
+    assert cells(next(reversed(cap.graphs))) == max(map(cells, cap.graphs))  # the newest is the largest
 
 
 def test_what_cannot_be_captured_is_refused_clearly(sample):
