@@ -19,9 +19,9 @@ end in one page-locked buffer (:meth:`CapturedStep.fix`), which is copied into t
 input buffer without the host waiting.
 
 Where no GPU is present the same code runs the step eagerly on the same input buffer (no graph):
-what the tests on a CPU check.  A step is recorded after :attr:`CapturedStep.WARMUP` eager ones
-(:attr:`CapturedStep.REWARM` for shapes after the first)
-of its shape (CUDA's libraries set their workspaces up in those), and recorded again when a
+what the tests on a CPU check.  A step is recorded after :attr:`CapturedStep.WARMUP` eager steps
+of its shape (CUDA's libraries set their workspaces up in those; :attr:`CapturedStep.REWARM`
+for the shapes after the first), and recorded again when a
 buffer it holds is replaced (the memory resized, the weights reloaded) or the learning rate
 changes.
 """
@@ -143,7 +143,7 @@ class CapturedStep:
             dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
             rec = _Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
             self.graphs[key] = rec
-            while len(self.graphs) > self.KEEP:  # its graph's memory pool goes with it
+            while len(self.graphs) > self.KEEP:  # its graph and input buffer go (their memory to the pool)
                 self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
         rec.buf.copy_(buf, non_blocking=True)

@@ -39,7 +39,7 @@ aggregator, no DyRep message embedding, no state component (TIGE), no static mem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 import torch
@@ -90,15 +90,16 @@ class Bounds:
         return sum(getattr(self, f) for f in _SIZES)
 
 
-_SIZES = ("distinct", "nb_keys", "endpoints", "keys", "pending", "rows")
+_SIZES = tuple(f.name for f in fields(Bounds))
 
 
 class FittedBounds:
     """Bounds fitted to the plans of a run, one set per batch shape (queries, events, neighbour
     slots): each size is the largest seen times :attr:`HEADROOM`, rounded up to
-    :attr:`QUANTUM` rows and never above the worst case; a plan that outgrows a size grows it
-    by at least :attr:`HEADROOM` again.  So a run records a handful of shapes (geometric growth:
-    a size that starts at s and ends at S grows log(S/s)/log(1.25) times at most), and a step
+    :attr:`QUANTUM` rows and never above the worst case; a plan that outgrows any size has
+    every size refit, the outgrown one growing by at least :attr:`GROWTH`.  So a run records a
+    handful of shapes (geometric growth: a size that starts at s and ends at S is outgrown
+    log(S/s)/log(1.5) times at most; 9 growths on the generated 2M-event log), and a step
     computes about what its plans hold rather than the worst case -- on the generated 2M-event
     log at batch 1000 the worst case is several times the real plan (most of a batch's
     neighbour slots and pending events are empty).
