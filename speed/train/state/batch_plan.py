@@ -310,6 +310,11 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
                neighbors: bool = True, push: bool = True) -> BatchPlan:
     """Plan the step that embeds ``(nodes[i], times[i])`` and, with ``events``, observes them.
 
+    The plan is built in three stages (:class:`PlanDraft`): :func:`plan_neighbors` advances the
+    sampler, :func:`plan_memory` the pending store, :func:`assemble_plan` reads neither.  Here
+    they run one after the other; a pipeline may run each in a thread of its own, on three
+    consecutive batches at once (:func:`stage_groups`).
+
     Parameters
     ----------
     state : NodeStates
@@ -337,52 +342,95 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     BatchPlan
         On the host; :meth:`BatchPlan.to` moves it.
     """
-    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
-    times = np.ascontiguousarray(times, dtype=np.float64)
-    sampler, store, needs = state.sampler, state.store, state.needs
-    if events is not None:
-        src, dst, t_ev, eid = (np.asarray(x) for x in events)
-        if push:
-            sampler.push(src, dst, t_ev, eid)
-    q_inv, uq_node, uq_t = _distinct(nodes, times, dedup)
-    m, k = uq_node.size, sampler.k
+    draft = PlanDraft(nodes, times, events, dedup, neighbors, push)
+    for stage in STAGES:
+        stage(state, draft)
+    return draft.plan
+
+
+class PlanDraft:
+    """A plan between its stages: :func:`build_plan`'s arguments, then the arrays each stage
+    computes for the next (host arrays; see :class:`BatchPlan` for their meaning), and at the
+    end the plan (``plan``)."""
+
+    __slots__ = ("nodes", "times", "events", "dedup", "neighbors", "push", "q_inv", "uq_node", "uq_t", "k",
+                 "nb_node", "nb_t", "nb_eid", "nb_mask", "ob_node", "ob_latest", "ob_t", "keys", "dy", "plan")
+
+    def __init__(self, nodes, times, events=None, dedup: bool = True, neighbors: bool = True, push: bool = True):
+        self.nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        self.times = np.ascontiguousarray(times, dtype=np.float64)
+        self.events = None if events is None else tuple(np.asarray(x) for x in events)
+        self.dedup, self.neighbors, self.push = bool(dedup), bool(neighbors), bool(push)
+        self.plan = None
+
+
+def plan_neighbors(state, d: PlanDraft) -> None:
+    """The first stage: the batch's events given to the sampler, the distinct queries, their
+    neighbours and the batch's endpoints.  Advances the sampler, reads nothing else of
+    ``state``."""
+    sampler, needs = state.sampler, state.needs
+    if d.events is not None and d.push:
+        sampler.push(*d.events)
+    d.q_inv, d.uq_node, d.uq_t = _distinct(d.nodes, d.times, d.dedup)
+    m, d.k = d.uq_node.size, sampler.k
 
     # neighbours of the distinct queries
-    if neighbors and needs.neighbors:
-        nb_node, nb_t, nb_eid, nb_mask = sampler.sample_arrays(uq_node, uq_t)
+    if d.neighbors and needs.neighbors:
+        d.nb_node, d.nb_t, d.nb_eid, d.nb_mask = sampler.sample_arrays(d.uq_node, d.uq_t)
     else:
-        nb_node = np.zeros((m, 0), dtype=np.int64)
-        nb_t = np.zeros((m, 0))
-        nb_eid = np.full((m, 0), -1, dtype=np.int64)
-        nb_mask = np.zeros((m, 0), dtype=bool)
+        d.nb_node = np.zeros((m, 0), dtype=np.int64)
+        d.nb_t = np.zeros((m, 0))
+        d.nb_eid = np.full((m, 0), -1, dtype=np.int64)
+        d.nb_mask = np.zeros((m, 0), dtype=bool)
 
     # observed endpoints and the time their stored memory is taken at
-    if events is not None:
+    if d.events is not None:
+        src, dst, t_ev, _ = d.events
         b = src.shape[0]
         ends = np.concatenate([src, dst])
         # each endpoint's latest event (by event order, either side): its row among the 2B queries
         order = np.lexsort((np.tile(np.arange(b), 2), ends))
         last_of_node = np.flatnonzero(np.r_[ends[order][1:] != ends[order][:-1], True])
-        ob_node, ob_latest = ends[order][last_of_node], order[last_of_node].astype(np.int64)
-        ob_t = float(t_ev[-1]) if b else np.inf
+        d.ob_node, d.ob_latest = ends[order][last_of_node], order[last_of_node].astype(np.int64)
+        d.ob_t = float(t_ev[-1]) if b else np.inf
     else:
-        ob_node = ob_latest = np.empty(0, dtype=np.int64)
-        ob_t = np.inf
-    empty = np.empty(0, dtype=np.int64)
+        d.ob_node = d.ob_latest = np.empty(0, dtype=np.int64)
+        d.ob_t = np.inf
 
+
+def plan_memory(state, d: PlanDraft) -> None:
+    """The second stage: the memory keys of ``d``'s reads and the pending events they apply,
+    then the batch's events made pending.  Advances the pending store (and, for DyRep, the
+    sampler: see :func:`stage_groups`)."""
+    sampler, store, needs = state.sampler, state.store, state.needs
     # memory reads (each distinct query's node, each neighbour slot, each observed endpoint),
     # their keys, and the pending events the keys apply, each once: numba kernels, off the lock
-    (uq_key, nb_keys, nb_key, ob_key, key_node, has, agg_local, agg_entry, pe_node, pe_other, pe_t,
-     pe_eid) = store.plan_keys(uq_node, uq_t, nb_node, nb_mask, k, ob_node, ob_t, dedup, needs.mean)
+    d.keys = store.plan_keys(d.uq_node, d.uq_t, d.nb_node, d.nb_mask, d.k, d.ob_node, d.ob_t, d.dedup, needs.mean)
+    pe_node, pe_other, pe_t = d.keys[8], d.keys[9], d.keys[10]
 
     # DyRep: the other endpoint of each pending event as an attention embedding at its time
-    dy_nodes = np.empty(0, dtype=np.int64)
-    dy = None
+    d.dy = None
     if needs.other_embedding and pe_node.size:
-        d_inv, d_node, d_t = _distinct(pe_other, pe_t, dedup)
+        d_inv, d_node, d_t = _distinct(pe_other, pe_t, d.dedup)
         dn_node, dn_t, dn_eid, dn_mask = sampler.sample_arrays(d_node, d_t)
-        dy_nodes = np.concatenate([d_node, dn_node[dn_mask]])
-        dy = (d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask)
+        d.dy = (d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask)
+    if d.events is not None:  # the batch's events become pending; earlier ones were folded in
+        src, dst, t_ev, eid = d.events
+        store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t_ev, t_ev]),
+                    np.concatenate([eid, eid]), before=d.ob_t)
+
+
+def assemble_plan(state, d: PlanDraft) -> None:
+    """The last stage: the memory rows read, the neighbours' gaps and features, and the
+    :class:`BatchPlan` of ``d`` (``d.plan``).  Reads only ``state``'s edge features (which do not
+    change)."""
+    (uq_key, nb_keys, nb_key, ob_key, key_node, has, agg_local, agg_entry, pe_node, pe_other, pe_t,
+     pe_eid) = d.keys
+    m, k = d.uq_node.size, d.k
+    dy_nodes = np.empty(0, dtype=np.int64)
+    if d.dy is not None:
+        dn_node, dn_mask = d.dy[3], d.dy[6]
+        dy_nodes = np.concatenate([d.dy[1], dn_node[dn_mask]])
 
     # the memory rows read: keys' nodes, messages' other endpoints, DyRep's nodes
     rows, _, rows_inv = _unique(np.concatenate([key_node, pe_node, pe_other, dy_nodes]))
@@ -391,23 +439,27 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
     pe_row = rows_inv[r:r + p]
     pe_other_row = rows_inv[r + p:r + 2 * p]
 
-    feats, msg_dim = state.edge_features, needs.msg_dim
+    feats, msg_dim = state.edge_features, state.needs.msg_dim
+    empty = np.empty(0, dtype=np.int64)
+    ev = d.events
     plan = BatchPlan(
-        q_inv=torch.from_numpy(q_inv), uq_t=torch.from_numpy(uq_t), uq_key=torch.from_numpy(uq_key),
-        nb_keys=torch.from_numpy(nb_keys), nb_key=torch.from_numpy(nb_key.reshape(m, k)), nb_mask=torch.from_numpy(nb_mask),
-        nb_dt=torch.from_numpy(_gaps(uq_t, nb_t, nb_mask)), nb_feat=_features(feats, nb_eid, msg_dim),
+        q_inv=torch.from_numpy(d.q_inv), uq_t=torch.from_numpy(d.uq_t), uq_key=torch.from_numpy(uq_key),
+        nb_keys=torch.from_numpy(nb_keys), nb_key=torch.from_numpy(nb_key.reshape(m, k)),
+        nb_mask=torch.from_numpy(d.nb_mask),
+        nb_dt=torch.from_numpy(_gaps(d.uq_t, d.nb_t, d.nb_mask)), nb_feat=_features(feats, d.nb_eid, msg_dim),
         rows=torch.from_numpy(rows), key_row=torch.from_numpy(key_row), pe_row=torch.from_numpy(pe_row),
         pe_other_row=torch.from_numpy(pe_other_row), pe_node=torch.from_numpy(pe_node),
         pe_other=torch.from_numpy(pe_other), pe_t=torch.from_numpy(pe_t), pe_eid=torch.from_numpy(pe_eid),
         pe_feat=_features(feats, pe_eid, msg_dim),
         agg_entry=torch.from_numpy(agg_entry), agg_local=torch.from_numpy(agg_local),
-        agg_sel=torch.from_numpy(has), agg_identity=not needs.mean,
-        ob_node=torch.from_numpy(ob_node), ob_key=torch.from_numpy(ob_key), ob_latest=torch.from_numpy(ob_latest),
-        ev_eid=torch.from_numpy(np.ascontiguousarray(eid, dtype=np.int64) if events is not None else empty),
-        ev_src=torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64) if events is not None else empty),
-        ev_dst=torch.from_numpy(np.ascontiguousarray(dst, dtype=np.int64) if events is not None else empty))
-    if dy is not None:
-        d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask = dy
+        agg_sel=torch.from_numpy(has), agg_identity=not state.needs.mean,
+        ob_node=torch.from_numpy(d.ob_node), ob_key=torch.from_numpy(ob_key),
+        ob_latest=torch.from_numpy(d.ob_latest),
+        ev_eid=torch.from_numpy(np.ascontiguousarray(ev[3], dtype=np.int64) if ev is not None else empty),
+        ev_src=torch.from_numpy(np.ascontiguousarray(ev[0], dtype=np.int64) if ev is not None else empty),
+        ev_dst=torch.from_numpy(np.ascontiguousarray(ev[1], dtype=np.int64) if ev is not None else empty))
+    if d.dy is not None:
+        d_inv, d_node, d_t, dn_node, dn_t, dn_eid, dn_mask = d.dy
         base = r + 2 * p
         own = rows_inv[base:base + d_node.size]
         nb_row = np.zeros(dn_node.shape, dtype=np.int64)
@@ -415,7 +467,20 @@ def build_plan(state, nodes: np.ndarray, times: np.ndarray, events=None, dedup: 
         plan.dyrep = DyRepPlan(inv=torch.from_numpy(d_inv), own_row=torch.from_numpy(own), t=torch.from_numpy(d_t),
                                nb_row=torch.from_numpy(nb_row), nb_mask=torch.from_numpy(dn_mask),
                                nb_dt=torch.from_numpy(_gaps(d_t, dn_t, dn_mask)), nb_feat=_features(feats, dn_eid, msg_dim))
-    if events is not None:  # the batch's events become pending; earlier ones were folded in
-        store.merge(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([t_ev, t_ev]),
-                    np.concatenate([eid, eid]), before=ob_t)
-    return plan
+    d.plan = plan
+
+
+#: the stages of a plan, in order (see :func:`build_plan`)
+STAGES = (plan_neighbors, plan_memory, assemble_plan)
+
+
+def stage_groups(state) -> list:
+    """The stages of ``state``'s plans grouped as threads may run them, one group a thread, each
+    on another batch (a pipeline, :class:`~speed.train.step.loader.PlanLoader`): the sampler is
+    advanced by the first stage only and the pending store by the second only, each in batch
+    order, and the third reads neither, so three batches can be under way at once.  DyRep's
+    plans sample the other endpoints of the pending events in the memory stage: there the
+    first two share the sampler, and one thread."""
+    if state.needs.other_embedding:
+        return [(plan_neighbors, plan_memory), (assemble_plan,)]
+    return [(plan_neighbors,), (plan_memory,), (assemble_plan,)]

@@ -17,7 +17,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .batch_plan import BatchPlan, PlanNeeds, build_plan
+from .batch_plan import BatchPlan, PlanDraft, PlanNeeds, build_plan, stage_groups
 from .components import COMPONENTS
 from .features import MappedFeatures
 from .memory import NodeMemory
@@ -185,6 +185,16 @@ class NodeStates:
         return build_plan(self, as_numpy(nodes), as_numpy(times).astype(np.float64),
                           None if events is None else tuple(as_numpy(x) for x in events), dedup=self.dedup,
                           neighbors=neighbors, push=push)
+
+    def plan_draft(self, nodes, times, events=None, push: bool = True) -> PlanDraft:
+        """:meth:`plan`'s arguments, for its stages run one by one (:meth:`plan_stages`)."""
+        return PlanDraft(as_numpy(nodes), as_numpy(times).astype(np.float64),
+                         None if events is None else tuple(as_numpy(x) for x in events), dedup=self.dedup, push=push)
+
+    def plan_stages(self) -> list:
+        """The stages of :meth:`plan`, grouped as threads may run them on consecutive batches at
+        once (:func:`~speed.train.state.batch_plan.stage_groups`): each ``stage(self, draft)``."""
+        return stage_groups(self)
 
     def read(self, plan: BatchPlan):
         """The stored ``(states, last_update)`` of ``plan.rows``, on the plan's device."""
