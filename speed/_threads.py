@@ -126,9 +126,9 @@ def apply_threads(n: int) -> None:
     torch.set_num_threads(int(n))
 
 
-def for_new_thread(leave: int = 0):
+def for_new_thread(leave: int = 0, among: int = 1):
     """A function that gives the thread calling it this thread's numba pool size, less ``leave``
-    threads (at least one).
+    threads, divided ``among`` threads that run parallel kernels at once (at least one).
 
     numba's count is per thread: a thread it was never set in runs its parallel kernels
     (neighbour sampling) on every core, beside the cores this process's share already uses.
@@ -144,7 +144,7 @@ def for_new_thread(leave: int = 0):
     try:
         import numba
 
-        n = max(1, numba.get_num_threads() - int(leave))
+        n = max(1, (numba.get_num_threads() - int(leave)) // max(1, int(among)))
     except ImportError:
         return lambda: None
 
@@ -152,3 +152,24 @@ def for_new_thread(leave: int = 0):
         numba.set_num_threads(n)
 
     return apply
+
+
+def concurrent_kernels() -> bool:
+    """Whether numba's threading layer runs parallel kernels launched from several threads at
+    once (OpenMP's and TBB's do; the workqueue layer, numba's fallback where neither is
+    installed, aborts the process when it sees it)."""
+    try:
+        import numba
+    except ImportError:
+        return False
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run yet: run one, then the layer is chosen
+        import numpy as np
+
+        from .train.state import _kernels
+
+        empty = np.empty(0, dtype=np.int64)
+        _kernels.pending_counts(empty, np.empty(0), empty, empty, np.empty(0))
+        layer = numba.threading_layer()
+    return layer != "workqueue"

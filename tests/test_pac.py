@@ -360,10 +360,12 @@ def test_the_pipeline_waits_for_in_epoch_syncs_and_pass_ends(tmp_path):
                  "--no-progress"]) == 0
     kw = dict(model="tgn", epochs=1, seed=0, nproc=2, deterministic=True, sync_every=2, **(TINY | {"batch_size": 60}))
     plain = speed.train(tmp_path / "s2", out=tmp_path / "plain", **kw)
-    piped = speed.train(tmp_path / "s2", out=tmp_path / "piped", pipeline=True, **kw)
     assert any(r["passes"] > 1 for r in plain["epochs"][0]["ranks"])
-    assert [e["loss"] for e in piped["epochs"]] == [e["loss"] for e in plain["epochs"]]
-    assert piped["test"] == plain["test"]
+    for threads in (1, 3):  # one planning thread, and a plan's stages in three
+        piped = speed.train(tmp_path / "s2", out=tmp_path / f"piped{threads}", pipeline=True, plan_threads=threads,
+                            **kw)
+        assert [e["loss"] for e in piped["epochs"]] == [e["loss"] for e in plain["epochs"]]
+        assert piped["test"] == plain["test"]
 
 
 def test_one_rank_plans_its_evaluation_ahead_and_scores_the_same(shards4, tmp_path):

@@ -215,6 +215,7 @@ def test_the_pipeline_changes_nothing_and_staleness_does(model):
 
     plain = outcome(speed.train(ev, **kw))
     assert outcome(speed.train(ev, pipeline=True, **kw)) == plain
+    assert outcome(speed.train(ev, pipeline=True, plan_threads=3, **kw)) == plain  # a plan's stages in 3 threads
     assert outcome(speed.train(ev, pipeline=True, staleness=2, **kw)) != plain
     with pytest.raises(speed.InputError, match="staleness needs the pipeline"):
         speed.train(ev, staleness=1, **kw)

@@ -59,7 +59,7 @@ PREPARE_WINDOW = 1 << 20
 def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int,
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
                   collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
-                  pipeline: bool = False, graph: Optional[np.ndarray] = None,
+                  pipeline: int = 0, graph: Optional[np.ndarray] = None,
                   release: Optional[Callable[[], None]] = None) -> StreamResult:
     """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
@@ -73,8 +73,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     pass: the model takes in the new-node events only, its neighbour finder holds all).
     ``release``, called every :data:`RELEASE_EVERY` events and at the end, lets the pages of a
     mapped log go; the heap's free pages go back to the system as often.  ``pipeline``: build
-    the next step's plan in a background thread while this one computes, as training does
-    (:class:`~speed.train.step.loader.PlanLoader`; one process only).
+    the next steps' plans in this many background threads while this one computes, as training
+    does (:class:`~speed.train.step.loader.PlanLoader`; one process only).
     """
     model.eval()
     extra, k = None, 0
@@ -100,7 +100,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     # and a second thread's collectives would interleave with the step's
     whole = divider.size == 1
     loader = PlanLoader(model, stream, Batches(index, batch_size),
-                        negatives.next_edges if negatives is not None else None, pipeline=pipeline and whole,
+                        negatives.next_edges if negatives is not None else None, pipeline=pipeline if whole else False,
                         extra_queries=extra, push=graph is None, on_device=whole)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
@@ -165,9 +165,9 @@ class Evaluator:
         Score only the first ``max_steps`` batches of each pass (a measuring aid, see
         ``TrainConfig.eval_max_steps``): the back-ups, negatives and neighbour graph stay the
         whole period's.
-    pipeline : bool
-        Plan each pass's next step while this one computes (``TrainConfig.pipeline_on``; a
-        pass divided among processes plans in its step).
+    pipeline : bool or int
+        Plan each pass's next steps while this one computes, in this many threads
+        (``TrainConfig.pipeline_threads``; a pass divided among processes plans in its step).
     scores_here : bool
         Compute the figures in this process (a PAC rank other than 0 streams its share of every
         pass but reports nothing: its :meth:`evaluate` returns no scores).
@@ -189,14 +189,14 @@ class Evaluator:
         device = torch.device(device)
         settings = dict(node_classification=config.node_classification, progress=config.progress,
                         strategy=config.eval_negatives, protocol=config.protocol_name, max_steps=config.eval_max_steps,
-                        pipeline=config.pipeline_on(device))
+                        pipeline=config.pipeline_threads(device))
         return cls(events, split, config.batch_size, config.seed, config.mrr_negatives, device, **{**settings, **given})
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
-                 max_steps: Optional[int] = None, pipeline: bool = False, scores_here: bool = True):
+                 max_steps: Optional[int] = None, pipeline: int = 0, scores_here: bool = True):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -205,7 +205,7 @@ class Evaluator:
                              f"{', '.join(self.protocol.strategies)})")
         self.keep_test_start = bool(keep_test_start)
         self.max_steps = int(max_steps) if max_steps else None
-        self.pipeline = bool(pipeline)
+        self.pipeline = int(pipeline)
         self.scores_here = bool(scores_here)
         self.test_start: Optional[dict] = None
         self.strategy = strategy

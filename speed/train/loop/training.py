@@ -63,7 +63,7 @@ class StreamTraining:
             why = CapturedStep.why_not(self.model, self.optimizer, config)
             if why is not None:
                 raise ConfigError("cuda_graph", f"cannot capture {config.model}'s step: {why}")
-        self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline_on(device),
+        self.engine = Engine(self.model, self.optimizer, progress=config.progress, pipeline=config.pipeline_threads(device, captured=config.cuda_graph),
                              staleness=config.staleness, capture=config.cuda_graph)
         self.stream = EventStream(events)
 

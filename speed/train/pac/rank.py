@@ -102,7 +102,7 @@ class RankTraining:
             self.ddp.register_comm_hook(None, local_step_hook)
             self._averaged = averaged_parameters(self.ddp)
         self.engine = Engine(self.model, self.optimizer, forward=self.ddp,
-                             progress=config.progress if self.is_main else False, pipeline=config.pipeline_on(self.device),
+                             progress=config.progress if self.is_main else False, pipeline=config.pipeline_threads(self.device),
                              staleness=config.staleness)
         self.graph: Optional[RankGraph] = None
         self.state_on = "device"  # where the node memories live (the last epoch's choice, place_state)

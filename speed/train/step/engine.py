@@ -196,8 +196,9 @@ class Engine:
         DDP wrapper.
     progress : bool, optional
         A progress bar per epoch.
-    pipeline : bool
-        Plan the next batch in a background thread while this one computes.
+    pipeline : bool or int
+        Plan the next batches in background threads while this one computes (the threads, as
+        :class:`~speed.train.step.loader.PlanLoader` takes them; 0 or False: none).
     staleness : int
         With the pipeline, let a step read memory up to this many batches stale (0: exact).
     capture : bool
@@ -207,13 +208,13 @@ class Engine:
     """
 
     def __init__(self, model, optimizer: torch.optim.Optimizer, forward: Optional[Callable] = None,
-                 progress: Optional[bool] = None, pipeline: bool = False, staleness: int = 0,
+                 progress: Optional[bool] = None, pipeline: int = 0, staleness: int = 0,
                  capture: bool = False):
         self.model = model
         self.optimizer = optimizer
         self.forward = forward or model.net
         self.progress = progress
-        self.pipeline = bool(pipeline)
+        self.pipeline = int(pipeline)
         self.staleness = int(staleness)
         self.captured = CapturedStep(model, optimizer, self.forward) if capture else None
 

@@ -22,6 +22,7 @@ waits until the consumer has finished the step.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from typing import Callable, Iterator, Optional, Tuple
@@ -29,7 +30,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
-from ..._threads import for_new_thread
+from ..._threads import concurrent_kernels, for_new_thread
 from ...data.events import Events
 from ..model.queries import QueryLayout
 
@@ -96,6 +97,11 @@ class Step:
 
 _DONE = object()
 
+#: the interpreter's switch interval (seconds) while a plan's stages run in threads of their own
+#: (None: leave Python's, 5 ms): a stage leaves the lock for each kernel and waits for it after,
+#: and the thread that took it meanwhile keeps it until it blocks or the interval ends
+SWITCH_INTERVAL: Optional[float] = 2e-4
+
 
 class PlanLoader:
     """Iterate the steps of ``batches`` over ``stream`` with their plans.
@@ -109,8 +115,11 @@ class PlanLoader:
         :class:`~speed.train.step.engine.Batches` or :class:`~speed.train.step.engine.CyclingBatches`.
     negatives : callable, optional
         ``negatives(n) -> (neg_src or None, neg_dst)``, int64 (n,): drawn in step order.
-    pipeline : bool
-        Build the next plan in a background thread while the current step computes.
+    pipeline : bool or int
+        Build the next plans in background threads while the current step computes: ``True``
+        or 1, one thread; ``n > 1``, the plan's stages (:func:`~speed.train.state.batch_plan.stage_groups`)
+        each in a thread of its own, up to ``n``, each on another batch (where the model's plans
+        have stages, and numba's threading layer runs kernels from several threads at once).
     staleness : int
         With the pipeline, read memory rows when planning, up to this many batches ahead.
     barrier : callable, optional
@@ -146,6 +155,7 @@ class PlanLoader:
                  fix: Optional[Callable] = None):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
+        self.threads = (max(1, int(pipeline)) if self.pipeline else 0)
         self.staleness = int(staleness)
         if self.staleness and not self.pipeline:
             raise ValueError("staleness needs the pipeline")
@@ -161,18 +171,27 @@ class PlanLoader:
         #: planning thread (:meth:`speed.train.step.captured.CapturedStep.fix`); None: no padding
         self.fix = fix
         self.device = model.device
-        #: seconds spent building plans (in whichever thread built them)
-        self.plan_seconds = 0.0
+        #: seconds spent building plans, by thread (their sum: :attr:`plan_seconds`)
+        self._seconds = [0.0]
+
+    @property
+    def plan_seconds(self) -> float:
+        """Seconds spent building plans, in whichever threads built them (summed)."""
+        return float(sum(self._seconds))
 
     def _make(self, index: int, positions: np.ndarray, ended: bool,
               before_read: Optional[Callable[[int], None]] = None) -> Step:
         t0 = time.perf_counter()
-        step = self._build(index, positions, ended, before_read)
-        self.plan_seconds += time.perf_counter() - t0
+        step, nodes, times, events = self._queries(index, positions, ended)
+        plan = self.model.plan(nodes, times, events=events, push=self.push,
+                               on_device=self.on_device and self.fix is None)
+        step = self._finish(step, plan, before_read)
+        self._seconds[0] += time.perf_counter() - t0
         return step
 
-    def _build(self, index: int, positions: np.ndarray, ended: bool,
-               before_read: Optional[Callable[[int], None]] = None) -> Step:
+    def _queries(self, index: int, positions: np.ndarray, ended: bool):
+        """The step of batch ``positions`` without its plan (its negatives drawn: in step order),
+        and what its plan is built from: ``(step, nodes, times, events)``."""
         src, dst, t, eid = self.stream.batch(positions)
         n = positions.size
         neg_src, neg_dst = self.negatives(n) if self.negatives is not None else (None, None)
@@ -186,15 +205,19 @@ class PlanLoader:
         if more is not None and more[0].size:  # one time-ordered batch of both (ties: the step's own first)
             order = np.argsort(np.concatenate([t, more[2]]), kind="stable")
             events = tuple(np.concatenate([a, b])[order] for a, b in zip(events, more))
-        plan = self.model.plan(nodes, times, events=events, push=self.push,
-                               on_device=self.on_device and self.fix is None)
+        return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, None), nodes, times, events
+
+    def _finish(self, step: Step, plan, before_read: Optional[Callable[[int], None]] = None) -> Step:
+        """``step`` with its host ``plan`` padded (``fix``) or moved to the device, and its rows
+        read ahead under staleness."""
         if self.fix is not None:
             plan = self.fix(plan)
         if self.staleness:
             if before_read is not None:
-                before_read(index)
+                before_read(step.index)
             plan.stale = self.model.state.read_ahead(plan)
-        return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, plan)
+        step.plan = plan
+        return step
 
     def __iter__(self) -> Iterator[Step]:
         if not self.pipeline:
@@ -207,8 +230,26 @@ class PlanLoader:
             return
         yield from self._pipelined()
 
+    def _stages(self) -> list:
+        """The groups of plan stages the pipeline's threads run, one a thread (see
+        :func:`~speed.train.state.batch_plan.stage_groups`); one group, the whole plan, where
+        ``threads`` is 1, the model's plans have no stages, or numba's threading layer cannot
+        run kernels from two threads at once."""
+        groups = getattr(self.model.state, "plan_stages", None)
+        if self.threads < 2 or groups is None or not concurrent_kernels():
+            return [None]
+        groups = list(groups())
+        while len(groups) > self.threads:  # fewer threads: the last groups share one
+            groups[-2:] = [groups[-2] + groups[-1]]
+        return groups
+
     def _pipelined(self) -> Iterator[Step]:
-        ready: "queue.Queue" = queue.Queue(maxsize=max(1, self.staleness))
+        groups = self._stages()
+        last = len(groups) - 1
+        # a queue after each thread; the last one's holds the steps ready for the consumer
+        queues = [queue.Queue(maxsize=1) for _ in range(last)] + [queue.Queue(maxsize=max(1, self.staleness))]
+        ready = queues[-1]
+        self._seconds = [0.0] * len(groups)
         resume = threading.Event()
         stop = threading.Event()
         finished = threading.Condition()
@@ -219,10 +260,41 @@ class PlanLoader:
             with finished:
                 finished.wait_for(lambda: done[0] >= index - self.staleness or stop.is_set())
 
-        # the step's thread keeps a core of this process's share (see for_new_thread)
-        same_threads = for_new_thread(leave=1)
+        # the step's thread keeps a core of this process's share; the threads whose stages run
+        # parallel kernels (neighbours, pending counts) divide the rest (see for_new_thread)
+        same_threads = for_new_thread(leave=1, among=min(2, len(groups)))
 
-        def work():
+        def put(q: "queue.Queue", item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        def build(g: int, item):
+            """Group ``g``'s stages on ``item``: ``(step, draft)`` between threads; the step on
+            the last."""
+            t0 = time.perf_counter()
+            if groups[g] is None:  # the whole plan, in one thread
+                item = self._make(item[0], item[1], item[2], before_read)
+            else:
+                if g == 0:
+                    step, nodes, times, events = self._queries(*item)
+                    item = (step, self.model.state.plan_draft(nodes, times, events, push=self.push))
+                step, draft = item
+                for stage in groups[g]:
+                    stage(self.model.state, draft)
+                if g == last:
+                    plan = draft.plan
+                    if self.on_device and self.fix is None:
+                        plan = plan.to(self.device)
+                    item = self._finish(step, plan, before_read)
+            self._seconds[g] += time.perf_counter() - t0 if groups[g] is not None else 0.0
+            return item
+
+        def first():
             try:
                 same_threads()
                 previous_ended = False
@@ -231,18 +303,44 @@ class PlanLoader:
                         return
                     if previous_ended and self.on_pass_start is not None:
                         self.on_pass_start()
-                    step = self._make(index, positions, ended, before_read)
-                    ready.put(step)
+                    if not put(queues[0], build(0, (index, positions, ended))):
+                        return
                     if self.barrier(index, ended):
+                        # the state must be exactly this step's: the threads after this one
+                        # finish it, the consumer takes it, and only then does this go on
                         resume.wait()
                         resume.clear()
                     previous_ended = ended
-                ready.put(_DONE)
-            except BaseException as exc:  # handed to the consumer, raised there
-                ready.put(exc)
+                put(queues[0], _DONE)
+            except BaseException as exc:  # handed on to the consumer, raised there
+                put(queues[0], exc)
 
-        thread = threading.Thread(target=work, name="speed-plan-loader", daemon=True)
-        thread.start()
+        def later(g: int):
+            def work():
+                try:
+                    same_threads()
+                    while not stop.is_set():
+                        try:
+                            item = queues[g - 1].get(timeout=0.05)
+                        except queue.Empty:
+                            continue
+                        if item is _DONE or isinstance(item, BaseException):
+                            put(queues[g], item)
+                            return
+                        if not put(queues[g], build(g, item)):
+                            return
+                except BaseException as exc:
+                    put(queues[g], exc)
+            return work
+
+        switch = sys.getswitchinterval()
+        if len(groups) > 1 and SWITCH_INTERVAL is not None:
+            sys.setswitchinterval(min(switch, SWITCH_INTERVAL))
+        threads = [threading.Thread(target=first, name="speed-plan-loader", daemon=True)]
+        threads += [threading.Thread(target=later(g), name=f"speed-plan-loader-{g}", daemon=True)
+                    for g in range(1, len(groups))]
+        for th in threads:
+            th.start()
         try:
             while True:
                 item = ready.get()
@@ -260,10 +358,7 @@ class PlanLoader:
             stop.set()
             resume.set()
             with finished:
-                finished.notify()
-            while thread.is_alive():  # let a blocked put finish, then the thread ends
-                try:
-                    ready.get_nowait()
-                except queue.Empty:
-                    pass
-                thread.join(timeout=0.05)
+                finished.notify_all()
+            for th in threads:  # each ends once it sees stop (its puts and gets wait 50 ms at most)
+                th.join()
+            sys.setswitchinterval(switch)
