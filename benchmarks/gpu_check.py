@@ -34,7 +34,8 @@ speed and memory
                    ``benchmarks/sampler_cost.py``: neighbour sampling's µs a step on 1, 4
                    and all the host's cores, and ``benchmarks/plan_beside_step.py``: a plan's µs
                    alone and beside a thread dispatching without pause, with a planning pool of
-                   all the cores and of one fewer (the library's);
+                   all the cores and of one fewer (the library's), and ``benchmarks/plan_rate.py``:
+                   how often 1 and 3 planning threads hand out plans (a plan's stages in threads);
     ``pac_speed``  PAC's ranks sharing one GPU against one rank: a generated log (1M events over
                    500k node ids), P=8, top-5%, TGN, batch 200, one epoch, ``--nproc`` 1, 2 and 4
                    (gloo between ranks on one GPU) training the same events (``--max-steps``
@@ -455,6 +456,16 @@ def section_throughput(a, work: Path) -> dict:
                                        else {"ok": False, "output_tail": proc.stderr[-1500:]})
         except subprocess.TimeoutExpired:
             out["plan_beside_step"] = {"ok": False, "output_tail": "timeout"}
+    left = end - time.monotonic()
+    if left > 30:  # plans a second by planning threads (a plan's stages in threads of their own)
+        dst = work / "plan_rate.json"
+        try:
+            proc = _call([sys.executable, HERE / "plan_rate.py", "--log", log, "--batch", 200, 1000, "--threads", 1, 3,
+                          "--torch-threads", a.threads, "--repeat", 1, "--out", dst], left - 5)
+            out["plan_rate"] = (json.loads(dst.read_text())["runs"] if proc.returncode == 0
+                                else {"ok": False, "output_tail": proc.stderr[-1500:]})
+        except subprocess.TimeoutExpired:
+            out["plan_rate"] = {"ok": False, "output_tail": "timeout"}
     out["ok"] = all(r["ok"] is not False for r in out["runs"]) and bool(out["runs"])
     return out
 

@@ -44,6 +44,7 @@ SCRIPTS = [  # every script of benchmarks/, and what it is for (the page lists t
     ("profile_step.py", "where a step's time goes, stage by stage (gpu_check's `profile`)"),
     ("sampler_cost.py", "neighbour sampling's µs per step by thread count (gpu_check's `throughput`)"),
     ("plan_beside_step.py", "a pipelined plan beside a step that never pauses (gpu_check's `throughput`)"),
+    ("plan_rate.py", "how often the pipeline hands out plans, by planning threads (a plan's stages in threads)"),
 ]
 
 
@@ -282,7 +283,7 @@ def gpu_section(gpu: Optional[dict], path: Optional[Path]) -> List[str]:
                          f"{fmt(r['validate_s'])} | {fmt(r['wall_s'])} |")
     L += ["", f"Command: `python -m benchmarks gpu --sections throughput`; result: [`{rel(path)}`](../{rel(path)}). "
           "(Stored before results carried the host's CPU in their stamp.)", ""]
-    return L + cuda_graph_section(*newest("cuda_graph.json"))
+    return L + cuda_graph_section(*newest("cuda_graph.json")) + plan_stages_section(*newest("plan_stages.json"))
 
 
 def cuda_graph_section(cg: Optional[dict], path: Optional[Path]) -> List[str]:
@@ -316,6 +317,27 @@ def cuda_graph_section(cg: Optional[dict], path: Optional[Path]) -> List[str]:
                          f"{r['test_ap']:.4f}, peak {r['peak_device_bytes'] / 1e9:.2f} GB)" for r in rows)
         L += [f"Later, at {run['commit']} ({run['started']}): {said}.", ""]
     L += [f"Commands: {'; '.join(f'`{c}`' for c in cg['commands'])}; result: [`{rel(path)}`](../{rel(path)}).", ""]
+    return L
+
+
+def plan_stages_section(ps: Optional[dict], path: Optional[Path]) -> List[str]:
+    """A plan's stages in threads of their own (``--plan-threads``), against one planning thread."""
+    if ps is None:
+        return []
+    last = ps["stages_switch_interval"]
+    L = ["### A plan in stages (`--plan-threads`)", "", f"On {ps['device_name']} ({ps['started']}): {ps['what']}.", "",
+         "| run | training events/s | val pass events/s | test AP |", "|---|---|---|---|"]
+    for r in last["throughput"]:
+        w = r["eval_work"][0] if r["eval_work"] else None
+        L.append(f"| `{r['run']}` | {fmt(r['epoch']['events_per_s'])} | "
+                 f"{fmt(w['events'] / w['seconds_total']) if w else ''} | {r['test_ap']:.4f} |")
+    for r in last.get("step_cost_cuda_graph_3_threads", []):
+        L.append(f"\nBatch {r['batch']}, captured, 3 planning threads: step {r['step_ms']:.2f} ms, kernels "
+                 f"{r['kernel_ms']:.2f} ms a step ({100 * r['kernel_over_step']:.0f}% of the step).")
+    L += ["", "`b`: batch, `cg`: `--cuda-graph`, `pt`: planning threads, `si`: the switch interval while stages "
+          f"run (0: Python's 5 ms). {ps['note']}", "",
+          f"Commands: {'; '.join(f'`{c}`' for c in ps['commands'].values())}; result: [`{rel(path)}`](../{rel(path)}).",
+          ""]
     return L
 
 
@@ -486,6 +508,17 @@ def readme_block() -> str:
                  + ", ".join(f"{fmt(e)} events/s at batch {b}" + (f" ({x:.2f}× the eager step beside it)" if x else "")
                              for b, e, x in latest_cuda_graph(cg))
                  + f" (docs/benchmarks.md, `{rel(cgpath)}`).")
+    ps, pspath = newest("plan_stages.json")
+    if ps:
+        best = [r for r in ps["stages_switch_interval"]["throughput"] if r["run"].startswith("tp_b1000_cg_pt")]
+        if best:
+            one = [r for r in best if "_pt1_" in r["run"]]
+            three = [r for r in best if "_pt3_si2e-4" in r["run"]]
+            if one and three:
+                L.append(f"- With `--cuda-graph` and a plan's stages in 3 threads (`--plan-threads`, its default there) "
+                         f"on one {ps['device_name']}: {fmt(three[0]['epoch']['events_per_s'])} events/s at batch 1000, "
+                         f"against {fmt(one[0]['epoch']['events_per_s'])} with one planning thread in the same device call "
+                         f"(`{rel(pspath)}`).")
     if q:
         rows = [r for r in q["summary"] if r["log"] == "collegemsg"]
         if rows:

@@ -11,7 +11,7 @@ This script counts them, per training step, over a window of steps in the middle
   (:data:`SYNC_OPS`; on the CPU they are counted all the same, since the same code runs there);
 * ``plan_us``: host microseconds building the step's plan (negatives, distinct queries,
   neighbour sampling, pending events: :meth:`StatefulModel.plan`, its copies to the device
-  included);
+  included; built in stages by several threads, ``plan_threads``, the stages' sum);
 * on a GPU: ``kernel_launches`` (device kernels the profiler saw), ``memcpy`` (host-device
   copies), ``runtime_syncs`` (``cudaStreamSynchronize``/``cudaDeviceSynchronize`` and blocking
   copies) and ``step_ms`` (wall time per step over the window, unprofiled, the device
@@ -117,6 +117,22 @@ def worker(a) -> dict:
             plan_s[0] += time.perf_counter() - t0
 
     network.StatefulModel.plan = timed_plan
+    try:  # a plan built in stages, each in a thread of its own (plan_threads > 1): their sum
+        from speed.train.state import batch_plan
+
+        def timed_stage(fn):
+            def run(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    plan_s[0] += time.perf_counter() - t0
+            return run
+
+        for name in ("plan_neighbors", "plan_memory", "assemble_plan"):
+            setattr(batch_plan, name, timed_stage(getattr(batch_plan, name)))
+    except (ImportError, AttributeError):  # an earlier checkout (--tree): plans are not staged
+        pass
     if a.cuda_graph:  # a captured step's padding and packing is planning too
         from speed.train.step import captured
 

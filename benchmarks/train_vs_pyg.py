@@ -74,13 +74,18 @@ def run_speed(a) -> dict:
     from _trees import local_trainer
 
     events, split = _setup(a.threads, a.log[0])
+    if a.switch_interval is not None:
+        from speed.train.step import loader
+
+        loader.SWITCH_INTERVAL = a.switch_interval or None
     bounded = (a.max_events // a.batch_size) if a.max_events else None
     cfg = TrainConfig(model="tgn", batch_size=a.batch_size, lr=1e-4, memory_dim=100, time_dim=100,
                       embedding_dim=100, neighbors=10, device=a.device, seed=a.seed, progress=False,
                       num_threads=a.threads, new_node_fraction=0.0, pipeline=a.pipeline, max_steps=bounded,
                       eval_max_steps=a.eval_max_steps,
                       # (named only when asked: an older checkout's config, run with --tree, lacks it)
-                      **({"cuda_graph": True} if a.cuda_graph else {})).validate()
+                      **({"cuda_graph": True} if a.cuda_graph else {}),
+                      **({"plan_threads": a.plan_threads} if a.plan_threads else {})).validate()
     tr = local_trainer(events, split, cfg)
     if a.warmup_steps:  # CUDA context, cuBLAS handles, allocator pools, numba's cache: not timed
         tr.config = replace(cfg, max_steps=a.warmup_steps)
@@ -96,10 +101,15 @@ def run_speed(a) -> dict:
                 if cap is not None else None)
     if a.train_only:
         return {"epochs": epochs, "num_nodes": int(events.num_nodes), "captured": captured, **_peak_device(a.device)}
+    t0 = time.perf_counter()
     tr.evaluator.evaluate(tr.model, "val")
+    val_s = time.perf_counter() - t0
     test, _ = tr.evaluator.evaluate(tr.model, "test")
+    # each pass's events and seconds (one process: every pass, val's then test's)
+    work = [{k: w.get(k) for k in ("pass", "events", "steps", "seconds_total", "seconds_planning")}
+            for w in getattr(tr.evaluator, "work", [])]
     return {"epochs": epochs, "test": test["transductive"], "num_nodes": int(events.num_nodes),
-            "captured": captured, **_peak_device(a.device)}
+            "captured": captured, "val_seconds": val_s, "eval_work": work, **_peak_device(a.device)}
 
 
 def run_pyg(a) -> dict:
@@ -250,6 +260,10 @@ def main() -> int:
                     help="untimed training steps before the first epoch (a fresh model and state follow)")
     ap.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=None,
                     help="speed: plan the next batch in a background thread (default: speed's, on with a GPU)")
+    ap.add_argument("--plan-threads", type=int, default=None,
+                    help="speed: threads that build the pipeline's plans, a stage each (default: speed's)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="speed: the interpreter's switch interval while plan stages run in threads (0: Python's)")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="speed: fixed-shape steps replayed from a CUDA graph (eagerly without a GPU)")
     a = ap.parse_args()
