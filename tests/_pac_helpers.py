@@ -379,3 +379,10 @@ def strict_world_worker(rank, world, store_file, queue):
     out["objects"] = w.objects(rank)
     queue.put((rank, out))
     _leave(queue)
+
+
+def drift_worker(rank, world, store_file, values, queue):
+    """``World.drift`` of a tensor each rank fills with its own ``values``."""
+    w = _init(rank, world, store_file)
+    queue.put((rank, w.drift(torch.tensor(values, dtype=torch.float32))))
+    _leave(queue)

@@ -124,6 +124,25 @@ def test_pac_on_nccl_and_two_ranks_on_one_gpu(small_log, tmp_path):
     assert all(0.5 < ap <= 1 for ap in aps.values())
 
 
+def test_captured_pac_ranks_replay_and_keep_one_set_of_weights(small_log, tmp_path):
+    """--cuda-graph with --nproc 2 on one GPU (NCCL): each rank replays its step's graph, the
+    gradients are averaged between it and the optimiser's graph, and the run's own end-of-epoch
+    check finds the ranks' weights identical (it stops the run otherwise); the test AP is the
+    eager PAC run's within the captured step's tolerance."""
+    shards = tmp_path / "shards"
+    assert _speed("partition", small_log, "-o", shards, "--parts", 2, "--no-progress").returncode == 0
+    env = dict(__import__("os").environ, CUDA_VISIBLE_DEVICES="0")
+    got = {}
+    for name, extra in (("eager", []), ("captured", ["--cuda-graph", "--state-device", "device"])):
+        p = _speed("train", shards, "--nproc", 2, "--model", "tgn", "--epochs", 2, "--device", "cuda", "--batch-size",
+                   50, "--out", tmp_path / name, "--no-progress", "--threads", 2, *extra, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        got[name] = json.loads((tmp_path / name / "metrics.json").read_text())
+    cg = got["captured"]["cuda_graph"]
+    assert cg["failed"] is None and cg["optimizer_graph"] and cg["replays"] > 0, cg
+    assert abs(got["captured"]["test"]["transductive"]["ap"] - got["eager"]["test"]["transductive"]["ap"]) <= AP_ATOL
+
+
 def test_gpu_trained_run_serves_on_cpu_and_gpu(small_log, tmp_path):
     events = speed.read_events(small_log, progress=False)
     split = speed.chronological_split(events, seed=0)

@@ -156,7 +156,8 @@ class TrainConfig:
     deterministic: bool = _opt(False, "deterministic torch algorithms", rule=BOOLEAN)
     cuda_graph: bool = _opt(False, "pad each training step's plan to a fixed shape and replay the step (forward, "
                                    "loss, state writes, backward, Adam) from a CUDA graph recorded once per shape: "
-                                   "one launch a step instead of hundreds (one process; TGN and JODIE with the last "
+                                   "one launch a step instead of hundreds (one process, or PAC's ranks with their "
+                                   "gradients averaged between two graphs; TGN and JODIE with the last "
                                    "aggregator, no static memory; without a GPU the same fixed-shape step runs "
                                    "eagerly)", rule=BOOLEAN)
     num_threads: Optional[int] = _opt(None, "torch and numba threads (default: this process's share of the cores idle at "
@@ -235,9 +236,10 @@ class TrainConfig:
             setattr(self, f.name, plain(v))
         if self.staleness and self.pipeline is not True:
             raise ConfigError("staleness", "needs the pipeline (pipeline=True, --pipeline)")
-        if self.cuda_graph and (self.deterministic or self.staleness or self.nproc is not None):
+        if self.cuda_graph and (self.deterministic or self.staleness or self.average_every > 1):
             why = "--deterministic, whose path is the eager step" if self.deterministic else \
-                "--staleness (rows read ahead)" if self.staleness else "PAC (its ranks step eagerly)"
+                "--staleness (rows read ahead)" if self.staleness else \
+                "--average-every K > 1 (local SGD averages in the DDP wrapper, which a captured step goes without)"
             raise ConfigError("cuda_graph", f"is not for {why}")
         if self.split_times is not None:
             from ..data.split import check_times

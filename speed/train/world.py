@@ -227,6 +227,30 @@ class World:
             dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return t
 
+    def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """``t`` as rank ``src`` holds it, in place on every rank (over the device group)."""
+        if self.size > 1:
+            self._device_tensor(t)
+            dist.broadcast(t, src=src)
+        return t
+
+    def all_mean_(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` averaged over the ranks, in place (over the device group): the sum, divided by
+        the number of ranks, as DDP averages gradients."""
+        if self.size > 1:
+            self.all_reduce(t)
+            t.div_(self.size)
+        return t
+
+    def drift(self, t: torch.Tensor) -> float:
+        """How far any rank's ``t`` is from rank 0's: the largest absolute difference, the same
+        on every rank (0.0 where every rank holds the same values, e.g. weights kept in step)."""
+        if self.size == 1:
+            return 0.0
+        first = self.broadcast(t.detach().clone())
+        gap = (t.detach() - first).abs().max().reshape(1).to(torch.float64)
+        return float(self.all_reduce(gap, "max").item())
+
     def all_max(self, value: int) -> int:
         """The largest ``value`` of any rank (a device tensor over the device group)."""
         if self.size == 1:

@@ -97,8 +97,7 @@ class StreamTraining:
         cap = self.engine.captured
         if cap is None:
             return {}
-        return {"cuda_graph": {"recorded": cap.recorded, "replays": cap.replays, "failed": cap.failed,
-                               "warmup": cap.WARMUP, "rewarm": cap.REWARM, "bounds": cap.bounds.as_dict()}}
+        return {"cuda_graph": cap.metrics()}
 
 
 def local_parts(events: Events, split: Split, config: TrainConfig, model: Optional[StatefulModel],

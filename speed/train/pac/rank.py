@@ -27,7 +27,8 @@ import torch
 
 from ..._util import trim_heap, tune_allocator
 from ...partition.shards import Shards
-from ..config import TrainConfig
+from ..config import ConfigError, TrainConfig
+from ..step.captured import CapturedStep
 from ..step.engine import Batches, CyclingBatches, Engine, EpochLog, sync_due
 from ..step.loader import EventStream
 from ..model.network import StatefulModel
@@ -96,14 +97,27 @@ class RankTraining:
         # epoch).  Every parameter is in every step's graph (tested per model), so no
         # unused-parameter search; small buckets start the gradient all-reduce during backward (a
         # rank ran 13% faster with 0.2 MB than with one 25 MB bucket for TGN's 0.8 MB, gloo).
-        self.ddp = world.wrap(net, ignore=net.local_parameters(), bucket_mb=0.2)
         self._averaged = None  # local SGD (--average-every K > 1): the weights the ranks average
-        if config.average_every > 1:
-            self.ddp.register_comm_hook(None, local_step_hook)
-            self._averaged = averaged_parameters(self.ddp)
-        self.engine = Engine(self.model, self.optimizer, forward=self.ddp,
-                             progress=config.progress if self.is_main else False, pipeline=config.pipeline_threads(self.device),
-                             staleness=config.staleness)
+        if config.cuda_graph:
+            # a captured step has no DDP wrapper: its gradients are averaged in one collective
+            # over the optimiser's flat gradient buffer, between the step's graph and the
+            # optimiser's (speed.train.step.captured); the ranks start from rank 0's weights, as
+            # the wrapper would make them
+            why = CapturedStep.why_not(self.model, self.optimizer, config)
+            if why is not None:
+                raise ConfigError("cuda_graph", f"cannot capture {config.model}'s step: {why}")
+            self.ddp = None
+            world.broadcast(self.optimizer.flat)
+        else:
+            self.ddp = world.wrap(net, ignore=net.local_parameters(), bucket_mb=0.2)
+            if config.average_every > 1:
+                self.ddp.register_comm_hook(None, local_step_hook)
+                self._averaged = averaged_parameters(self.ddp)
+        self.engine = Engine(self.model, self.optimizer, forward=self.ddp or net,
+                             progress=config.progress if self.is_main else False,
+                             pipeline=config.pipeline_threads(self.device, captured=config.cuda_graph),
+                             staleness=config.staleness, capture=config.cuda_graph,
+                             reduce=world.all_mean_ if config.cuda_graph else None)
         self.graph: Optional[RankGraph] = None
         self.state_on = "device"  # where the node memories live (the last epoch's choice, place_state)
         self._loads: Optional[PartLoads] = None  # the parts' training events, for balanced groups
@@ -140,6 +154,10 @@ class RankTraining:
             raise RuntimeError(f"rank {self.rank}: parts {group.tolist()} hold no training events")
         self.model.state.resize(rg.nodes.size)
         self.state_on = place_state(self.model, cfg.state_device, self.device, rg.nodes.size)
+        if cfg.cuda_graph and self.model.state.memory_device() != self.device:
+            raise ConfigError("cuda_graph", f"needs the node state on the device: rank {self.rank}'s "
+                              f"{rg.nodes.size:,} nodes went to host memory ({cfg.state_device} placement); run "
+                              "with more ranks or --state-device device")
         learned = self.static is not None and self.static.trainable
         if self.static is not None:
             self.static.map_rows(rg.nodes)
@@ -168,6 +186,11 @@ class RankTraining:
                                       sync_every=cfg.sync_every,
                                       observed=self._observed(rg, ev.t_float()), on_start=sync.start)
         sync_s = periodic[0] + sync()
+        if cfg.cuda_graph:  # the gradients were averaged by hand: the ranks' weights must be one
+            drift = self.world.drift(self.optimizer.flat)
+            if drift != 0.0:
+                raise RuntimeError(f"--cuda-graph: after epoch {epoch} the ranks' weights differ by up to {drift:g} "
+                                   "(each step's gradient average should keep them identical)")
         static_s = merge_static(self.static, start, self.world, optimizer=self.optimizer.sparse) if learned else 0.0
         mine = {"rank": self.rank, "parts": group.tolist(), "nodes": int(rg.nodes.size), "events": int(len(ev)),
                 "steps": stats.steps, "passes": stats.passes, "memory_bytes": self.model.state.nbytes(),
@@ -231,7 +254,9 @@ class RankTraining:
                 **({"appended_events_not_trained": int(appended)} if appended else {})}
 
     def extra_metrics(self) -> Dict:
-        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes)}
+        cap = self.engine.captured  # (rank 0's: every rank replays the same steps)
+        return {"memory_bytes_unpartitioned": self.model.state.nbytes(self.shards.num_nodes),
+                **({"cuda_graph": cap.metrics()} if cap is not None else {})}
 
 
 def rank_trainer(shards: Shards, config: TrainConfig, world: World, out=None, threads_why: str = "") -> Trainer:

@@ -24,6 +24,11 @@ of its shape (CUDA's libraries set their workspaces up in those; :attr:`Captured
 for the shapes after the first), and recorded again when a
 buffer it holds is replaced (the memory resized, the weights reloaded) or the learning rate
 changes.
+
+Under PAC (``reduce``) there is no DDP wrapper to average the gradients inside the backward
+pass: the step is recorded up to its gradients, the optimiser step in a graph of its own (one
+for every shape: it reads only the flat buffers), and between the two replays one collective
+averages the flat gradient buffer over the ranks in place.
 """
 
 from __future__ import annotations
@@ -60,6 +65,11 @@ class CapturedStep:
     optimizer : FlatAdam
     forward : callable
         The forward pass (``model.net``).
+    reduce : callable, optional
+        ``reduce(flat_grad)``: averages the flat gradient buffer over PAC's ranks, in place, one
+        collective between the step's backward pass and its optimiser step (then recorded as two
+        graphs: the step's, per shape, and the optimiser's, one for every shape, with the
+        collective between their replays).  None: this process alone.
     """
 
     #: eager steps of the first shape before it is recorded (CUDA's libraries set up their
@@ -72,8 +82,14 @@ class CapturedStep:
     #: last, smaller one; a shape outgrown by the fitted bounds is not replayed again
     KEEP = 2
 
-    def __init__(self, model, optimizer, forward):
+    def __init__(self, model, optimizer, forward, reduce=None):
         self.model, self.optimizer, self.forward = model, optimizer, forward
+        self.reduce = reduce
+        #: the optimiser step's own graph, with ``reduce`` (one for every shape): its graph, and
+        #: the buffers and learning rate it was recorded on
+        self._opt_graph = None
+        self._opt_holds: Optional[Tuple] = None
+        self._opt_failed: Optional[str] = None
         self.device = model.device
         self.graphs: "OrderedDict[tuple, _Recorded]" = OrderedDict()
         #: the padded sizes, fitted to the plans seen (used in the loader's thread)
@@ -86,6 +102,15 @@ class CapturedStep:
         self._pool = None
         #: why recording failed, if it did (the steps then run eagerly on the padded plans)
         self.failed: Optional[str] = None
+
+    def metrics(self) -> Dict:
+        """What ``metrics.json`` records of the captured steps: shapes recorded, steps replayed,
+        why recording failed if it did (the steps then ran eagerly), the eager steps before each
+        shape's recording, and the fitted sizes."""
+        return {"recorded": self.recorded, "replays": self.replays, "failed": self.failed, "warmup": self.WARMUP,
+                "rewarm": self.REWARM, "bounds": self.bounds.as_dict(),
+                **({"optimizer_graph": self._opt_graph is not None, "optimizer_failed": self._opt_failed}
+                   if self.reduce is not None else {})}
 
     @staticmethod
     def why_not(model, optimizer, config=None) -> Optional[str]:
@@ -122,15 +147,28 @@ class CapturedStep:
         return self.model.state.buffer_ids() + (self.optimizer.flat.data_ptr(), self.optimizer.flat_grad.data_ptr())
 
     def _body(self, plan: BatchPlan, n: int) -> torch.Tensor:
-        """The step on the device plan ``plan`` (what is recorded)."""
+        """The step on the device plan ``plan`` (what is recorded); with ``reduce``, up to the
+        gradients (the collective and the optimiser step follow, :meth:`_update`)."""
         model, opt = self.model, self.optimizer
         opt.zero_grad()
         pos, neg, z, states, lasts = self.forward(plan, *model.inputs(plan), n)
         loss = link_loss(pos, neg)
         model.absorb(plan, states, lasts, z)  # stored states come from the weights of this loss
         loss.backward()
-        opt.step()
+        if self.reduce is None:
+            opt.step()
         return loss.detach()
+
+    def _update(self) -> None:
+        """With ``reduce``: the ranks' gradients averaged, then the optimiser step (eagerly)."""
+        self.reduce(self.optimizer.flat_grad)
+        self.optimizer.step()
+
+    def _eager(self, plan: BatchPlan, n: int) -> torch.Tensor:
+        loss = self._body(plan, n)
+        if self.reduce is not None:
+            self._update()
+        return loss
 
     def run(self, plan: BatchPlan, n: int) -> torch.Tensor:
         """One training step of ``n`` events on the fixed host plan ``plan`` (from :meth:`fix`);
@@ -148,7 +186,7 @@ class CapturedStep:
         self.graphs.move_to_end(key)
         rec.buf.copy_(buf, non_blocking=True)
         if self.device.type != "cuda" or self.failed is not None:  # the same step, eagerly, on the same buffer
-            return self._body(rec.plan, n)
+            return self._eager(rec.plan, n)
         if rec.graph is None:
             self.seen[key] = self.seen.get(key, 0) + 1
             if self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM):
@@ -156,13 +194,23 @@ class CapturedStep:
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(side):
-                    loss = self._body(rec.plan, n)
+                    loss = self._eager(rec.plan, n)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 return loss
             if not self._record(rec, n):
-                return self._body(rec.plan, n)
+                return self._eager(rec.plan, n)
+        if self.reduce is not None and self._opt_holds != (self._holds(), lr) and self._opt_failed is None:
+            self._record_update(lr)
         rec.graph.replay()
-        self.optimizer.replayed()
+        if self.reduce is None:
+            self.optimizer.replayed()
+        else:  # the collective between the two graphs, on the same stream
+            self.reduce(self.optimizer.flat_grad)
+            if self._opt_graph is not None:
+                self._opt_graph.replay()
+                self.optimizer.replayed()
+            else:
+                self.optimizer.step()
         self.replays += 1
         return rec.loss.clone()
 
@@ -189,4 +237,27 @@ class CapturedStep:
         if self._pool is None:
             self._pool = graph.pool()
         self.recorded += 1
+        return True
+
+    def _record_update(self, lr: float) -> bool:
+        """Record the optimiser step alone (with ``reduce``: one graph for every shape, on the
+        flat buffers, replayed after the ranks' gradients are averaged).  False where recording
+        fails: the optimiser then steps eagerly."""
+        opt = self.optimizer
+        steps = opt.steps
+        opt.capturable(True)
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize(self.device)
+        try:
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                opt.step()
+        except Exception as exc:  # noqa: BLE001 -- the step's graph replays; the optimiser steps eagerly
+            self._opt_failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            warnings.warn(f"--cuda-graph: the optimiser step could not be recorded ({self._opt_failed}); it runs "
+                          "eagerly after each replay", RuntimeWarning, stacklevel=3)
+            self._opt_graph, self._opt_holds = None, None
+            return False
+        finally:
+            opt.steps = steps
+        self._opt_graph, self._opt_holds = graph, (self._holds(), lr)
         return True

@@ -205,18 +205,23 @@ class Engine:
         Pad each training plan to a fixed shape and run its step from a CUDA graph recorded
         once per shape (:mod:`.captured`; eagerly on the same buffers without a GPU).  The
         caller checks :meth:`CapturedStep.why_not` first.
+    reduce : callable, optional
+        ``reduce(flat_grad)``: with ``capture``, PAC's gradient average over the ranks, in place
+        on the optimiser's flat gradient buffer, between each step's backward pass and its
+        optimiser step (``forward`` is then the weights themselves, not a DDP wrapper).
     """
 
     def __init__(self, model, optimizer: torch.optim.Optimizer, forward: Optional[Callable] = None,
                  progress: Optional[bool] = None, pipeline: int = 0, staleness: int = 0,
-                 capture: bool = False):
+                 capture: bool = False, reduce: Optional[Callable[[torch.Tensor], None]] = None):
         self.model = model
         self.optimizer = optimizer
         self.forward = forward or model.net
         self.progress = progress
         self.pipeline = int(pipeline)
         self.staleness = int(staleness)
-        self.captured = CapturedStep(model, optimizer, self.forward) if capture else None
+        self.captured = CapturedStep(model, optimizer, self.forward, reduce) if capture else None
+        self.reduce = reduce if capture else None
 
     def step(self, step: Step, collect: Optional[list] = None, score: bool = False,
              ranked: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
@@ -275,6 +280,8 @@ class Engine:
         if collect is not None:
             collect.append(z[:n].detach().cpu())
         loss.backward()
+        if self.reduce is not None:  # (a captured PAC run's step taken eagerly: averaged all the same)
+            self.reduce(self.optimizer.flat_grad)
         self.optimizer.step()
         out.loss = loss.detach()
         return out
