@@ -124,6 +124,43 @@ def test_pac_on_nccl_and_two_ranks_on_one_gpu(small_log, tmp_path):
     assert all(0.5 < ap <= 1 for ap in aps.values())
 
 
+def test_captured_evaluation_replays_and_scores_as_the_eager_one(small_log):
+    """--cuda-graph's evaluation (speed.train.eval.captured): val and test passes replayed from
+    recorded graphs with no host sync over the replays, their figures the eager passes' within
+    the captured step's tolerance (the training steps are captured in both runs)."""
+    from speed.train.eval import captured as captured_eval
+
+    events = speed.read_events(small_log, progress=False)
+    split = speed.chronological_split(events, seed=0, new_node_fraction=0.0)
+    got = {}
+    for replayed in (True, False):
+        cfg = TrainConfig(model="tgn", epochs=1, device="cuda", state_device="device", seed=0, progress=False,
+                          num_threads=2, new_node_fraction=0.0, batch_size=50, cuda_graph=True).validate()
+        tr = Trainer.local(events, split, cfg)
+        tr.evaluator.cuda_graph = replayed
+        real = captured_eval.CapturedEval.run
+
+        def run(self, *args, **kw):
+            torch.cuda.set_sync_debug_mode("error" if self.recorded else "default")
+            try:
+                return real(self, *args, **kw)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        captured_eval.CapturedEval.run = run
+        try:
+            got[replayed] = tr.fit()
+        finally:
+            captured_eval.CapturedEval.run = real
+    ce = got[True]["cuda_graph_evaluation"]
+    assert ce["failed"] is None and ce["recorded"] >= 1 and ce["replays"] > 0, ce
+    assert "cuda_graph_evaluation" not in got[False]
+    for period in ("val", "test"):
+        a = got[True]["epochs"][0]["val"] if period == "val" else got[True]["test"]
+        b = got[False]["epochs"][0]["val"] if period == "val" else got[False]["test"]
+        assert abs(a["transductive"]["ap"] - b["transductive"]["ap"]) <= 0.005, (period, a, b)
+
+
 def test_captured_pac_ranks_replay_and_keep_one_set_of_weights(small_log, tmp_path):
     """--cuda-graph with --nproc 2 on one GPU (NCCL): each rank replays its step's graph, the
     gradients are averaged between it and the optimiser's graph, and the run's own end-of-epoch

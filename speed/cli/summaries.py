@@ -201,6 +201,17 @@ def format_train_summary(m: dict, out: Path) -> str:
         if not cg.get("failed") and not cg.get("recorded"):
             lines.append("--cuda-graph: no step was recorded (no CUDA device, or too few steps of one shape): the "
                          "fixed-shape steps ran eagerly")
+    ce = m.get("cuda_graph_evaluation")
+    if ce is not None:
+        if ce.get("failed"):
+            lines.append(f"--cuda-graph: an evaluation step could not be recorded ({ce['failed']}); the padded "
+                         "evaluation steps ran eagerly")
+        elif ce.get("recorded"):
+            lines.append(f"--cuda-graph: {ce['replays']:,} evaluation steps replayed from {ce['recorded']} recorded "
+                         f"graph{'s' if ce['recorded'] != 1 else ''}")
+        else:
+            lines.append("--cuda-graph: no evaluation step was recorded (no CUDA device, or too few steps of one "
+                         "shape): the padded evaluation steps ran eagerly")
     if "test" not in m:  # every epoch was cut: nothing validated, no best epoch, no test
         lines.append(f"every epoch was cut at {m['config'].get('max_steps')} steps (--max-steps): no epoch was "
                      "validated or tested, and no best.json was written")

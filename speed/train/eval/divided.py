@@ -130,6 +130,9 @@ class DividedStep:
         self.size = 1 if world is None else world.size
         self.owner = owner
         self.work = Work()
+        #: a world of one's captured evaluation (:class:`~speed.train.eval.captured.CapturedEval`),
+        #: which replays the steps whose plans it padded; None: every step eager
+        self.captured = None
 
     # ------------------------------------------------------------------ planning
     def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
@@ -312,24 +315,20 @@ class DividedStep:
         is computed as built -- no share cut out of it, nothing exchanged, no index remapped --
         row by row as a divided step's rows are (each at its own index, :meth:`RowLayout.leading`),
         which gives every figure the bits of the divided step.  The host work left is the
-        plan's (built ahead by the loader) and the dispatch of the forward and the state writes."""
+        plan's (built ahead by the loader) and the dispatch of the forward and the state writes;
+        a plan padded for a captured evaluation (``plan.packed``, :mod:`.captured`) is replayed."""
         t_start = time.perf_counter()
-        net, state, work = model.net, model.state, self.work
-        if plan.q_inv.device != model.device:  # (the loader moves it, in its thread, where it can)
-            plan = plan.to(model.device)
-        states, lasts = net.key_states(plan, state.read(plan), state.message_inputs(plan), invariant=True)
-        static = net.key_static(plan.rows.index_select(0, plan.key_row)) if net.static is not None else None
-        z = net.embed_keys(plan, states, lasts, static, invariant=True).index_select(0, plan.q_inv)
-        n = step.m
+        work, n = self.work, step.m
         out = StepScores(events=n)
-        if score and n:
-            k = step.k
-            out.pos, out.neg, out.mrr = step.score(net.score, z, RowLayout.leading(n),
-                                                   RowLayout.leading(n * k) if k else None)
-        if collect and n:
-            out.z_src = z[step.src]
-        model.absorb(plan, states, lasts, z)
-        work.keys += int(plan.key_row.shape[0])
+        if plan.packed is not None and self.captured is not None:
+            out.pos, out.neg = self.captured.run(model, plan, step, score)
+        else:
+            if plan.q_inv.device != model.device:  # (the loader moves it, in its thread, where it can)
+                plan = plan.to(model.device)
+            out.pos, out.neg, out.mrr, z = whole_step(model, plan, step, score)
+            if collect and n:
+                out.z_src = z[step.src]
+        work.keys += int(plan.key_row.shape[0])  # (a padded plan's: what the device computed)
         work.embeddings += int(plan.uq_key.shape[0])
         work.scored += n
         work.steps += 1
@@ -524,6 +523,25 @@ class DividedStep:
                             time.perf_counter() - t0)
         # (a component reads the plan beside the embeddings: on their device)
         state.observe(plan.to(dev) if z_ob is not None else plan, nodes, states, lasts, z_ob)
+
+
+def whole_step(model, plan: BatchPlan, step: QueryLayout, score: bool = True):
+    """One evaluation step of a world of one on the device plan ``plan``: the key states, the
+    queries' embeddings, the scores (each pair at its event's place, each candidate at its own)
+    and the batch taken into the state.  Returns ``(pos, neg, mrr, z)`` (None where not scored;
+    ``z``: every query's embedding).  What :class:`DividedStep` runs for one process, and what a
+    captured evaluation records (:class:`~speed.train.eval.captured.CapturedEval`)."""
+    net, state = model.net, model.state
+    states, lasts = net.key_states(plan, state.read(plan), state.message_inputs(plan), invariant=True)
+    static = net.key_static(plan.rows.index_select(0, plan.key_row)) if net.static is not None else None
+    z = net.embed_keys(plan, states, lasts, static, invariant=True).index_select(0, plan.q_inv)
+    n = step.m
+    pos = neg = mrr = None
+    if score and n:
+        k = step.k
+        pos, neg, mrr = step.score(net.score, z, RowLayout.leading(n), RowLayout.leading(n * k) if k else None)
+    model.absorb(plan, states, lasts, z)
+    return pos, neg, mrr, z
 
 
 def _layouts_of(plan) -> list:

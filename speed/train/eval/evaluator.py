@@ -60,7 +60,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
                   collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
                   pipeline: int = 0, graph: Optional[np.ndarray] = None,
-                  release: Optional[Callable[[], None]] = None) -> StreamResult:
+                  release: Optional[Callable[[], None]] = None, captured=None) -> StreamResult:
     """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
     (its own source and a negative destination, or a whole negative edge) and, with
@@ -74,7 +74,10 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     ``release``, called every :data:`RELEASE_EVERY` events and at the end, lets the pages of a
     mapped log go; the heap's free pages go back to the system as often.  ``pipeline``: build
     the next steps' plans in this many background threads while this one computes, as training
-    does (:class:`~speed.train.step.loader.PlanLoader`; one process only).
+    does (:class:`~speed.train.step.loader.PlanLoader`; one process only).  ``captured`` (a
+    :class:`~speed.train.eval.captured.CapturedEval` of ``model``): pad each plan to a fixed
+    shape and replay its step from a CUDA graph (one process, no candidates, no embeddings
+    collected; otherwise the steps run eagerly).
     """
     model.eval()
     extra, k = None, 0
@@ -99,9 +102,12 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     # divided plans are not built ahead: a sharded sampler answers queries with a collective,
     # and a second thread's collectives would interleave with the step's
     whole = divider.size == 1
+    replay = captured is not None and whole and k == 0 and not collect_z
+    divider.captured = captured if replay else None
     loader = PlanLoader(model, stream, Batches(index, batch_size),
                         negatives.next_edges if negatives is not None else None, pipeline=pipeline if whole else False,
-                        extra_queries=extra, push=graph is None, on_device=whole)
+                        extra_queries=extra, push=graph is None, on_device=whole,
+                        fix=captured.fix if replay else None)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)
@@ -171,6 +177,10 @@ class Evaluator:
     scores_here : bool
         Compute the figures in this process (a PAC rank other than 0 streams its share of every
         pass but reports nothing: its :meth:`evaluate` returns no scores).
+    cuda_graph : bool
+        Replay the steps of a pass one process computes from a CUDA graph per plan shape, their
+        plans padded to fixed sizes (:class:`~speed.train.eval.captured.CapturedEval`; eagerly on
+        the same padded plans without a GPU), where the model's steps can be.
 
     Attributes
     ----------
@@ -189,14 +199,15 @@ class Evaluator:
         device = torch.device(device)
         settings = dict(node_classification=config.node_classification, progress=config.progress,
                         strategy=config.eval_negatives, protocol=config.protocol_name, max_steps=config.eval_max_steps,
-                        pipeline=config.pipeline_threads(device))
+                        pipeline=config.pipeline_threads(device), cuda_graph=config.cuda_graph)
         return cls(events, split, config.batch_size, config.seed, config.mrr_negatives, device, **{**settings, **given})
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
                  device: torch.device = torch.device("cpu"), node_classification: bool = True,
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
-                 max_steps: Optional[int] = None, pipeline: int = 0, scores_here: bool = True):
+                 max_steps: Optional[int] = None, pipeline: int = 0, scores_here: bool = True,
+                 cuda_graph: bool = False):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -206,6 +217,9 @@ class Evaluator:
         self.keep_test_start = bool(keep_test_start)
         self.max_steps = int(max_steps) if max_steps else None
         self.pipeline = int(pipeline)
+        self.cuda_graph = bool(cuda_graph)
+        #: the captured evaluation (with ``cuda_graph``, :meth:`_captured_for`), once made
+        self.captured = None
         self.scores_here = bool(scores_here)
         self.test_start: Optional[dict] = None
         self.strategy = strategy
@@ -385,10 +399,23 @@ class Evaluator:
             index = index[:self.max_steps * self.batch_size]
         res = stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
                             desc, self.progress, pipeline=self.pipeline, graph=graph,
-                            release=lambda: release_pages(self.events))
+                            release=lambda: release_pages(self.events), captured=self._captured_for(model))
         if res.work is not None:
             self.work.append({"pass": desc, "events": int(index.size), **res.work})
         return res
+
+    def _captured_for(self, model):
+        """With ``cuda_graph``: the captured evaluation of ``model`` (made at its first pass, kept
+        for the next: its graphs and fitted sizes), or None where its steps cannot be captured."""
+        if not self.cuda_graph:
+            return None
+        from .captured import CapturedEval
+
+        if self.captured is None or self.captured.model is not model:
+            if CapturedEval.why_not(model) is not None:
+                return None
+            self.captured = CapturedEval(model)
+        return self.captured
 
     def prepare(self, model) -> None:
         """Give the model the neighbour graph evaluation sees at the end of training: every

@@ -124,4 +124,5 @@ class WholeEvaluation:
         self._kept.resume(extra)
 
     def extra_metrics(self) -> Dict:
-        return {}
+        cap = self.evaluator.captured  # with --cuda-graph: the evaluation's replayed steps
+        return {"cuda_graph_evaluation": cap.metrics()} if cap is not None else {}

@@ -44,8 +44,32 @@ from .fixed import FittedBounds, pack_padded, unsupported
 from .losses import link_loss
 
 
-class _Recorded:
-    """One shape's graph, its input buffer and the buffers it was recorded on."""
+def eager_aside(device: torch.device, body):
+    """``body()`` eagerly on a side stream, the current one waiting for it (what torch's graphs
+    ask of the steps before a capture: CUDA's libraries set their workspaces up there)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        out = body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    return out
+
+
+def record(device: torch.device, pool, body):
+    """``body()`` recorded as a CUDA graph into the memory pool ``pool`` (None: a new one);
+    recording runs nothing (the caller replays).  Returns ``(graph, what body returned)``, the
+    latter tensors the replays write; raises what recording raised."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize(device)
+    # thread_local: the planning thread's page-locked allocations may go on meanwhile
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        out = body()
+    return graph, out
+
+
+class Recorded:
+    """One shape's graph, its input buffer, the buffers it was recorded on and what its replays
+    write (``out``)."""
 
     def __init__(self, buf: torch.Tensor, plan: BatchPlan, holds: Tuple, lr: float):
         self.buf = buf
@@ -53,7 +77,7 @@ class _Recorded:
         self.holds = holds
         self.lr = lr
         self.graph = None
-        self.loss: Optional[torch.Tensor] = None
+        self.out = None  # the tensors the replays write (a training step's: its loss)
 
 
 class CapturedStep:
@@ -91,7 +115,7 @@ class CapturedStep:
         self._opt_holds: Optional[Tuple] = None
         self._opt_failed: Optional[str] = None
         self.device = model.device
-        self.graphs: "OrderedDict[tuple, _Recorded]" = OrderedDict()
+        self.graphs: "OrderedDict[tuple, Recorded]" = OrderedDict()
         #: the padded sizes, fitted to the plans seen (used in the loader's thread)
         self.bounds = FittedBounds()
         self.seen: Dict[tuple, int] = {}
@@ -179,7 +203,7 @@ class CapturedStep:
         lr = self.optimizer.param_groups[0]["lr"]
         if rec is None or rec.holds != self._holds() or rec.lr != lr:
             dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
-            rec = _Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
+            rec = Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
             self.graphs[key] = rec
             while len(self.graphs) > self.KEEP:  # its graph and input buffer go (their memory to the pool)
                 self.graphs.popitem(last=False)
@@ -190,13 +214,7 @@ class CapturedStep:
         if rec.graph is None:
             self.seen[key] = self.seen.get(key, 0) + 1
             if self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM):
-                # eager, on a side stream (as torch's graphs ask of the steps before a capture)
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    loss = self._eager(rec.plan, n)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                return loss
+                return eager_aside(self.device, lambda: self._eager(rec.plan, n))
             if not self._record(rec, n):
                 return self._eager(rec.plan, n)
         if self.reduce is not None and self._opt_holds != (self._holds(), lr) and self._opt_failed is None:
@@ -212,20 +230,16 @@ class CapturedStep:
             else:
                 self.optimizer.step()
         self.replays += 1
-        return rec.loss.clone()
+        return rec.out.clone()
 
-    def _record(self, rec: _Recorded, n: int) -> bool:
+    def _record(self, rec: Recorded, n: int) -> bool:
         """Record the step on ``rec``'s buffers (recording runs nothing: the caller replays).
         Where recording fails, say why once and return False: the run goes on eagerly."""
         opt = self.optimizer
         steps = opt.steps  # recording calls the optimiser's step without running it
         opt.capturable(True)
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
         try:
-            # thread_local: the planning thread's page-locked allocations may go on meanwhile
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                rec.loss = self._body(rec.plan, n)
+            graph, rec.out = record(self.device, self._pool, lambda: self._body(rec.plan, n))
         except Exception as exc:  # noqa: BLE001 -- any failure of recording: step eagerly instead
             self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
             warnings.warn(f"--cuda-graph: the step could not be recorded ({self.failed}); training goes on "
@@ -246,11 +260,8 @@ class CapturedStep:
         opt = self.optimizer
         steps = opt.steps
         opt.capturable(True)
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize(self.device)
         try:
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                opt.step()
+            graph, _ = record(self.device, self._pool, opt.step)
         except Exception as exc:  # noqa: BLE001 -- the step's graph replays; the optimiser steps eagerly
             self._opt_failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
             warnings.warn(f"--cuda-graph: the optimiser step could not be recorded ({self._opt_failed}); it runs "
