@@ -17,19 +17,17 @@ the plain pass's, and the state after it).  Passes that rank candidates or colle
 
 from __future__ import annotations
 
-import warnings
-from collections import OrderedDict
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from ..state.batch_plan import BatchPlan, unpack
-from ..step.captured import CapturedStep, Recorded, eager_aside, record
-from ..step.fixed import FittedBounds, pack_padded, unsupported
+from ..state.batch_plan import BatchPlan
+from ..step.captured import ShapeGraphs, eager_aside
+from ..step.fixed import unsupported
 from .divided import whole_step
 
 
-class CapturedEval:
+class CapturedEval(ShapeGraphs):
     """Evaluation steps of ``model`` replayed from a CUDA graph per plan shape (eagerly, on the
     same padded plans, without a GPU).
 
@@ -38,20 +36,9 @@ class CapturedEval:
     model : StatefulModel
     """
 
-    WARMUP, REWARM, KEEP = CapturedStep.WARMUP, CapturedStep.REWARM, CapturedStep.KEEP
-
     def __init__(self, model):
+        super().__init__(model.device)
         self.model = model
-        self.device = model.device
-        self.graphs: "OrderedDict[tuple, Recorded]" = OrderedDict()
-        #: the padded sizes, fitted to the plans seen (used in the planning thread)
-        self.bounds = FittedBounds()
-        self.seen: Dict[tuple, int] = {}
-        self.replays = 0
-        self.recorded = 0
-        self._pool = None  # one memory pool for every shape's graph (as the training step's)
-        #: why recording failed, if it did (the steps then run eagerly on the padded plans)
-        self.failed: Optional[str] = None
 
     @staticmethod
     def why_not(model) -> Optional[str]:
@@ -63,12 +50,6 @@ class CapturedEval:
             return "the node state is in host memory"
         return None
 
-    def fix(self, plan: BatchPlan) -> BatchPlan:
-        """The host plan padded to its fixed shape and packed in one (page-locked) buffer: run by
-        the loader, in its thread."""
-        plan, plan.packed = pack_padded(plan, self.bounds(plan), pin=self.device.type == "cuda")
-        return plan
-
     def _holds(self) -> Tuple:
         """What a graph reads and writes in place: the node state's buffers and the weights."""
         return self.model.state.buffer_ids() + tuple(p.data_ptr() for p in self.model.net.parameters())
@@ -79,19 +60,8 @@ class CapturedEval:
         candidates); returns the ``(pos, neg)`` logits (None without ``score``), on the device."""
         if model is not self.model:
             raise ValueError("a captured evaluation replays the steps of the model it was made for")
-        buf, spans, like = plan.packed
-        key = (tuple((tuple(t.shape), t.dtype) for t in like), step.m, step.has_neg_dst, step.has_neg_src,
-               bool(score))
-        rec = self.graphs.get(key)
-        holds = self._holds()
-        if rec is None or rec.holds != holds:
-            dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
-            rec = Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), holds, None)
-            self.graphs[key] = rec
-            while len(self.graphs) > self.KEEP:  # its graph and buffer go (their memory to the pool)
-                self.graphs.popitem(last=False)
-        self.graphs.move_to_end(key)
-        rec.buf.copy_(buf, non_blocking=True)
+        key = (self.shape_of(plan), step.m, step.has_neg_dst, step.has_neg_src, bool(score))
+        rec = self.entry(plan, key, self._holds())
 
         def body():
             return whole_step(model, rec.plan, step, score)[:2]
@@ -99,24 +69,10 @@ class CapturedEval:
         if self.device.type != "cuda" or self.failed is not None:  # the same step, eagerly, on the same buffer
             return body()
         if rec.graph is None:
-            self.seen[key] = self.seen.get(key, 0) + 1
-            if self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM):
+            if self.warming(key):
                 return eager_aside(self.device, body)
-            try:
-                rec.graph, rec.out = record(self.device, self._pool, body)
-            except Exception as exc:  # noqa: BLE001 -- any failure of recording: evaluate eagerly instead
-                self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                warnings.warn(f"--cuda-graph: an evaluation step could not be recorded ({self.failed}); evaluation "
-                              "goes on with eager steps on the padded plans", RuntimeWarning, stacklevel=3)
+            if not self.record_into(rec, body, "an evaluation step"):
                 return body()
-            if self._pool is None:
-                self._pool = rec.graph.pool()
-            self.recorded += 1
         rec.graph.replay()
         self.replays += 1
         return tuple(None if t is None else t.clone() for t in rec.out)
-
-    def metrics(self) -> Dict:
-        """Shapes recorded, steps replayed, why recording failed if it did, the fitted sizes."""
-        return {"recorded": self.recorded, "replays": self.replays, "failed": self.failed,
-                "bounds": self.bounds.as_dict()}

@@ -80,7 +80,97 @@ class Recorded:
         self.out = None  # the tensors the replays write (a training step's: its loss)
 
 
-class CapturedStep:
+class ShapeGraphs:
+    """One CUDA graph per plan shape, shared by the training step (:class:`CapturedStep`) and
+    evaluation (:class:`~speed.train.eval.captured.CapturedEval`): the fitted sizes plans are
+    padded to, each shape's input buffer and graph (the least recently replayed let go past
+    :attr:`KEEP`), the eager steps before a shape is recorded, and one memory pool for all.
+
+    Parameters
+    ----------
+    device : torch.device
+    """
+
+    #: eager steps of the first shape before it is recorded (CUDA's libraries set up their
+    #: handles and workspaces in them)
+    WARMUP = 3
+    #: eager steps of each later shape (the fitted bounds grow a few times early in a run): the
+    #: libraries are set up by then, and every eager step is a step not replayed
+    REWARM = 1
+    #: graphs kept (the least recently replayed is let go): an epoch's full batches and its
+    #: last, smaller one; a shape outgrown by the fitted bounds is not replayed again
+    KEEP = 2
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.graphs: "OrderedDict[tuple, Recorded]" = OrderedDict()
+        #: the padded sizes, fitted to the plans seen (used in the planning thread)
+        self.bounds = FittedBounds()
+        self.seen: Dict[tuple, int] = {}
+        self.replays = 0
+        self.recorded = 0
+        #: one memory pool for every shape's graph: a graph's intermediates are dead once it has
+        #: replayed, so the next shape's recording reuses them, and a let-go graph's return to it
+        self._pool = None
+        #: why recording failed, if it did (the steps then run eagerly on the padded plans)
+        self.failed: Optional[str] = None
+
+    def fix(self, plan: BatchPlan) -> BatchPlan:
+        """The host plan padded to its fixed shape, its tensors packed in one (page-locked)
+        buffer (``plan.packed``): run by the loader, in its thread."""
+        plan, plan.packed = pack_padded(plan, self.bounds(plan), pin=self.device.type == "cuda")
+        return plan
+
+    @staticmethod
+    def shape_of(plan: BatchPlan) -> tuple:
+        """The shapes and dtypes of a padded plan's tensors."""
+        return tuple((tuple(t.shape), t.dtype) for t in plan.packed[2])
+
+    def entry(self, plan: BatchPlan, key: tuple, holds: Tuple, lr: Optional[float] = None) -> Recorded:
+        """The graph entry of shape ``key`` with ``plan`` copied into its input buffer (without
+        the host waiting); a new one where there is none or its buffers (``holds``) or learning
+        rate changed."""
+        buf, spans, like = plan.packed
+        rec = self.graphs.get(key)
+        if rec is None or rec.holds != holds or rec.lr != lr:
+            dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
+            rec = Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), holds, lr)
+            self.graphs[key] = rec
+            while len(self.graphs) > self.KEEP:  # its graph and input buffer go (their memory to the pool)
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
+        rec.buf.copy_(buf, non_blocking=True)
+        return rec
+
+    def warming(self, key: tuple) -> bool:
+        """Whether this step of the unrecorded shape ``key`` runs eagerly first (its warm-up)."""
+        self.seen[key] = self.seen.get(key, 0) + 1
+        return self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM)
+
+    def record_into(self, rec: Recorded, body, what: str) -> bool:
+        """Record ``body`` as ``rec``'s graph (its outputs ``rec.out``).  Where recording fails,
+        say why once (``what`` failed) and return False: the steps go on eagerly."""
+        try:
+            rec.graph, rec.out = record(self.device, self._pool, body)
+        except Exception as exc:  # noqa: BLE001 -- any failure of recording: step eagerly instead
+            self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            warnings.warn(f"--cuda-graph: {what} could not be recorded ({self.failed}); it goes on with eager "
+                          "steps on the padded plans", RuntimeWarning, stacklevel=4)
+            return False
+        if self._pool is None:
+            self._pool = rec.graph.pool()
+        self.recorded += 1
+        return True
+
+    def metrics(self) -> Dict:
+        """What ``metrics.json`` records: shapes recorded, steps replayed, why recording failed
+        if it did (the steps then ran eagerly), the eager steps before each shape's recording,
+        and the fitted sizes."""
+        return {"recorded": self.recorded, "replays": self.replays, "failed": self.failed, "warmup": self.WARMUP,
+                "rewarm": self.REWARM, "bounds": self.bounds.as_dict()}
+
+
+class CapturedStep(ShapeGraphs):
     """Training steps of ``model`` replayed from a CUDA graph per plan shape.
 
     Parameters
@@ -96,17 +186,8 @@ class CapturedStep:
         collective between their replays).  None: this process alone.
     """
 
-    #: eager steps of the first shape before it is recorded (CUDA's libraries set up their
-    #: handles and workspaces in them)
-    WARMUP = 3
-    #: eager steps of each later shape (the fitted bounds grow a few times early in a run): the
-    #: libraries are set up by then, and every eager step is a step not replayed
-    REWARM = 1
-    #: graphs kept (the least recently replayed is let go): an epoch's full batches and its
-    #: last, smaller one; a shape outgrown by the fitted bounds is not replayed again
-    KEEP = 2
-
     def __init__(self, model, optimizer, forward, reduce=None):
+        super().__init__(model.device)
         self.model, self.optimizer, self.forward = model, optimizer, forward
         self.reduce = reduce
         #: the optimiser step's own graph, with ``reduce`` (one for every shape): its graph, and
@@ -114,25 +195,11 @@ class CapturedStep:
         self._opt_graph = None
         self._opt_holds: Optional[Tuple] = None
         self._opt_failed: Optional[str] = None
-        self.device = model.device
-        self.graphs: "OrderedDict[tuple, Recorded]" = OrderedDict()
-        #: the padded sizes, fitted to the plans seen (used in the loader's thread)
-        self.bounds = FittedBounds()
-        self.seen: Dict[tuple, int] = {}
-        self.replays = 0
-        self.recorded = 0
-        #: one memory pool for every shape's graph: a graph's intermediates are dead once it has
-        #: replayed, so the next shape's recording reuses them, and a let-go graph's return to it
-        self._pool = None
-        #: why recording failed, if it did (the steps then run eagerly on the padded plans)
-        self.failed: Optional[str] = None
 
     def metrics(self) -> Dict:
-        """What ``metrics.json`` records of the captured steps: shapes recorded, steps replayed,
-        why recording failed if it did (the steps then ran eagerly), the eager steps before each
-        shape's recording, and the fitted sizes."""
-        return {"recorded": self.recorded, "replays": self.replays, "failed": self.failed, "warmup": self.WARMUP,
-                "rewarm": self.REWARM, "bounds": self.bounds.as_dict(),
+        """:meth:`ShapeGraphs.metrics`, and under PAC whether the optimiser step's own graph was
+        recorded."""
+        return {**super().metrics(),
                 **({"optimizer_graph": self._opt_graph is not None, "optimizer_failed": self._opt_failed}
                    if self.reduce is not None else {})}
 
@@ -155,16 +222,9 @@ class CapturedStep:
             return "--staleness (rows read ahead)"
         return None
 
-    # ------------------------------------------------------------------ the loader's thread
-    def fix(self, plan: BatchPlan) -> BatchPlan:
-        """The host plan padded to its fixed shape, its tensors packed in one page-locked buffer
-        (``plan.packed``): run by the loader, in its thread."""
-        plan, plan.packed = pack_padded(plan, self.bounds(plan), pin=self.device.type == "cuda")
-        return plan
-
     # ------------------------------------------------------------------ the step
     def _key(self, plan: BatchPlan) -> tuple:
-        return tuple((tuple(t.shape), t.dtype) for t in plan.packed[2])
+        return self.shape_of(plan)
 
     def _holds(self) -> Tuple:
         """The buffers a graph reads and writes in place: when one is replaced, record again."""
@@ -197,23 +257,13 @@ class CapturedStep:
     def run(self, plan: BatchPlan, n: int) -> torch.Tensor:
         """One training step of ``n`` events on the fixed host plan ``plan`` (from :meth:`fix`);
         returns its loss, on the device."""
-        buf, spans, like = plan.packed
         key = self._key(plan)
-        rec = self.graphs.get(key)
         lr = self.optimizer.param_groups[0]["lr"]
-        if rec is None or rec.holds != self._holds() or rec.lr != lr:
-            dev_buf = torch.empty(buf.shape, dtype=buf.dtype, device=self.device)
-            rec = Recorded(dev_buf, plan.with_device_tensors(unpack(dev_buf, like, spans)), self._holds(), lr)
-            self.graphs[key] = rec
-            while len(self.graphs) > self.KEEP:  # its graph and input buffer go (their memory to the pool)
-                self.graphs.popitem(last=False)
-        self.graphs.move_to_end(key)
-        rec.buf.copy_(buf, non_blocking=True)
+        rec = self.entry(plan, key, self._holds(), lr)
         if self.device.type != "cuda" or self.failed is not None:  # the same step, eagerly, on the same buffer
             return self._eager(rec.plan, n)
         if rec.graph is None:
-            self.seen[key] = self.seen.get(key, 0) + 1
-            if self.seen[key] <= (self.WARMUP if self.recorded == 0 else self.REWARM):
+            if self.warming(key):
                 return eager_aside(self.device, lambda: self._eager(rec.plan, n))
             if not self._record(rec, n):
                 return self._eager(rec.plan, n)
@@ -239,19 +289,9 @@ class CapturedStep:
         steps = opt.steps  # recording calls the optimiser's step without running it
         opt.capturable(True)
         try:
-            graph, rec.out = record(self.device, self._pool, lambda: self._body(rec.plan, n))
-        except Exception as exc:  # noqa: BLE001 -- any failure of recording: step eagerly instead
-            self.failed = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            warnings.warn(f"--cuda-graph: the step could not be recorded ({self.failed}); training goes on "
-                          "with eager steps on the padded plans", RuntimeWarning, stacklevel=3)
-            return False
+            return self.record_into(rec, lambda: self._body(rec.plan, n), "the training step")
         finally:
             opt.steps = steps
-        rec.graph = graph
-        if self._pool is None:
-            self._pool = graph.pool()
-        self.recorded += 1
-        return True
 
     def _record_update(self, lr: float) -> bool:
         """Record the optimiser step alone (with ``reduce``: one graph for every shape, on the
