@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import numba
-import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +32,8 @@ sys.path.insert(0, str(HERE))
 
 import speed  # noqa: E402
 from _trees import default_out, local_trainer, save  # noqa: E402
-from speed._threads import apply_threads, concurrent_kernels, usable_cores  # noqa: E402
+from speed._threads import apply_threads, usable_cores  # noqa: E402
+from speed.train.step.loader import concurrent_kernels  # noqa: E402
 
 
 def _tensors(plan) -> list:

@@ -152,24 +152,3 @@ def for_new_thread(leave: int = 0, among: int = 1):
         numba.set_num_threads(n)
 
     return apply
-
-
-def concurrent_kernels() -> bool:
-    """Whether numba's threading layer runs parallel kernels launched from several threads at
-    once (OpenMP's and TBB's do; the workqueue layer, numba's fallback where neither is
-    installed, aborts the process when it sees it)."""
-    try:
-        import numba
-    except ImportError:
-        return False
-    try:
-        layer = numba.threading_layer()
-    except ValueError:  # no parallel kernel has run yet: run one, then the layer is chosen
-        import numpy as np
-
-        from .train.state import _kernels
-
-        empty = np.empty(0, dtype=np.int64)
-        _kernels.pending_counts(empty, np.empty(0), empty, empty, np.empty(0))
-        layer = numba.threading_layer()
-    return layer != "workqueue"

@@ -30,9 +30,27 @@ from typing import Callable, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
-from ..._threads import concurrent_kernels, for_new_thread
+from ..._threads import for_new_thread
 from ...data.events import Events
 from ..model.queries import QueryLayout
+from ..state._kernels import pending_counts
+
+
+def concurrent_kernels() -> bool:
+    """Whether numba's threading layer runs parallel kernels launched from several threads at
+    once (OpenMP's and TBB's do; the workqueue layer, numba's fallback where neither is
+    installed, aborts the process when it sees it)."""
+    try:
+        import numba
+    except ImportError:
+        return False
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run yet: run one, then the layer is chosen
+        empty = np.empty(0, dtype=np.int64)
+        pending_counts(empty, np.empty(0), empty, empty, np.empty(0))
+        layer = numba.threading_layer()
+    return layer != "workqueue"
 
 
 class EventStream:
