@@ -32,10 +32,9 @@ speed and memory
                    the same log: kernel launches, host-device syncs and operators per step,
                    the kernels' busy time a step against the step's time (the device-busy fraction),
                    ``benchmarks/sampler_cost.py``: neighbour sampling's µs a step on 1, 4
-                   and all the host's cores, and ``benchmarks/plan_beside_step.py``: a plan's µs
-                   alone and beside a thread dispatching without pause, with a planning pool of
-                   all the cores and of one fewer (the library's), and ``benchmarks/plan_rate.py``:
-                   how often 1 and 3 planning threads hand out plans (a plan's stages in threads);
+                   and all the host's cores, and ``benchmarks/plan_rate.py``: how often 1 and 3
+                   planning threads hand out plans (a plan's stages in threads; a plan beside a
+                   dispatching thread was measured by ``git show 8817d54:benchmarks/plan_beside_step.py``);
     ``pac_speed``  PAC's ranks sharing one GPU against one rank: a generated log (1M events over
                    500k node ids), P=8, top-5%, TGN, batch 200, one epoch, ``--nproc`` 1, 2 and 4
                    (gloo between ranks on one GPU) training the same events (``--max-steps``
@@ -446,16 +445,6 @@ def section_throughput(a, work: Path) -> dict:
                                    else {"ok": False, "output_tail": proc.stderr[-1500:]})
         except subprocess.TimeoutExpired:
             out["sampler_cost"] = {"ok": False, "output_tail": "timeout"}
-    left = end - time.monotonic()
-    if left > 30:  # a pipelined plan beside a dispatching step thread, by planning pool size
-        dst = work / "plan_beside_step.json"
-        try:
-            proc = _call([sys.executable, HERE / "plan_beside_step.py", "--log", log, "--batch", 200, 1000,
-                          "--steps", 50, "--out", dst], left - 5)
-            out["plan_beside_step"] = (json.loads(dst.read_text())["runs"] if proc.returncode == 0
-                                       else {"ok": False, "output_tail": proc.stderr[-1500:]})
-        except subprocess.TimeoutExpired:
-            out["plan_beside_step"] = {"ok": False, "output_tail": "timeout"}
     left = end - time.monotonic()
     if left > 30:  # plans a second by planning threads (a plan's stages in threads of their own)
         dst = work / "plan_rate.json"

@@ -43,7 +43,6 @@ SCRIPTS = [  # every script of benchmarks/, and what it is for (the page lists t
     ("gpu_check.py", "`python -m benchmarks gpu`: the GPU path against the CPU, then speed and memory"),
     ("profile_step.py", "where a step's time goes, stage by stage (gpu_check's `profile`)"),
     ("sampler_cost.py", "neighbour sampling's µs per step by thread count (gpu_check's `throughput`)"),
-    ("plan_beside_step.py", "a pipelined plan beside a step that never pauses (gpu_check's `throughput`)"),
     ("plan_rate.py", "how often the pipeline hands out plans, by planning threads (a plan's stages in threads)"),
 ]
 
