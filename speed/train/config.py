@@ -297,7 +297,8 @@ class TrainConfig:
         H100 three threads planned batch-1000 steps 1.76x as fast (TGN, 300k events: 299.9k
         against 170.5k events/s).  An eager step dispatches its operators under the interpreter
         lock the planning threads want too: there three threads made batch-1000 training 0.82x
-        as fast and a val pass 0.51-0.79x (single runs; docs/training.md, 'A plan in stages')."""
+        as fast and a val pass 0.51-0.79x (single runs; docs/training.md, 'A plan in stages').
+        With ``--cuda-graph`` evaluation replays its steps too, and takes the same count."""
         if not self.pipeline_on(device):
             return 0
         if self.plan_threads is not None:

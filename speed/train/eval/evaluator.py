@@ -199,7 +199,8 @@ class Evaluator:
         device = torch.device(device)
         settings = dict(node_classification=config.node_classification, progress=config.progress,
                         strategy=config.eval_negatives, protocol=config.protocol_name, max_steps=config.eval_max_steps,
-                        pipeline=config.pipeline_threads(device), cuda_graph=config.cuda_graph)
+                        pipeline=config.pipeline_threads(device, captured=config.cuda_graph),
+                        cuda_graph=config.cuda_graph)
         return cls(events, split, config.batch_size, config.seed, config.mrr_negatives, device, **{**settings, **given})
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,

@@ -292,24 +292,23 @@ class PlanLoader:
             return False
 
         def build(g: int, item):
-            """Group ``g``'s stages on ``item``: ``(step, draft)`` between threads; the step on
-            the last."""
-            t0 = time.perf_counter()
+            """Group ``g``'s stages on ``item``: ``(index, positions, ended)`` into the first,
+            ``(step, draft)`` between threads, the step out of the last."""
             if groups[g] is None:  # the whole plan, in one thread
-                item = self._make(item[0], item[1], item[2], before_read)
-            else:
-                if g == 0:
-                    step, nodes, times, events = self._queries(*item)
-                    item = (step, self.model.state.plan_draft(nodes, times, events, push=self.push))
-                step, draft = item
-                for stage in groups[g]:
-                    stage(self.model.state, draft)
-                if g == last:
-                    plan = draft.plan
-                    if self.on_device and self.fix is None:
-                        plan = plan.to(self.device)
-                    item = self._finish(step, plan, before_read)
-            self._seconds[g] += time.perf_counter() - t0 if groups[g] is not None else 0.0
+                return self._make(*item, before_read)
+            t0 = time.perf_counter()
+            if g == 0:
+                step, nodes, times, events = self._queries(*item)
+                item = (step, self.model.state.plan_draft(nodes, times, events, push=self.push))
+            step, draft = item
+            for stage in groups[g]:
+                stage(self.model.state, draft)
+            if g == last:
+                plan = draft.plan
+                if self.on_device and self.fix is None:
+                    plan = plan.to(self.device)
+                item = self._finish(step, plan, before_read)
+            self._seconds[g] += time.perf_counter() - t0
             return item
 
         def first():
