@@ -103,6 +103,7 @@ def main() -> int:
 
     split = speed.chronological_split(ev, new_node_fraction=0.0)
     rows = []
+    intervals = a.switch_intervals or [loader.SWITCH_INTERVAL]  # (the library's, before any is tried)
     for batch in a.batch:
         cfg = TrainConfig(model="tgn", seed=0, progress=False, num_threads=cores, new_node_fraction=0.0,
                           batch_size=batch, cuda_graph=a.pad)
@@ -113,7 +114,7 @@ def main() -> int:
         for r in range(a.repeat):
             reference = None
             for threads in a.threads:
-                for si in (a.switch_intervals or [loader.SWITCH_INTERVAL]) if threads > 1 else [None]:
+                for si in intervals if threads > 1 else [None]:
                     loader.SWITCH_INTERVAL = si or None
                     row, plans = measure(tr, batch, threads, a.skip, a.steps, a.pad, reference)
                     if reference is None:
