@@ -156,3 +156,39 @@ def test_plan_threads_default_and_bounds(monkeypatch):
 def test_stage_groups_follow_what_the_model_plans():
     assert len(stage_groups(build_model("tgn", 5).state)) == 3
     assert len(stage_groups(build_model("dyrep", 5).state)) == 2
+
+
+def _featured_log(path):
+    """A bipartite log with 3 edge features (the assembly stage reads them)."""
+    rng = np.random.default_rng(2)
+    n = 2400
+    users, items = rng.integers(0, 120, n), rng.integers(0, 40, n)
+    feats = rng.normal(size=(n, 3)).round(4)
+    rows = "".join(f"{u},{i},{k},0,{a},{b},{c}\n" for k, (u, i, (a, b, c)) in enumerate(zip(users, items, feats)))
+    path.write_text("user_id,item_id,timestamp,state_label,f1,f2,f3\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("case", ["edge features", "ranking candidates", "observed events"])
+def test_runs_through_staged_plans_end_as_the_serial_ones(tmp_path, case):
+    """Whole runs whose plans carry more: edge features, ranking candidates after the queries
+    (an evaluation's), events observed beside each step's own (PAC's --observe shared)."""
+    from speed.cli import main
+
+    kw = dict(model="tgn", epochs=1, seed=0, deterministic=True, memory_dim=8, time_dim=8, embedding_dim=8,
+              neighbors=3, batch_size=100, progress=False, num_threads=1)
+    if case == "edge features":
+        data = _featured_log(tmp_path / "log.csv")
+    elif case == "ranking candidates":
+        data, kw = speed.write_generated(tmp_path / "log.csv", 200, 3000, seed=1), {**kw, "mrr_negatives": 5}
+    else:
+        log = speed.write_generated(tmp_path / "log.csv", 300, 3000, seed=1)
+        assert main(["partition", str(log), "-o", str(tmp_path / "s2"), "--parts", "2", "--topk", "5",
+                     "--no-progress"]) == 0
+        data, kw = tmp_path / "s2", {**kw, "nproc": 2, "observe": "shared"}
+    runs = []
+    for threads in (0, 3):
+        extra = {"pipeline": True, "plan_threads": threads} if threads else {}
+        m = speed.train(data, **kw, **extra, **({"out": tmp_path / f"run{threads}"} if "nproc" in kw else {}))
+        runs.append(([e["loss"] for e in m["epochs"]], m["epochs"][0]["val"], m["test"]))
+    assert runs[1] == runs[0]
