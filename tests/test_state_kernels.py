@@ -203,3 +203,65 @@ def test_plan_keys_from_numbas_cache_in_a_fresh_process():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip() == "[1, 2] [7, 7]"
+
+
+def _pending_by_python(pending, node, other, t, eid, before):
+    """The store's merge in plain Python: each node keeps its pending events at ``before`` or
+    later and takes its new ones, sorted by time then event id, old ones first on a tie."""
+    fresh = {}
+    for i, u in enumerate(node.tolist()):
+        fresh.setdefault(u, []).append((float(t[i]), int(eid[i]), int(other[i])))
+    for u, new in fresh.items():
+        kept = [e for e in pending.get(u, []) if e[0] >= before]
+        pending[u] = [e for _, e in sorted(enumerate(kept + new), key=lambda ie: (ie[1][0], ie[1][1], ie[0]))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 25), st.integers(1, 12), st.integers(0, 60), st.integers(0, 2**31 - 1))
+def test_the_merge_kernel_is_the_plain_python_merge(n, rounds, width, seed):
+    """Random batches joining a pending store (few distinct times, self-loops, an event id seen
+    twice by one node, thresholds below, among and above the times held, empty batches): every
+    node's pending events, in order, are the plain-Python merge's."""
+    from speed.train.state.store import MessageStore
+
+    rng = np.random.default_rng(seed)
+    store, want = MessageStore(n), {}
+    t0 = 0.0
+    for _ in range(rounds):
+        b = int(rng.integers(0, width + 1))
+        src, dst = rng.integers(0, n, b), rng.integers(0, n, b)
+        t = np.sort(t0 + rng.integers(0, 3, b).astype(np.float64))
+        e = rng.integers(0, 50, b)  # (ids repeat: ties on time and id)
+        node, other = np.concatenate([src, dst]), np.concatenate([dst, src])
+        tt, ee = np.concatenate([t, t]), np.concatenate([e, e])
+        before = float(t0 + rng.integers(-2, 4))
+        store.merge(node, other, tt, ee, before=before)
+        _pending_by_python(want, node, other, tt, ee, before)
+        t0 = float(t[-1]) if b else t0
+        for u in range(n):
+            row, o, ts, es = store.gather(np.array([u]))
+            assert list(zip(ts.tolist(), es.tolist(), o.tolist())) == want.get(u, []), u
+    assert store.alive == sum(len(v) for v in want.values())
+
+
+def test_the_merge_kernel_through_compactions():
+    """Enough writes that the store compacts its arrays several times (each at four times the
+    live events, at least 32,768 entries): the pending events stay the plain-Python merge's."""
+    from speed.train.state.store import MessageStore
+
+    rng = np.random.default_rng(5)
+    n = 300
+    store, want = MessageStore(n), {}
+    for r in range(120):
+        b = 400
+        src, dst = rng.integers(0, n, b), rng.integers(0, n, b)
+        t = np.sort(r * 10 + rng.integers(0, 10, b).astype(np.float64))
+        e = np.arange(r * b, (r + 1) * b)
+        node, other, tt, ee = np.concatenate([src, dst]), np.concatenate([dst, src]), np.r_[t, t], np.r_[e, e]
+        store.merge(node, other, tt, ee, before=r * 10 - 5.0)
+        _pending_by_python(want, node, other, tt, ee, r * 10 - 5.0)
+    row, o, ts, es = store.gather(np.arange(n))
+    got = {}
+    for u, a, b_, c in zip(row.tolist(), ts.tolist(), es.tolist(), o.tolist()):
+        got.setdefault(u, []).append((a, b_, c))
+    assert got == {u: v for u, v in want.items() if v}

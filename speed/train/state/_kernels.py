@@ -245,3 +245,78 @@ def unique_first_inverse(keys):
     for i in range(n):
         inverse[i] = rank[ids[i]]
     return values, firsts, inverse
+
+
+@numba.njit(cache=True, nogil=True)
+def merge_pending(node, other, t, eid, before, start, count, s_other, s_t, s_eid):
+    """A batch's events joining the pending store (:meth:`MessageStore.merge`), off the
+    interpreter lock: for each distinct node of ``node`` (int64, (M,)), its pending events at
+    ``before`` or later (the tail of its segment ``s_*[start[u]:start[u] + count[u]]``, which is
+    sorted by time, then event id) merged with its new ones (``other``, ``t``, ``eid``) in that
+    order, ties keeping the old before the new and the new in their given order (what a stable
+    sort of the old and the new, one after the other, by node, time and event id gives).
+
+    Returns
+    -------
+    uniq : int64 (U,)
+        The distinct nodes, ascending.
+    counts : int64 (U,)
+        Each one's events now.
+    out_other, out_t, out_eid : (sum(counts),)
+        Their events, node after node.
+    """
+    uniq, _, inv = unique_first_inverse(node)
+    u = uniq.shape[0]
+    n = node.shape[0]
+    # the new events by (node, time, event id), stable: three stable sorts, the least significant first
+    order = np.argsort(eid, kind="mergesort")
+    order = order[np.argsort(t[order], kind="mergesort")]
+    order = order[np.argsort(inv[order], kind="mergesort")]
+    new_count = np.zeros(u, dtype=np.int64)
+    for i in range(n):
+        new_count[inv[i]] += 1
+    kept_from = np.empty(u, dtype=np.int64)
+    kept_count = np.empty(u, dtype=np.int64)
+    total = 0
+    for j in range(u):
+        lo = start[uniq[j]]
+        end = lo + count[uniq[j]]
+        hi = end
+        while lo < hi:  # the first of the node's events at `before` or later
+            mid = (lo + hi) >> 1
+            if s_t[mid] < before:
+                lo = mid + 1
+            else:
+                hi = mid
+        kept_from[j] = lo
+        kept_count[j] = end - lo
+        total += end - lo + new_count[j]
+    out_other = np.empty(total, dtype=np.int64)
+    out_t = np.empty(total, dtype=np.float64)
+    out_eid = np.empty(total, dtype=np.int64)
+    counts = np.empty(u, dtype=np.int64)
+    w = 0
+    p = 0
+    for j in range(u):
+        a = kept_from[j]
+        a_end = a + kept_count[j]
+        p_end = p + new_count[j]
+        while a < a_end or p < p_end:
+            old = p >= p_end
+            if not old and a < a_end:
+                q = order[p]
+                old = s_t[a] < t[q] or (s_t[a] == t[q] and s_eid[a] <= eid[q])
+            if old:
+                out_other[w] = s_other[a]
+                out_t[w] = s_t[a]
+                out_eid[w] = s_eid[a]
+                a += 1
+            else:
+                q = order[p]
+                out_other[w] = other[q]
+                out_t[w] = t[q]
+                out_eid[w] = eid[q]
+                p += 1
+            w += 1
+        counts[j] = kept_count[j] + new_count[j]
+    return uniq, counts, out_other, out_t, out_eid

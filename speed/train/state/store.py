@@ -140,17 +140,15 @@ class MessageStore:
         """A batch has been applied: for each node in ``node``, its pending events earlier than
         ``before`` were folded into its stored memory and leave; those at ``before`` or later
         stay, and the batch's events (one row per node and event) join them."""
-        node = np.asarray(node, dtype=np.int64)
+        node = np.ascontiguousarray(node, dtype=np.int64)
         if node.size == 0:
             return
-        uniq = _kernels.unique_first_inverse(node)[0]  # np.unique(node), by hashing
-        row, o_other, o_t, o_eid = self.gather(uniq)
-        keep = o_t >= before
-        all_node = np.concatenate([uniq[row[keep]], node])
-        all_other = np.concatenate([o_other[keep], np.asarray(other, dtype=np.int64)])
-        all_t = np.concatenate([o_t[keep], np.asarray(t, dtype=np.float64)])
-        all_eid = np.concatenate([o_eid[keep], np.asarray(eid, dtype=np.int64)])
-        self._write(uniq, all_node, all_other, all_t, all_eid)
+        # one kernel, off the interpreter lock (a planning thread's stage shares it with others)
+        uniq, counts, o_other, o_t, o_eid = _kernels.merge_pending(
+            node, np.ascontiguousarray(other, dtype=np.int64), np.ascontiguousarray(t, dtype=np.float64),
+            np.ascontiguousarray(eid, dtype=np.int64), float(before), self.start, self.count, self.other, self.t,
+            self.eid)
+        self._store(uniq, counts, o_other, o_t, o_eid)
 
     def replace(self, node: np.ndarray, other: np.ndarray, t: np.ndarray, eid: np.ndarray) -> None:
         """The pending events of every node in ``node`` become exactly these."""
@@ -162,7 +160,11 @@ class MessageStore:
     def _write(self, uniq, node, other, t, eid) -> None:
         order = np.lexsort((eid, t, node))  # by node, then time, then event order
         node, other, t, eid = node[order], other[order], t[order], eid[order]
-        counts = np.bincount(np.searchsorted(uniq, node), minlength=uniq.size)
+        self._store(uniq, np.bincount(np.searchsorted(uniq, node), minlength=uniq.size), other, t, eid)
+
+    def _store(self, uniq, counts, other, t, eid) -> None:
+        """The distinct nodes ``uniq`` now have ``counts`` pending events each: ``other``, ``t``,
+        ``eid``, node after node, each node's in time order (ties in event order)."""
         base = self.end
         self._alive += int(counts.sum()) - int(self.count[uniq].sum())
         self.start[uniq] = base + np.cumsum(counts) - counts
