@@ -75,14 +75,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _init(rank, world, store_file):
+def _init(rank, world, store_file, planning=False):
     """Join a gloo group of ``world`` workers; returns this worker's World (strict: every
-    collective checked as NCCL would)."""
+    collective checked as NCCL would; ``planning``: with a planning group, as a run's)."""
     from speed.train.world import World
 
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=WORKER_TIMEOUT))
-    return World(rank, world, "cpu", "gloo", strict=True)
+    plan = dist.new_group(backend="gloo") if planning else None
+    return World(rank, world, "cpu", "gloo", strict=True, plan_group=plan)
 
 
 def _leave(queue):
@@ -166,12 +167,14 @@ SHARDED_CASES = [(m, p, s) for m in MODELS
                               ("dyglib", "inductive"), ("tgb", "random"))]
 
 
-def sharded_eval_worker(rank, world, store_file, cases, queue):
+def sharded_eval_worker(rank, world, store_file, cases, ahead, queue):
     """For each case: a model's full-graph state after the training period (random weights,
     seeded), evaluated through val and test by this process alone, then again with its memories
     sharded over ``world`` ranks (owners drawn at random); returns the largest difference of
-    any score, the figures of both, and the rows this rank held and read from others."""
-    w = _init(rank, world, store_file)
+    any score, the figures of both, and the rows this rank held and read from others.
+    ``ahead``: the sharded passes plan ahead in a thread (the world gets a planning group, as
+    :meth:`World.join` makes it, and the sampler's collectives go over it)."""
+    w = _init(rank, world, store_file, planning=ahead)
     import numpy as np
 
     import speed
@@ -195,7 +198,8 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
             model.state.set_edge_features(ev.msg)
             model.eval()
             evaluator = Evaluator(ev, split, 50, 0, 0, node_classification=False, progress=False,
-                                  strategy=strategy, protocol=protocol, keep_test_start=True)
+                                  strategy=strategy, protocol=protocol, keep_test_start=True,
+                                  pipeline=int(ahead and sharded))
             evaluator.stream(model, evaluator.period("train"))  # the state at the end of training
             exchange = Exchange()
             divider = model.divide(DividedStep()).divider  # (the work of one process doing all of it)
@@ -207,7 +211,7 @@ def sharded_eval_worker(rank, world, store_file, cases, queue):
                 model.state.set_edge_features(ev.msg)
                 model.eval()
                 model.state.use_memories(lambda n, mem: ShardedMemory(owner, mem.memory_dim, w, exchange),
-                                         lambda k: ShardedSampler(owner, k, w, exchange))
+                                         lambda k: ShardedSampler(owner, k, w.planning(), exchange))
                 divider = model.divide(DividedStep(w, owner)).divider
                 for key, mem in model.state.memories().items():
                     mine = torch.from_numpy(mem.owned())

@@ -365,12 +365,18 @@ def test_the_pipeline_waits_for_in_epoch_syncs_and_pass_ends(tmp_path):
         piped = speed.train(tmp_path / "s2", out=tmp_path / f"piped{threads}", pipeline=True, plan_threads=threads,
                             **kw)
         assert [e["loss"] for e in piped["epochs"]] == [e["loss"] for e in plain["epochs"]]
+        assert [e["val"] for e in piped["epochs"]] == [e["val"] for e in plain["epochs"]]
         assert piped["test"] == plain["test"]
+        # the evaluation's divided steps were planned ahead too, in one thread (an eager step's
+        # plans get no stages), their part cut out there; the plain run's in the steps' thread
+        for m, want in ((piped, 1), (plain, 0)):
+            passes = [p for rank in m["evaluation_work"] for p in rank]
+            assert passes and all(p["plan_threads"] == want and p["seconds_dividing"] > 0 for p in passes)
 
 
 def test_one_rank_plans_its_evaluation_ahead_and_scores_the_same(shards4, tmp_path):
     """A world of one plans its evaluation steps in the pipeline's thread, as a single process
-    does (a rank among several plans in its step): the figures are the unpipelined run's."""
+    does: the figures are the unpipelined run's."""
     kw = dict(model="tgn", epochs=2, seed=0, nproc=1, deterministic=True, **TINY)
     plain = speed.train(shards4, out=tmp_path / "plain", pipeline=False, **kw)
     piped = speed.train(shards4, out=tmp_path / "piped", pipeline=True, **kw)

@@ -13,9 +13,11 @@ from _pac_helpers import SHARDED_CASES, run_workers, sharded_eval_worker
 from speed.train.pac.sharded import owners
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_sharded_evaluation_equals_one_process_holding_every_row(world, tmp_path):
-    res = run_workers(sharded_eval_worker, [(SHARDED_CASES,)] * world, tmp_path / "store", timeout=600)
+@pytest.mark.parametrize("world, ahead", [(1, False), (2, False), (3, False), (2, True), (3, True)])
+def test_sharded_evaluation_equals_one_process_holding_every_row(world, ahead, tmp_path):
+    """``ahead``: each rank builds its plans and cuts its part out of them in a planning thread,
+    whose collectives (the sampler's answers) go over a group of their own."""
+    res = run_workers(sharded_eval_worker, [(SHARDED_CASES, ahead)] * world, tmp_path / "store", timeout=600)
     assert set(res) == set(range(world))
     for r in range(world):
         for case in res[r]:
@@ -45,7 +47,8 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, tmp_path
             # a step moves what it reads to the device in two packed copies (its plan and rows,
             # then the key states received) and waits for the device once (what it sends and stores)
             for w in work:
-                assert w["steps"] > 0
+                assert w["steps"] > 0 and w["seconds_dividing"] > 0  # each step's part cut out of its plan
+                assert w["plan_threads"] == int(ahead)
                 assert w["copies_in"] == 2 * w["steps"] and w["copies_out"] == w["steps"], w
         else:
             assert res[0][i]["read"]["calls"] == 0 and work[0]["rows_received"] == 0

@@ -17,6 +17,10 @@ Three groups:
 ``wait``
     gloo with a day's timeout, for the waits on rank 0's decisions and on its writing of
     ``best.json`` (which can take longer than any step).
+``plan``
+    gloo, the host collectives of plans built ahead in a thread (a sharded sampler's answers,
+    :meth:`World.planning`): on a group of their own they run beside the step's collectives
+    without interleaving with them.
 
 ``strict=True`` (or ``SPEED_STRICT_COLLECTIVES=1`` in the environment, which spawned ranks
 inherit) checks every call against what NCCL would refuse: a device-group collective given a
@@ -117,18 +121,21 @@ class World:
         The device group's backend ("nccl" or "gloo"; "none" for a world of one).
     host_group, wait_group : ProcessGroup, optional
         None: the default group (host) or the host group (wait).
+    plan_group : ProcessGroup, optional
+        The planning thread's host group (:meth:`planning`); None: none apart.
     strict : bool
         Check every call as NCCL would (see the module docstring).
     """
 
     def __init__(self, rank: int = 0, size: int = 1, device="cpu", backend: str = "none", host_group=None,
-                 wait_group=None, strict: bool = False):
+                 wait_group=None, strict: bool = False, plan_group=None):
         self.rank, self.size = int(rank), int(size)
         self.device = torch.device(device)
         self.backend = backend
         self.strict = bool(strict or os.environ.get("SPEED_STRICT_COLLECTIVES") == "1")
         self._host = host_group
         self._wait = wait_group if wait_group is not None else host_group
+        self._plan = plan_group
         if self.strict:
             _guard_distributed()
 
@@ -184,11 +191,30 @@ class World:
         # the waits on rank 0 get a group of their own with a long timeout; a rank that dies is
         # still caught by the launcher (spawn, torchrun)
         wait = dist.new_group(backend="gloo", timeout=max(timeout, timedelta(seconds=WAIT_FOR_MAIN_S)))
-        return cls(rank, size, device, backend, host, wait)
+        plan = dist.new_group(backend="gloo", timeout=timeout)
+        return cls(rank, size, device, backend, host, wait, plan_group=plan)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def planning(self) -> "World":
+        """This world as a planning thread sees it: the same ranks, their host and object
+        collectives over the ``plan`` group, so that the plans an evaluation builds ahead (the
+        sharded sampler answers each plan's queries with a collective) exchange beside the
+        step's own collectives, never between them.  Itself where there is no such group (a
+        world of one, or one made by hand): plans of divided steps are then built in the step
+        (:attr:`plans_ahead`)."""
+        if self._plan is None or self.size == 1:
+            return self
+        return World(self.rank, self.size, self.device, self.backend, host_group=self._plan, wait_group=self._plan,
+                     strict=self.strict)
+
+    @property
+    def plans_ahead(self) -> bool:
+        """Whether steps whose work the ranks divide may be planned ahead in a thread (see
+        :meth:`planning`)."""
+        return self.size == 1 or self._plan is not None
 
     def __repr__(self) -> str:
         return f"World(rank={self.rank}, size={self.size}, device={self.device}, backend={self.backend})"

@@ -2,7 +2,9 @@
 
 Every process of an evaluation builds the same plan of each step (:mod:`speed.train.state.batch_plan`:
 the queries, their neighbours, the memory keys and the pending events they apply; host work
-that depends on the log, not on the weights).  The work of the step is then divided:
+that depends on the log, not on the weights), and cuts its own part out of it
+(:meth:`DividedStep.cut`, host work on the plan and the owners alone): both can be done ahead of
+the step, in a planning thread.  The work of the step is then divided:
 
 * **memory keys**: a key is computed by the owner of its node (``owner``, one rank per node:
   :func:`speed.train.pac.sharded.owners`), which holds the node's stored rows and stores the
@@ -88,6 +90,9 @@ class Work:
     seconds_collectives: float = 0.0
     seconds_total: float = 0.0  # in the steps (planning apart)
     seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
+    seconds_dividing: float = 0.0  # cutting each process's part out of them (DividedStep.cut)
+    plan_threads: int = 0  # threads that built the plans ahead of the steps (0: in the steps' thread)
+    seconds_pass: float = 0.0  # the pass's wall seconds: its steps, and its plans where not built ahead
     copies_in: int = 0  # host-to-device copies a divided step makes (one packed copy each)
     copies_out: int = 0  # device-to-host copies (each one a wait for the device, on a GPU)
 
@@ -106,6 +111,47 @@ class StepScores:
     mrr: Optional[torch.Tensor] = None
     z_src: Optional[torch.Tensor] = None
     events: int = 0
+
+
+@dataclass
+class RowFetch:
+    """Round 1 of a divided step, planned: the stored rows this process sends and where the
+    rows it holds and receives go (:meth:`DividedStep._row_fetch`)."""
+
+    send_ids: np.ndarray  # int64 (s,): node ids of the rows sent, grouped by destination
+    send_counts: list
+    recv_counts: list
+    own_ids: np.ndarray  # int64: the node ids of the rows read that this process holds
+    own_at: torch.Tensor  # int64: their places among the rows read
+    recv_at: torch.Tensor  # int64: the places of the received rows, in the order they arrive
+    n: int  # rows read
+
+
+@dataclass
+class Cut:
+    """A step's plan with one process's part cut out (:meth:`DividedStep.cut`): host work that
+    depends on the log and the owners only, made ahead of the step by a planning thread."""
+
+    plan: BatchPlan  # the whole step's (host)
+    step: QueryLayout
+    lo: int  # this process's share of the events: [lo, hi)
+    hi: int
+    keys: int  # memory keys it computes
+    need: np.ndarray  # int64: the keys its share of queries reads (positions among the plan's)
+    fetch: RowFetch
+    kplan: BatchPlan  # computing its keys alone
+    qplan: QueryPlan  # its share's distinct queries
+    send_idx: np.ndarray  # round 2: its keys the others' shares read, by destination
+    send_counts: list
+    recv_counts: list
+    here: np.ndarray  # positions among ``need`` of its own keys
+    here_k: np.ndarray  # and among its computed keys
+    recv_at: np.ndarray  # positions among ``need`` of the received key states, as they arrive
+    z_at: np.ndarray  # each of its share's query positions among its distinct queries
+    ob_node: np.ndarray  # int64: the batch's endpoints it owns
+    ob_at: np.ndarray  # and their keys among its computed ones
+    pairs: RowLayout  # its share's pairs, and candidates, at their places in the whole step
+    cands: Optional[RowLayout]
 
 
 def shares(n: int, size: int) -> np.ndarray:
@@ -214,31 +260,26 @@ class DividedStep:
             return np.unique(np.concatenate([own, nb]))
         return np.unique(own)
 
-    # ------------------------------------------------------------------ the step
-    @torch.no_grad()
-    def __call__(self, model, plan: BatchPlan, step: QueryLayout, collect: bool = False,
-                 score: bool = True) -> StepScores:
-        """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
-        by ``step``), and take the batch into the state.  Returns the scores of this process's
-        share of the events."""
-        if self.size == 1:
-            return self._whole(model, plan, step, collect, score)
-        t_start = time.perf_counter()
-        me, size, work = self.rank, self.size, self.work
-        net, state, dev = model.net, model.state, model.device
-        # ---- on the host: what this process computes, reads, sends and stores (numpy)
-        key_node = plan.rows.numpy()[plan.key_row.numpy()]
+    # ------------------------------------------------------------------ the cut
+    def cut(self, plan: BatchPlan, step: QueryLayout) -> "Cut":
+        """This process's part of the step planned as ``plan`` (its queries laid out by
+        ``step``): the keys it computes and the rows they read, its share of the queries, what
+        it sends and receives in both exchanges, and its endpoints.  Host work on the plan and
+        the owners alone -- no state, no weights, no collective -- so a planning thread does it
+        ahead of the step (:func:`~speed.train.eval.evaluator.stream_scores` hands it to the
+        loader); :meth:`__call__` runs the step.  Its seconds go to ``work.seconds_dividing``."""
+        t0 = time.perf_counter()
+        me, size = self.rank, self.size
+        row_nodes = plan.rows.numpy()
+        key_node = row_nodes[plan.key_row.numpy()]
         key_owner = self._owner_of(key_node)
         mine = key_owner == me
         keys = np.flatnonzero(mine)
         pe, sel = self._pending_of_keys(plan, mine)
         du = self._dyrep_of(plan, pe)
         rows = self._rows_of(plan, keys, pe, du)
-        row_nodes = plan.rows.numpy()
-        # round 1, host to host: the stored rows my keys read, mine and the others' from their owners
-        s_rows, l_rows = self._fetch_rows(plan, row_nodes, rows, key_owner, state)
+        fetch = self._row_fetch(plan, row_nodes, rows, key_owner)
         kplan = self._key_plan(plan, keys, pe, sel, du, rows)
-        work.keys += int(keys.size)
         # my share of the events, its distinct queries and the key states they read
         n = step.m
         bounds = shares(n, size)
@@ -255,21 +296,42 @@ class DividedStep:
         here = np.flatnonzero(owner_need == me)
         others = np.flatnonzero(owner_need != me)
         recv_at = others[np.argsort(owner_need[others], kind="stable")]  # as they arrive: by owner, then key
-        ob_node, ob_key = plan.ob_node.numpy(), plan.ob_key.numpy()
+        ob_key = plan.ob_key.numpy()
         ob_mine = key_owner[ob_key] == me
-        qplan = self._query_plan(plan, uq, need)
-        work.embeddings += int(uq.size)
         k = step.k
-        pairs = RowLayout.contiguous(lo, m)
-        cands = RowLayout.contiguous(lo * k, m * k) if k else None
+        out = Cut(plan=plan, step=step, lo=lo, hi=hi, keys=int(keys.size), need=need, fetch=fetch, kplan=kplan,
+                  qplan=self._query_plan(plan, uq, need), send_idx=send_idx, send_counts=send_counts,
+                  recv_counts=recv_counts, here=here, here_k=kpos[need[here]], recv_at=recv_at,
+                  z_at=np.searchsorted(uq, q_inv[positions]), ob_node=plan.ob_node.numpy()[ob_mine],
+                  ob_at=kpos[ob_key[ob_mine]], pairs=RowLayout.contiguous(lo, m),
+                  cands=RowLayout.contiguous(lo * k, m * k) if k else None)
+        self.work.seconds_dividing += time.perf_counter() - t0
+        return out
 
+    # ------------------------------------------------------------------ the step
+    @torch.no_grad()
+    def __call__(self, model, plan, step: QueryLayout, collect: bool = False, score: bool = True) -> StepScores:
+        """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
+        by ``step``), or on the :class:`Cut` of it made ahead, and take the batch into the
+        state.  Returns the scores of this process's share of the events."""
+        if self.size == 1:
+            return self._whole(model, plan, step, collect, score)
+        cut = plan if isinstance(plan, Cut) else self.cut(plan, step)
+        plan, step = cut.plan, cut.step
+        t_start = time.perf_counter()
+        work = self.work
+        net, state, dev = model.net, model.state, model.device
+        # round 1, host to host: the stored rows my keys read, mine and the others' from their owners
+        s_rows, l_rows = self._fetch_rows(cut.fetch, state)
+        work.keys += cut.keys
+        need = cut.need
         # ---- one copy to the device of everything the step reads there (a GPU does not wait for
         # it); pageable copies, one per index, would each wait for the device's queue to drain
         static_ids = plan.rows[plan.key_row[torch.from_numpy(need)]] if net.static is not None else None
         (kdev, s_dev, l_dev, qdev, static_ids, send_t, here_t, here_k, recv_t, z_at, ob_at, pairs,
-         cands) = self._to_device(dev, kplan, s_rows, l_rows, qplan, static_ids, send_idx, here, kpos[need[here]],
-                                  recv_at, np.searchsorted(uq, q_inv[positions]), kpos[ob_key[ob_mine]], pairs,
-                                  cands)
+         cands) = self._to_device(dev, cut.kplan, s_rows, l_rows, cut.qplan, static_ids, cut.send_idx, cut.here,
+                                  cut.here_k, cut.recv_at, cut.z_at, cut.ob_at, cut.pairs, cut.cands)
+        work.embeddings += int(cut.qplan.uq_key.shape[0])
         states, lasts = net.key_states(kdev, (s_dev, l_dev), state.message_inputs(kdev), invariant=True)
 
         # ---- one copy back: the key states the others' shares read, and those my endpoints store
@@ -277,10 +339,10 @@ class DividedStep:
                              torch.cat([lasts.index_select(0, send_t), lasts.index_select(0, ob_at)]))
         work.copies_out += 1
         out_rows = out_rows.cpu()
-        ns = int(send_idx.size)
+        ns = int(cut.send_idx.size)
         # round 2, host to host: the key states my share reads, from their owners
         t0 = time.perf_counter()
-        got = self.world.host_exchange(out_rows[:ns], send_counts, recv_counts)
+        got = self.world.host_exchange(out_rows[:ns], cut.send_counts, cut.recv_counts)
         self._count(got.shape[0], ns, got.shape[1] * 4, time.perf_counter() - t0)
         (got,) = self._to_device(dev, got)
         s_in, l_in = unpack_rows(got)
@@ -294,6 +356,8 @@ class DividedStep:
         # ---- embed and score my share
         static = net.key_static(static_ids) if static_ids is not None else None
         z = net.embed_keys(qdev, t_states, t_lasts, static, invariant=True).index_select(0, z_at)
+        lo, hi = cut.lo, cut.hi
+        m = hi - lo
         out = StepScores(events=m)
         share = step.share(m)  # this share's queries, laid out as a step's
         if score and m:
@@ -305,7 +369,7 @@ class DividedStep:
 
         # ---- take the batch in: each owner stores its endpoints' states (on the host, as copied)
         s_ob, l_ob = unpack_rows(out_rows[ns:])
-        self._absorb(model, plan, n, lo, hi, z, torch.from_numpy(ob_node[ob_mine]), s_ob, l_ob)
+        self._absorb(model, plan, step.m, lo, hi, z, torch.from_numpy(cut.ob_node), s_ob, l_ob)
         work.steps += 1
         work.seconds_total += time.perf_counter() - t_start
         return out
@@ -386,41 +450,40 @@ class DividedStep:
         both = np.unique(rank.astype(np.int64) * np.int64(max(n, 1)) + item)
         return both // max(n, 1), both % max(n, 1)
 
-    def _fetch_rows(self, plan, row_nodes, rows, key_owner, state):
-        """Round 1: every process's key rows, from their owners (one ``all_to_all_single``).  What
-        each process needs is found for all of them in one pass over the plan, so a process's
-        host work does not grow with the number of processes."""
-        w, me, size = self.world, self.rank, self.size
+    def _row_fetch(self, plan, row_nodes, rows, key_owner) -> "RowFetch":
+        """Round 1's plan: what this process sends (the rows of its own that the others' keys
+        read) and where what it holds and receives goes among ``rows``.  What each process
+        needs is found for all of them in one pass over the plan, so a process's host work does
+        not grow with the number of processes."""
+        me, size = self.rank, self.size
         row_owner = self._owner_of(row_nodes)
         req, row = self._row_requests(plan, key_owner)
         keep = (row_owner[row] == me) & (req != me)  # rows of mine that another process reads
         dest, row = self._pairs(req[keep], row[keep], row_nodes.size)
-        send_counts = np.bincount(dest, minlength=size).tolist()
-        recv_counts = np.bincount(row_owner[rows], minlength=size)
-        recv_counts[me] = 0
-        recv_counts = recv_counts.tolist()
-        ids = row_nodes[row]
-        s_send, l_send = state.held_rows(ids)
-        t0 = time.perf_counter()
-        got = w.host_exchange(pack_rows(s_send, l_send), send_counts, recv_counts)
-        self._count(got.shape[0], ids.size, got.shape[1] * 4, time.perf_counter() - t0)
-        s_in, l_in = unpack_rows(got)
-        # put the received rows in their places among mine (each rank's, ascending by position)
         owner_rows = row_owner[rows]
+        recv_counts = np.bincount(owner_rows, minlength=size)
+        recv_counts[me] = 0
         here = np.flatnonzero(owner_rows == me)
-        s_own, l_own = state.held_rows(row_nodes[rows[here]])
-        s_all = torch.empty(rows.size, s_own.shape[1], dtype=torch.float32)
-        l_all = torch.empty(rows.size, dtype=torch.float64)
-        at = torch.from_numpy(here)
-        s_all[at], l_all[at] = s_own, l_own
-        offset = 0
-        for r in range(size):
-            if r == me:
-                continue
-            pos = torch.from_numpy(np.flatnonzero(owner_rows == r))
-            s_all[pos] = s_in[offset:offset + pos.numel()]
-            l_all[pos] = l_in[offset:offset + pos.numel()]
-            offset += pos.numel()
+        # the received rows' places among mine: each rank's, ascending by position, in rank order
+        others = np.flatnonzero(owner_rows != me)
+        at = others[np.argsort(owner_rows[others], kind="stable")]
+        return RowFetch(send_ids=row_nodes[row], send_counts=np.bincount(dest, minlength=size).tolist(),
+                        recv_counts=recv_counts.tolist(), own_ids=row_nodes[rows[here]],
+                        own_at=torch.from_numpy(here), recv_at=torch.from_numpy(at), n=int(rows.size))
+
+    def _fetch_rows(self, fetch: "RowFetch", state):
+        """Round 1: every process's key rows, from their owners (one ``all_to_all_single``):
+        ``(states, last_update)`` of the rows a :class:`Cut`'s key plan reads, in its order."""
+        s_send, l_send = state.held_rows(fetch.send_ids)
+        t0 = time.perf_counter()
+        got = self.world.host_exchange(pack_rows(s_send, l_send), fetch.send_counts, fetch.recv_counts)
+        self._count(got.shape[0], fetch.send_ids.size, got.shape[1] * 4, time.perf_counter() - t0)
+        s_in, l_in = unpack_rows(got)
+        s_own, l_own = state.held_rows(fetch.own_ids)
+        s_all = torch.empty(fetch.n, s_own.shape[1], dtype=torch.float32)
+        l_all = torch.empty(fetch.n, dtype=torch.float64)
+        s_all[fetch.own_at], l_all[fetch.own_at] = s_own, l_own
+        s_all[fetch.recv_at], l_all[fetch.recv_at] = s_in, l_in
         return s_all, l_all
 
     def _key_sends(self, plan, step: QueryLayout, need: np.ndarray, key_owner: np.ndarray, kpos: np.ndarray):

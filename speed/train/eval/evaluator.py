@@ -14,6 +14,8 @@ gathered from the ranks into a full-graph model.
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
@@ -74,7 +76,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     ``release``, called every :data:`RELEASE_EVERY` events and at the end, lets the pages of a
     mapped log go; the heap's free pages go back to the system as often.  ``pipeline``: build
     the next steps' plans in this many background threads while this one computes, as training
-    does (:class:`~speed.train.step.loader.PlanLoader`; one process only).  ``captured`` (a
+    does (:class:`~speed.train.step.loader.PlanLoader`; a pass divided among processes too,
+    where their world has a planning group, :meth:`~speed.train.world.World.planning`).  ``captured`` (a
     :class:`~speed.train.eval.captured.CapturedEval` of ``model``): pad each plan to a fixed
     shape and replay its step from a CUDA graph (one process, no candidates, no embeddings
     collected; otherwise the steps run eagerly).
@@ -98,16 +101,24 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if hasattr(divider, "work"):
         divider.work = Work()  # this pass's
     # a world of one computes each plan as built, on the model's device (the loader moves it in
-    # its thread); divided among processes, each cuts its part out on the host first.  The
-    # divided plans are not built ahead: a sharded sampler answers queries with a collective,
-    # and a second thread's collectives would interleave with the step's
+    # its thread); divided among processes, each cuts its part out on the host, where the plan
+    # is built (DividedStep.cut).  Divided plans are built ahead only where the world has a
+    # group for the planning thread: a sharded sampler answers each plan's queries with a
+    # collective, which must not interleave with the step's
     whole = divider.size == 1
     replay = captured is not None and whole and k == 0 and not collect_z
     divider.captured = captured if replay else None
+    if whole:
+        fix = captured.fix if replay else None
+    else:
+        fix = lambda plan, step: divider.cut(plan, step.layout(k))  # noqa: E731
+        # one thread at most: a divided step is eager, and an eager step dispatches its
+        # operators under the interpreter lock that a plan's stages in threads of their own
+        # want too (TrainConfig.pipeline_threads)
+        pipeline = min(int(pipeline), 1) if divider.world.plans_ahead else 0
     loader = PlanLoader(model, stream, Batches(index, batch_size),
-                        negatives.next_edges if negatives is not None else None, pipeline=pipeline if whole else False,
-                        extra_queries=extra, push=graph is None, on_device=whole,
-                        fix=captured.fix if replay else None)
+                        negatives.next_edges if negatives is not None else None, pipeline=pipeline,
+                        extra_queries=extra, push=graph is None, on_device=whole, fix=fix)
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)
@@ -117,6 +128,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
         trim_heap()
     done = released = 0
     parts, sizes = [], []
+    t_pass = time.perf_counter()
     with progress_bar(index.size, desc, progress=progress) as bar:
         for step in loader:
             n = len(step)
@@ -132,8 +144,10 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if release is not None:
         release()
     trim_heap()
-    if hasattr(divider, "work"):
-        divider.work.seconds_planning += loader.plan_seconds
+    if hasattr(divider, "work"):  # (the loader's seconds include the cuts, counted apart)
+        divider.work.seconds_planning += loader.plan_seconds - divider.work.seconds_dividing
+        divider.work.plan_threads = loader.threads
+        divider.work.seconds_pass = time.perf_counter() - t_pass
     # every process's shares, in event order (the scores stayed where they were computed)
     pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
     work = divider.work.as_dict() if hasattr(divider, "work") else None

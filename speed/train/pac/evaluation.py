@@ -117,7 +117,8 @@ class ShardedEvaluation:
         if self._evaluator is None:
             cfg = self.config
             # the run's pipeline: a world of one plans ahead as a single process does; a step
-            # divided among ranks is planned in the step (speed.train.eval.evaluator.stream_scores)
+            # divided among ranks too, its part cut out in the planning thread, whose collectives
+            # go over the world's planning group (speed.train.eval.evaluator.stream_scores)
             self._evaluator = Evaluator.for_run(self.events, self.split, cfg, self.device, node_classification=False,
                                                 progress=cfg.progress if self.is_main else False,
                                                 keep_test_start=self.folder is not None,
@@ -150,7 +151,9 @@ class ShardedEvaluation:
         owner = owners(self.shards.num_nodes, self.shards.shared, own, self.world.size)
         model.state.use_memories(
             lambda name, mem: ShardedMemory(owner, mem.memory_dim, self.world, self.exchange),
-            lambda k: ShardedSampler(owner, k, self.world, self.exchange))
+            # (the sampler answers in the plans, which may be built ahead in a thread: its
+            # collectives go over the planning group, World.planning)
+            lambda k: ShardedSampler(owner, k, self.world.planning(), self.exchange))
         # the ranks run the same steps, each its owners' keys and a share of the queries
         model.divide(DividedStep(self.world, owner))
         self._sharded_for = epoch

@@ -115,9 +115,10 @@ class ShapeGraphs:
         #: why recording failed, if it did (the steps then run eagerly on the padded plans)
         self.failed: Optional[str] = None
 
-    def fix(self, plan: BatchPlan) -> BatchPlan:
+    def fix(self, plan: BatchPlan, step=None) -> BatchPlan:
         """The host plan padded to its fixed shape, its tensors packed in one (page-locked)
-        buffer (``plan.packed``): run by the loader, in its thread."""
+        buffer (``plan.packed``): run by the loader, in its thread (``step``, the loader's, is
+        not needed)."""
         plan, plan.packed = pack_padded(plan, self.bounds(plan), pin=self.device.type == "cuda")
         return plan
 

@@ -161,9 +161,10 @@ class PlanLoader:
         Move each plan to the model's device (default); False keeps it on the host (an
         evaluation that divides its steps, :mod:`speed.train.eval.divided`, cuts it first).
     fix : callable, optional
-        ``fix(host_plan) -> plan``, run on each plan in the planning thread: a captured step's
-        padding and packing (:meth:`speed.train.step.captured.CapturedStep.fix`); the plan then
-        stays on the host.
+        ``fix(host_plan, step) -> plan``, run on each plan in the planning thread (``step`` its
+        :class:`Step`, without the plan): a captured step's padding and packing
+        (:meth:`speed.train.step.captured.CapturedStep.fix`), or a divided evaluation step's
+        cut (:meth:`speed.train.eval.divided.DividedStep.cut`); the plan then stays on the host.
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
@@ -229,7 +230,7 @@ class PlanLoader:
         """``step`` with its host ``plan`` padded (``fix``) or moved to the device, and its rows
         read ahead under staleness."""
         if self.fix is not None:
-            plan = self.fix(plan)
+            plan = self.fix(plan, step)
         if self.staleness:
             if before_read is not None:
                 before_read(step.index)
