@@ -505,7 +505,9 @@ def section_pac_speed(a, work: Path) -> dict:
                        test_ap=(m.get("test") or {}).get("transductive", {}).get("ap"),
                        rank_peak_device_bytes=m.get("rank_peak_device_bytes"),
                        work=[{k: w.get(k) for k in ("pass", "events", "steps", "keys", "embeddings", "rows_received",
-                                                     "seconds_total", "seconds_collectives", "seconds_planning")} for w in (m.get("evaluation_work") or [[]])[0]])
+                                                     "seconds_total", "seconds_collectives", "seconds_planning",
+                                                     "seconds_dividing", "seconds_pass", "plan_threads", "exchanges")}
+                             for w in (m.get("evaluation_work") or [[]])[0]])
         else:
             row["output_tail"] = "timeout" if proc is None else proc.stderr[-1500:]
         out["runs"].append(row)

@@ -12,10 +12,12 @@ the step, in a planning thread.  The work of the step is then divided:
 * **queries and scores**: each process embeds and scores a contiguous share of the batch's
   events (their sources, destinations, negatives and ranking candidates).
 
-Two exchanges a step, each one ``all_to_all_single`` whose counts every process knows from the
+Two rounds a step, each in an ``all_to_all_single`` whose counts every process knows from the
 plan: the stored rows a key needs from other owners (the other endpoints of the pending events
 it applies, DyRep's neighbours), then the key states a share of queries needs from their owners.
-Nothing is received twice or by a process that does not need it.
+Nothing is received twice or by a process that does not need it.  An owner stores its endpoints'
+states as soon as it has computed them, so the next step's stored rows go out with this step's
+key states (:meth:`DividedStep.merges`): one exchange a step, and one more at a pass's start.
 
 A key's state, a query's embedding and a pair's score do not depend on which others are
 computed with them: the model places each row where it would be among the whole step's
@@ -87,6 +89,7 @@ class Work:
     rows_sent: int = 0
     bytes_received: int = 0
     bytes_sent: int = 0
+    exchanges: int = 0  # collectives in the steps (the sampler's, in the plans, apart)
     seconds_collectives: float = 0.0
     seconds_total: float = 0.0  # in the steps (planning apart)
     seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
@@ -179,6 +182,16 @@ class DividedStep:
         #: a world of one's captured evaluation (:class:`~speed.train.eval.captured.CapturedEval`),
         #: which replays the steps whose plans it padded; None: every step eager
         self.captured = None
+        #: ``(cut, states, last_update)``: the rows the next step reads from other owners,
+        #: received with this step's key states (:meth:`merges`); None: it fetches them itself
+        self._fetched = None
+
+    def merges(self, model) -> bool:
+        """Whether a step's exchange of key states also carries the next step's stored rows
+        (round 1 of the next step within round 2 of this one: one collective a step, not two).
+        That needs the batch stored before the exchange, so a component that keeps the batch's
+        embeddings (TIGE), which come after it, keeps both rounds."""
+        return self.size > 1 and not model.state.keeps_embeddings
 
     # ------------------------------------------------------------------ planning
     def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
@@ -310,10 +323,13 @@ class DividedStep:
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
-    def __call__(self, model, plan, step: QueryLayout, collect: bool = False, score: bool = True) -> StepScores:
+    def __call__(self, model, plan, step: QueryLayout, collect: bool = False, score: bool = True,
+                 after=None) -> StepScores:
         """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
         by ``step``), or on the :class:`Cut` of it made ahead, and take the batch into the
-        state.  Returns the scores of this process's share of the events."""
+        state.  Returns the scores of this process's share of the events.  ``after``: the next
+        step's :class:`Cut`, when every process runs one (:meth:`merges`: its rows then travel
+        with this step's key states)."""
         if self.size == 1:
             return self._whole(model, plan, step, collect, score)
         cut = plan if isinstance(plan, Cut) else self.cut(plan, step)
@@ -321,8 +337,13 @@ class DividedStep:
         t_start = time.perf_counter()
         work = self.work
         net, state, dev = model.net, model.state, model.device
-        # round 1, host to host: the stored rows my keys read, mine and the others' from their owners
-        s_rows, l_rows = self._fetch_rows(cut.fetch, state)
+        # round 1, host to host: the stored rows my keys read, mine and the others' from their
+        # owners (received with the last step's key states, where it carried them)
+        fetched, self._fetched = self._fetched, None
+        if fetched is not None and fetched[0] is cut:
+            s_rows, l_rows = self._place_rows(cut.fetch, state, fetched[1], fetched[2])
+        else:
+            s_rows, l_rows = self._fetch_rows(cut.fetch, state)
         work.keys += cut.keys
         need = cut.need
         # ---- one copy to the device of everything the step reads there (a GPU does not wait for
@@ -340,10 +361,19 @@ class DividedStep:
         work.copies_out += 1
         out_rows = out_rows.cpu()
         ns = int(cut.send_idx.size)
-        # round 2, host to host: the key states my share reads, from their owners
-        t0 = time.perf_counter()
-        got = self.world.host_exchange(out_rows[:ns], cut.send_counts, cut.recv_counts)
-        self._count(got.shape[0], ns, got.shape[1] * 4, time.perf_counter() - t0)
+        lo, hi = cut.lo, cut.hi
+        stored = after is not None and self.merges(model)
+        if stored:
+            # the batch is stored now (its embeddings are not needed for it), so that the next
+            # step's rows, read after it, go out with this step's key states
+            s_ob, l_ob = unpack_rows(out_rows[ns:])
+            self._absorb(model, plan, step.m, lo, hi, None, torch.from_numpy(cut.ob_node), s_ob, l_ob)
+            got = self._key_states_and_rows(out_rows[:ns], cut, after, state)
+        else:
+            # round 2, host to host: the key states my share reads, from their owners
+            t0 = time.perf_counter()
+            got = self.world.host_exchange(out_rows[:ns], cut.send_counts, cut.recv_counts)
+            self._count(got.shape[0], ns, got.shape[1] * 4, time.perf_counter() - t0)
         (got,) = self._to_device(dev, got)
         s_in, l_in = unpack_rows(got)
         t_states = states.new_empty((need.size, states.shape[1]))
@@ -356,7 +386,6 @@ class DividedStep:
         # ---- embed and score my share
         static = net.key_static(static_ids) if static_ids is not None else None
         z = net.embed_keys(qdev, t_states, t_lasts, static, invariant=True).index_select(0, z_at)
-        lo, hi = cut.lo, cut.hi
         m = hi - lo
         out = StepScores(events=m)
         share = step.share(m)  # this share's queries, laid out as a step's
@@ -368,8 +397,9 @@ class DividedStep:
         work.scored += m
 
         # ---- take the batch in: each owner stores its endpoints' states (on the host, as copied)
-        s_ob, l_ob = unpack_rows(out_rows[ns:])
-        self._absorb(model, plan, step.m, lo, hi, z, torch.from_numpy(cut.ob_node), s_ob, l_ob)
+        if not stored:
+            s_ob, l_ob = unpack_rows(out_rows[ns:])
+            self._absorb(model, plan, step.m, lo, hi, z, torch.from_numpy(cut.ob_node), s_ob, l_ob)
         work.steps += 1
         work.seconds_total += time.perf_counter() - t_start
         return out
@@ -478,7 +508,35 @@ class DividedStep:
         t0 = time.perf_counter()
         got = self.world.host_exchange(pack_rows(s_send, l_send), fetch.send_counts, fetch.recv_counts)
         self._count(got.shape[0], fetch.send_ids.size, got.shape[1] * 4, time.perf_counter() - t0)
-        s_in, l_in = unpack_rows(got)
+        return self._place_rows(fetch, state, *unpack_rows(got))
+
+    def _key_states_and_rows(self, states_out: torch.Tensor, cut: "Cut", after: "Cut", state) -> torch.Tensor:
+        """Round 2 of ``cut``'s step and round 1 of the next (``after``) in one
+        ``all_to_all_single``: to each process, the key states it reads of mine, then the stored
+        rows its next keys read of mine (read now: this step's batch is stored).  Returns the key
+        states received, in round 2's order; the rows wait for the next step (``_fetched``)."""
+        size, fetch = self.size, after.fetch
+        rows_out = pack_rows(*state.held_rows(fetch.send_ids))
+        s2, s1 = np.cumsum([0] + list(cut.send_counts)), np.cumsum([0] + list(fetch.send_counts))
+        send = torch.cat([part for r in range(size)
+                          for part in (states_out[s2[r]:s2[r + 1]], rows_out[s1[r]:s1[r + 1]])])
+        counts2, counts1 = list(cut.recv_counts), list(fetch.recv_counts)
+        t0 = time.perf_counter()
+        got = self.world.host_exchange(send, [int(s2[r + 1] - s2[r] + s1[r + 1] - s1[r]) for r in range(size)],
+                                       [a + b for a, b in zip(counts2, counts1)])
+        self._count(got.shape[0], send.shape[0], got.shape[1] * 4, time.perf_counter() - t0)
+        keys, rows, at = [], [], 0
+        for r in range(size):  # from each process: its key states, then its rows
+            keys.append(got[at:at + counts2[r]])
+            rows.append(got[at + counts2[r]:at + counts2[r] + counts1[r]])
+            at += counts2[r] + counts1[r]
+        self._fetched = (after, *unpack_rows(torch.cat(rows)))
+        return torch.cat(keys)
+
+    @staticmethod
+    def _place_rows(fetch: "RowFetch", state, s_in: torch.Tensor, l_in: torch.Tensor):
+        """The rows a key plan reads, in its order: those this process holds, read now, and
+        those received from the other owners (``s_in``, ``l_in``, as they arrived)."""
         s_own, l_own = state.held_rows(fetch.own_ids)
         s_all = torch.empty(fetch.n, s_own.shape[1], dtype=torch.float32)
         l_all = torch.empty(fetch.n, dtype=torch.float64)
@@ -552,6 +610,7 @@ class DividedStep:
 
     def _count(self, rows_in: int, rows_out: int, row_bytes: int, seconds: float) -> None:
         work = self.work
+        work.exchanges += 1
         work.rows_received += int(rows_in)
         work.rows_sent += int(rows_out)
         work.bytes_received += int(rows_in) * int(row_bytes)

@@ -129,10 +129,15 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     done = released = 0
     parts, sizes = [], []
     t_pass = time.perf_counter()
+    # a divided step whose exchange carries the next step's rows is given the next step's cut
+    # (so the loop holds one step ahead: the loader has built it already where it plans ahead)
+    ahead = not whole and divider.merges(model)
     with progress_bar(index.size, desc, progress=progress) as bar:
-        for step in loader:
+        for step, after in _with_next(loader, ahead):
             n = len(step)
-            parts.append(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None))
+            more = {"after": after.plan} if after is not None else {}
+            parts.append(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None,
+                                 **more))
             sizes.append(n)
             bar.update(n)
             done += n
@@ -152,6 +157,20 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
     work = divider.work.as_dict() if hasattr(divider, "work") else None
     return StreamResult(pos=pos, neg=neg, mrr_neg=mrr, z_src=zs, work=work)
+
+
+def _with_next(steps, ahead: bool):
+    """``(step, next step or None)`` of ``steps``; ``(step, None)`` throughout unless ``ahead``."""
+    if not ahead:
+        for step in steps:
+            yield step, None
+        return
+    it = iter(steps)
+    step = next(it, None)
+    while step is not None:
+        after = next(it, None)
+        yield step, after
+        step = after
 
 
 class Evaluator:
