@@ -5,7 +5,7 @@ Training (DDP, the step count, shared-node syncs, weight averaging), the evaluat
 exchanges, the hand-over of trained state, the owners' writes of ``best.json`` and the parallel
 update all go through a :class:`World`; nothing else calls :mod:`torch.distributed`.
 
-Three groups:
+Four groups:
 
 ``device``
     the default group: NCCL between GPU ranks (each on its own GPU), gloo on CPUs or when a host

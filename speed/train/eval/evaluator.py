@@ -15,7 +15,6 @@ gathered from the ranks into a full-graph model.
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
