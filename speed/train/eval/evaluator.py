@@ -205,7 +205,8 @@ class Evaluator:
         whole period's.
     pipeline : bool or int
         Plan each pass's next steps while this one computes, in this many threads
-        (``TrainConfig.pipeline_threads``; a pass divided among processes plans in its step).
+        (``TrainConfig.pipeline_threads``; a pass divided among processes takes one at most,
+        and none where its world has no planning group).
     scores_here : bool
         Compute the figures in this process (a PAC rank other than 0 streams its share of every
         pass but reports nothing: its :meth:`evaluate` returns no scores).
