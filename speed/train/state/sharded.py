@@ -117,9 +117,9 @@ class ShardedMemory(NodeMemory):
         their owners, in one collective (every rank receives every requested row)."""
         ids = n_id.detach().cpu().numpy().astype(np.int64, copy=False)
         dev = n_id.device
-        if self.world == 1 or ids.size == 0:
-            i = torch.from_numpy(self._local(ids))
-            return self.memory[i].to(dev), self.last_update[i].to(dev)
+        if self.world == 1 or ids.size == 0:  # every row is this rank's
+            states, last = self.local_rows(ids)
+            return states.to(dev), last.to(dev)
         t0 = time.perf_counter()
         d = self.memory_dim
         who = self.owner[ids]
@@ -128,8 +128,8 @@ class ShardedMemory(NodeMemory):
         loc = torch.from_numpy(self._local(ids[mine]))
         # one float32 row per node: its memory, then its float64 time as two float32 words (bit-exact)
         rows = torch.empty(int(counts.max()), d + 2)
-        rows[:mine.size, :d] = self.memory[loc]
-        rows[:mine.size, d:] = self.last_update[loc].view(torch.float32).reshape(-1, 2)
+        rows[:mine.size, :d] = self.memory.index_select(0, loc)
+        rows[:mine.size, d:] = self.last_update.index_select(0, loc).view(torch.float32).reshape(-1, 2)
         got = self.comm.host_all_gather(rows)
         out = torch.empty(ids.size, d + 2)
         for r in range(self.world):
