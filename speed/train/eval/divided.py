@@ -378,10 +378,9 @@ class DividedStep:
         s_in, l_in = unpack_rows(got)
         t_states = states.new_empty((need.size, states.shape[1]))
         t_lasts = lasts.new_empty((need.size,))
-        t_states[here_t] = states.index_select(0, here_k)
-        t_lasts[here_t] = lasts.index_select(0, here_k)
-        t_states[recv_t] = s_in
-        t_lasts[recv_t] = l_in
+        # index_copy_, not t[idx] = ...: the same rows, without the general index kernel's cost
+        t_states.index_copy_(0, here_t, states.index_select(0, here_k)).index_copy_(0, recv_t, s_in)
+        t_lasts.index_copy_(0, here_t, lasts.index_select(0, here_k)).index_copy_(0, recv_t, l_in)
 
         # ---- embed and score my share
         static = net.key_static(static_ids) if static_ids is not None else None
@@ -540,8 +539,8 @@ class DividedStep:
         s_own, l_own = state.held_rows(fetch.own_ids)
         s_all = torch.empty(fetch.n, s_own.shape[1], dtype=torch.float32)
         l_all = torch.empty(fetch.n, dtype=torch.float64)
-        s_all[fetch.own_at], l_all[fetch.own_at] = s_own, l_own
-        s_all[fetch.recv_at], l_all[fetch.recv_at] = s_in, l_in
+        s_all.index_copy_(0, fetch.own_at, s_own).index_copy_(0, fetch.recv_at, s_in)
+        l_all.index_copy_(0, fetch.own_at, l_own).index_copy_(0, fetch.recv_at, l_in)
         return s_all, l_all
 
     def _key_sends(self, plan, step: QueryLayout, need: np.ndarray, key_owner: np.ndarray, kpos: np.ndarray):
