@@ -246,20 +246,23 @@ class DividedStep:
             nb_row = d.nb_row.numpy()[du]
             mask = d.nb_mask.numpy()[du]
             nb = np.where(mask, np.searchsorted(rows, nb_row), 0)
+            t_du = torch.from_numpy(du)
             dyrep = DyRepPlan(inv=torch.from_numpy(np.searchsorted(du, d.inv.numpy()[pe]).astype(np.int64)),
-                              own_row=remap_row(d.own_row.numpy()[du]), t=d.t[torch.from_numpy(du)],
-                              nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask[torch.from_numpy(du)],
-                              nb_dt=d.nb_dt[torch.from_numpy(du)], nb_feat=d.nb_feat[torch.from_numpy(du)], orig=RowLayout(du))
+                              own_row=remap_row(d.own_row.numpy()[du]), t=d.t.index_select(0, t_du),
+                              nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask.index_select(0, t_du),
+                              nb_dt=d.nb_dt.index_select(0, t_du), nb_feat=d.nb_feat.index_select(0, t_du),
+                              orig=RowLayout(du))
         t_pe = torch.from_numpy(pe)
         empty = torch.empty(0, dtype=torch.long)
         return BatchPlan(
             q_inv=empty, uq_t=torch.empty(0, dtype=torch.float64), uq_key=empty, nb_keys=empty,
             nb_key=torch.empty(0, 0, dtype=torch.long), nb_mask=torch.empty(0, 0, dtype=torch.bool),
             nb_dt=torch.empty(0, 0, dtype=torch.float64), nb_feat=torch.empty(0, 0, 0),
-            rows=plan.rows[torch.from_numpy(rows)], key_row=remap_row(plan.key_row.numpy()[keys]),
+            rows=plan.rows.index_select(0, torch.from_numpy(rows)), key_row=remap_row(plan.key_row.numpy()[keys]),
             pe_row=remap_row(plan.pe_row.numpy()[pe]), pe_other_row=remap_row(plan.pe_other_row.numpy()[pe]),
-            pe_node=plan.pe_node[t_pe], pe_other=plan.pe_other[t_pe], pe_t=plan.pe_t[t_pe], pe_eid=plan.pe_eid[t_pe],
-            pe_feat=plan.pe_feat[t_pe], agg_entry=agg_entry, agg_local=agg_local,
+            pe_node=plan.pe_node.index_select(0, t_pe), pe_other=plan.pe_other.index_select(0, t_pe),
+            pe_t=plan.pe_t.index_select(0, t_pe), pe_eid=plan.pe_eid.index_select(0, t_pe),
+            pe_feat=plan.pe_feat.index_select(0, t_pe), agg_entry=agg_entry, agg_local=agg_local,
             agg_sel=torch.from_numpy(kpos[agg_sel[sel]]), ob_node=empty, ob_key=empty, ob_latest=empty,
             ev_eid=empty, ev_src=empty, ev_dst=empty, dyrep=dyrep, agg_identity=plan.agg_identity,
             orig_pe=RowLayout(pe), orig_sel=RowLayout(sel), orig_rows=RowLayout(rows))
@@ -446,10 +449,11 @@ class DividedStep:
             nb_key = np.zeros((uq.size, 0), dtype=np.int64)
             nb_keys = np.zeros(1 if need.size else 0, dtype=np.int64)
             orig_nbk = np.arange(nb_keys.size)
-        return QueryPlan(uq_key=torch.from_numpy(uq_key.astype(np.int64)), uq_t=plan.uq_t[t_uq],
+        return QueryPlan(uq_key=torch.from_numpy(uq_key.astype(np.int64)), uq_t=plan.uq_t.index_select(0, t_uq),
                          nb_keys=torch.from_numpy(nb_keys.astype(np.int64)),
                          nb_key=torch.from_numpy(np.ascontiguousarray(nb_key, dtype=np.int64).reshape(uq.size, k)),
-                         nb_feat=plan.nb_feat[t_uq], nb_dt=plan.nb_dt[t_uq], nb_mask=plan.nb_mask[t_uq],
+                         nb_feat=plan.nb_feat.index_select(0, t_uq), nb_dt=plan.nb_dt.index_select(0, t_uq),
+                         nb_mask=plan.nb_mask.index_select(0, t_uq),
                          orig_uq=RowLayout(uq), orig_nbk=RowLayout(orig_nbk))
 
     # ------------------------------------------------------------------ exchanges
