@@ -143,8 +143,9 @@ class TrainConfig:
                                          "random)", choices=Registered(lambda: EVAL_STRATEGIES))
     pipeline: Optional[bool] = _opt(None, "plan the next batch (sampling, negatives, pending events, features, "
                                           "copies to the device) in a background thread while this one computes "
-                                          "(after MSPipe); default: on with a GPU, off on a CPU, where the step's "
-                                          "threads take every core",
+                                          "(after MSPipe); default: on with a GPU; on a CPU off in training, where the "
+                                          "step's threads take every core, and measured in evaluation, whose "
+                                          "first long pass tries both and keeps the faster",
                                     rule=BOOLEAN)
     plan_threads: Optional[int] = _opt(None, "with the pipeline, threads that build the plans: with 2 or 3, each "
                                              "plan is built in stages (neighbours; memory keys and pending events; "
@@ -287,6 +288,17 @@ class TrainConfig:
         if self.pipeline is not None:
             return bool(self.pipeline)
         return getattr(device, "type", str(device)) == "cuda"
+
+    def paces_evaluation(self, device) -> bool:
+        """Whether the evaluation passes one process computes whole measure planning ahead
+        against planning in the step and keep the faster (:mod:`speed.train.eval.pacing`): on a
+        CPU when ``pipeline`` is unset, except under ``--deterministic`` (its path stays fixed)
+        and ``--cuda-graph``.  Training's steps stay in the step on a CPU: beside the backward,
+        a planning thread measured little faster (TGN at width 4, 2 threads: 62-66k against
+        58-61k events/s) and slower with torch's threads left as they were."""
+        if self.pipeline is not None or self.deterministic or self.cuda_graph:
+            return False
+        return getattr(device, "type", str(device)) == "cpu"
 
     def pipeline_threads(self, device, captured: bool = False) -> int:
         """Threads that plan ahead on ``device``: 0 without the pipeline (:meth:`pipeline_on`),

@@ -98,6 +98,9 @@ class Work:
     seconds_pass: float = 0.0  # the pass's wall seconds: its steps, and its plans where not built ahead
     copies_in: int = 0  # host-to-device copies a divided step makes (one packed copy each)
     copies_out: int = 0  # device-to-host copies (each one a wait for the device, on a GPU)
+    planned_ahead: int = 0  # steps whose plans a planning thread built while earlier steps computed
+    step_threads: int = 0  # torch's threads in the steps (the fewest, where a pass changed them)
+    pacing: Optional[dict] = None  # the pass that measured planning ahead: what it saw and chose
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)

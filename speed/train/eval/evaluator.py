@@ -29,6 +29,7 @@ from ..step.engine import Batches
 from ..state.spill import Spill
 from ..step.loader import EventStream, PlanLoader
 from .divided import DividedStep, Work, gather_scores
+from .pacing import PlanPacing
 from .metrics import batch_link_metrics, node_classification_auroc, ranking_metrics
 from .negatives import STRATEGIES, FixedNegatives, NegativeSampler, Period, eval_seed, hist_rnd_candidates, \
     random_candidates
@@ -61,7 +62,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                   negatives: Optional[NegativeSampler] = None, mrr_candidates: Optional[np.ndarray] = None,
                   collect_z: bool = False, desc: str = "eval", progress: Optional[bool] = None,
                   pipeline: int = 0, graph: Optional[np.ndarray] = None,
-                  release: Optional[Callable[[], None]] = None, captured=None) -> StreamResult:
+                  release: Optional[Callable[[], None]] = None, captured=None,
+                  pacing: Optional[PlanPacing] = None) -> StreamResult:
     """Stream the events ``index`` of ``stream`` through ``model`` without gradients,
     continuing from its state, scoring each against a negative edge from ``negatives``
     (its own source and a negative destination, or a whole negative edge) and, with
@@ -79,7 +81,10 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     where their world has a planning group, :meth:`~speed.train.world.World.planning`).  ``captured`` (a
     :class:`~speed.train.eval.captured.CapturedEval` of ``model``): pad each plan to a fixed
     shape and replay its step from a CUDA graph (one process, no candidates, no embeddings
-    collected; otherwise the steps run eagerly).
+    collected; otherwise the steps run eagerly).  ``pacing`` (a
+    :class:`~speed.train.eval.pacing.PlanPacing`, for a pass one process computes on a CPU
+    with ``pipeline`` 0): plan ahead or in the step, whichever it measured faster, measuring on
+    stretches of this pass's own steps while it has not decided.
     """
     model.eval()
     extra, k = None, 0
@@ -115,9 +120,11 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
         # operators under the interpreter lock that a plan's stages in threads of their own
         # want too (TrainConfig.pipeline_threads)
         pipeline = min(int(pipeline), 1) if divider.world.plans_ahead else 0
-    loader = PlanLoader(model, stream, Batches(index, batch_size),
-                        negatives.next_edges if negatives is not None else None, pipeline=pipeline,
-                        extra_queries=extra, push=graph is None, on_device=whole, fix=fix)
+    if pacing is None or not whole or replay or pipeline:
+        pacing = None
+    loaders = _Stretches(model, stream, index, batch_size, pacing, pipeline,
+                         negatives.next_edges if negatives is not None else None,
+                         dict(extra_queries=extra, push=graph is None, on_device=whole, fix=fix))
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)
@@ -132,7 +139,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     # (so the loop holds one step ahead: the loader has built it already where it plans ahead)
     ahead = not whole and divider.merges(model)
     with progress_bar(index.size, desc, progress=progress) as bar:
-        for step, after in _with_next(loader, ahead):
+        for step, after in _with_next(loaders, ahead):
             n = len(step)
             more = {"after": after.plan} if after is not None else {}
             parts.append(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None,
@@ -148,14 +155,72 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if release is not None:
         release()
     trim_heap()
-    if hasattr(divider, "work"):  # (the loader's seconds include the cuts, counted apart)
-        divider.work.seconds_planning += loader.plan_seconds - divider.work.seconds_dividing
-        divider.work.plan_threads = loader.threads
-        divider.work.seconds_pass = time.perf_counter() - t_pass
+    if hasattr(divider, "work"):  # (the loaders' seconds include the cuts, counted apart)
+        work = divider.work
+        work.seconds_planning += loaders.plan_seconds - work.seconds_dividing
+        work.plan_threads = loaders.threads
+        work.planned_ahead = loaders.planned_ahead
+        work.step_threads = loaders.step_threads
+        if loaders.probe is not None:
+            work.pacing = loaders.probe
+        work.seconds_pass = time.perf_counter() - t_pass
     # every process's shares, in event order (the scores stayed where they were computed)
     pos, neg, mrr, zs = gather_scores(divider.world, parts, sizes)
     work = divider.work.as_dict() if hasattr(divider, "work") else None
     return StreamResult(pos=pos, neg=neg, mrr_neg=mrr, z_src=zs, work=work)
+
+
+class _Stretches:
+    """A pass's steps with their plans, from one :class:`PlanLoader` per stretch of batches:
+    one stretch, planned as ``pipeline`` says, without ``pacing``; with it, the stretches
+    :meth:`PlanPacing.segments` gives, each measured where labelled, torch's threads lowered by
+    one in those planned ahead (:meth:`PlanPacing.step_threads`).  Consecutive loaders continue
+    one another exactly: the state the plans advance, the negatives and the candidates are
+    taken in step order whichever loader takes them."""
+
+    def __init__(self, model, stream, index, batch_size: int, pacing, pipeline: int, negatives, options: dict):
+        self.model, self.stream, self.index, self.batch_size = model, stream, index, int(batch_size)
+        self.pacing, self.pipeline, self.negatives, self.options = pacing, int(pipeline), negatives, options
+        self.plan_seconds = 0.0
+        self.threads = 0  # the most threads that planned ahead in a stretch
+        self.planned_ahead = 0  # steps planned ahead
+        self.step_threads = torch.get_num_threads()  # the fewest torch threads a stretch's steps had
+        self.probe = None  # what pacing measured in this pass, if it measured
+
+    def _loader(self, first: int, stop: int, threads: int) -> PlanLoader:
+        bs = self.batch_size
+        return PlanLoader(self.model, self.stream, Batches(self.index[first * bs:stop * bs], bs), self.negatives,
+                          pipeline=threads, **self.options)
+
+    def __iter__(self):
+        num = -(-self.index.size // self.batch_size)
+        if self.pacing is None:
+            yield from self._run(self._loader(0, num, self.pipeline), None, num)
+            return
+        for first, stop, ahead, label in self.pacing.segments(num):
+            if ahead is None:  # the rest of the pass, the way just measured faster
+                ahead = self.pacing.decide()
+                self.probe = self.pacing.probe
+            with self.pacing.step_threads(ahead) as threads:
+                self.step_threads = min(self.step_threads, threads)
+                steps = self._run(self._loader(first, stop, 1 if ahead else 0), label, stop - first)
+                if label is None:
+                    yield from steps
+                    continue
+                seconds, t0 = [], time.perf_counter()
+                for step in steps:  # each step's wall: its plan (or the wait for it) and its compute
+                    yield step
+                    t1 = time.perf_counter()
+                    seconds.append(t1 - t0)
+                    t0 = t1
+                self.pacing.record(label, seconds)
+
+    def _run(self, loader: PlanLoader, label, steps: int):
+        yield from loader
+        self.plan_seconds += loader.plan_seconds
+        self.threads = max(self.threads, loader.threads)
+        if loader.threads:
+            self.planned_ahead += steps
 
 
 def _with_next(steps, ahead: bool):
@@ -214,6 +279,11 @@ class Evaluator:
         Replay the steps of a pass one process computes from a CUDA graph per plan shape, their
         plans padded to fixed sizes (:class:`~speed.train.eval.captured.CapturedEval`; eagerly on
         the same padded plans without a GPU), where the model's steps can be.
+    pace : bool
+        Without ``pipeline``: let the first long pass this process computes whole measure
+        planning ahead (a planning thread, the steps one torch thread fewer) against planning in
+        the step, and plan every later one the faster way (:mod:`speed.train.eval.pacing`;
+        ``TrainConfig.paces_evaluation``).  The figures are the same either way.
 
     Attributes
     ----------
@@ -233,7 +303,7 @@ class Evaluator:
         settings = dict(node_classification=config.node_classification, progress=config.progress,
                         strategy=config.eval_negatives, protocol=config.protocol_name, max_steps=config.eval_max_steps,
                         pipeline=config.pipeline_threads(device, captured=config.cuda_graph),
-                        cuda_graph=config.cuda_graph)
+                        cuda_graph=config.cuda_graph, pace=config.paces_evaluation(device))
         return cls(events, split, config.batch_size, config.seed, config.mrr_negatives, device, **{**settings, **given})
 
     def __init__(self, events: Events, split: Split, batch_size: int, seed: int, mrr_negatives: int = 0,
@@ -241,7 +311,7 @@ class Evaluator:
                  progress: Optional[bool] = None, stream: Optional[EventStream] = None,
                  strategy: str = "random", keep_test_start: bool = False, protocol: str = "tgn",
                  max_steps: Optional[int] = None, pipeline: int = 0, scores_here: bool = True,
-                 cuda_graph: bool = False):
+                 cuda_graph: bool = False, pace: bool = False):
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
         self.protocol = PROTOCOLS[protocol]
@@ -252,6 +322,9 @@ class Evaluator:
         self.max_steps = int(max_steps) if max_steps else None
         self.pipeline = int(pipeline)
         self.cuda_graph = bool(cuda_graph)
+        #: with ``pace`` (and ``pipeline`` 0): whether passes this process computes whole plan
+        #: ahead, measured by the first long one and kept for the run's others
+        self.pacing = PlanPacing() if pace and not self.pipeline else None
         #: the captured evaluation (with ``cuda_graph``, :meth:`_captured_for`), once made
         self.captured = None
         self.scores_here = bool(scores_here)
@@ -433,7 +506,8 @@ class Evaluator:
             index = index[:self.max_steps * self.batch_size]
         res = stream_scores(model, self.event_stream, index, self.batch_size, negatives, mrr_candidates, collect_z,
                             desc, self.progress, pipeline=self.pipeline, graph=graph,
-                            release=lambda: release_pages(self.events), captured=self._captured_for(model))
+                            release=lambda: release_pages(self.events), captured=self._captured_for(model),
+                            pacing=self.pacing)
         if res.work is not None:
             self.work.append({"pass": desc, "events": int(index.size), **res.work})
         return res
