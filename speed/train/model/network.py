@@ -512,11 +512,21 @@ class RowLayout:
         """Each tensor (``n`` rows) at its rows' places among :attr:`rows` zero rows."""
         out = []
         for t in tensors:
-            full = t.new_zeros((self.rows,) + tuple(t.shape[1:]))
             if self.first:
-                full[:self.n] = t
-            else:  # (index_copy_: the rows' places are distinct, and it skips the general index kernel)
-                full.index_copy_(0, self.positions(t.device), t)
+                # zero rows after the n: one padding operator (no zeros written under the rows
+                # copied), and none where n fills the height already (no operator writes
+                # into its inputs, so the tensor itself serves)
+                extra = self.rows - self.n
+                if extra == 0:
+                    out.append(t)
+                elif t.numel():
+                    out.append(torch.nn.functional.pad(t, (0, 0) * (t.dim() - 1) + (0, extra)))
+                else:  # (padding refuses a tensor with an empty dimension: e.g. no edge features)
+                    out.append(t.new_zeros((self.rows,) + tuple(t.shape[1:])))
+                continue
+            full = t.new_zeros((self.rows,) + tuple(t.shape[1:]))
+            # (index_copy_: the rows' places are distinct, and it skips the general index kernel)
+            full.index_copy_(0, self.positions(t.device), t)
             out.append(full)
         return out if len(out) > 1 else out[0]
 
