@@ -195,7 +195,7 @@ class _Stretches:
     def __iter__(self):
         num = -(-self.index.size // self.batch_size)
         if self.pacing is None:
-            yield from self._run(self._loader(0, num, self.pipeline), None, num)
+            yield from self._run(self._loader(0, num, self.pipeline), num)
             return
         for first, stop, ahead, label in self.pacing.segments(num):
             if ahead is None:  # the rest of the pass, the way just measured faster
@@ -203,7 +203,7 @@ class _Stretches:
                 self.probe = self.pacing.probe
             with self.pacing.step_threads(ahead) as threads:
                 self.step_threads = min(self.step_threads, threads)
-                steps = self._run(self._loader(first, stop, 1 if ahead else 0), label, stop - first)
+                steps = self._run(self._loader(first, stop, 1 if ahead else 0), stop - first)
                 if label is None:
                     yield from steps
                     continue
@@ -215,7 +215,7 @@ class _Stretches:
                     t0 = t1
                 self.pacing.record(label, seconds)
 
-    def _run(self, loader: PlanLoader, label, steps: int):
+    def _run(self, loader: PlanLoader, steps: int):
         yield from loader
         self.plan_seconds += loader.plan_seconds
         self.threads = max(self.threads, loader.threads)
