@@ -129,6 +129,12 @@ def test_which_runs_measure(tmp_path, monkeypatch, short_probe):
     assert len(measured) == 1 and measured[0] is next(w for w in work if w["steps"] >= 11)
     later = work[work.index(measured[0]) + 1:]
     assert later and all(w["planned_ahead"] == (w["steps"] if measured[0]["pacing"]["ahead"] else 0) for w in later)
+    from speed.cli.summaries import format_train_summary
+
+    line = next(x for x in format_train_summary(m, tmp_path).splitlines() if x.startswith("evaluation planned"))
+    assert f"measured on the {measured[0]['pass']} pass" in line
+    assert ("ahead, by a thread" in line) == measured[0]["pacing"]["ahead"]
     plain = speed.train(log, pipeline=False, **kw)
     assert all(w["pacing"] is None and w["planned_ahead"] == 0 for w in plain["evaluation_work"][0])
+    assert "evaluation planned" not in format_train_summary(plain, tmp_path)
     assert plain["test"] == m["test"] and plain["epochs"][0]["val"] == m["epochs"][0]["val"]

@@ -183,6 +183,9 @@ def format_train_summary(m: dict, out: Path) -> str:
         who = f"{n} rank{'s' if n != 1 else ''}" if m.get("nproc", 1) > 1 or n > 1 else "1 process"
         lines.append(f"ran on {who} x {th['per_process']} thread{'s' if th['per_process'] != 1 else ''}"
                      + (f" ({th['why']})" if th.get("why") else ""))
+    paced = _pacing_line(m)
+    if paced:
+        lines.append(paced)
     cg = m.get("cuda_graph")
     if cg is not None:
         if cg.get("failed"):
@@ -251,6 +254,23 @@ def format_train_summary(m: dict, out: Path) -> str:
         lines.append(f"warning: {message}")
     lines.append(_wrote(out))
     return "\n".join(lines)
+
+
+def _pacing_line(m: dict) -> str:
+    """How the evaluation chose to plan its steps on a CPU, where a pass measured it
+    (speed.train.eval.pacing); empty otherwise."""
+    work = (m.get("evaluation_work") or [[]])[0]
+    measured = next((w for w in work if w.get("pacing")), None)
+    if measured is None:
+        return ""
+    p = measured["pacing"]
+    in_step, ahead = min(p["step_median_seconds"]) * 1e3, p["ahead_median_seconds"] * 1e3
+    fewer = max(1, int(p["threads"]) - 1)
+    way = "ahead, by a thread beside the steps" if p["ahead"] else "in the step"
+    return (f"evaluation planned {way}: measured on the {measured['pass']} pass, a step took {ahead:.2f} ms with its "
+            f"plan built ahead ({fewer} torch thread{'s' if fewer != 1 else ''} left to it) and {in_step:.2f} ms "
+            f"planning its own ({p['threads']} threads); the figures are the same either way, and --pipeline or "
+            "--no-pipeline fixes the choice")
 
 
 def format_plan(p: dict) -> str:
