@@ -27,10 +27,10 @@ import torch
 #: batches a pass runs before measuring (allocations and caches settle)
 WARM_BATCHES = 4
 #: batches in each measured stretch: planned in the step, ahead, and in the step again
-PROBE_BATCHES = 24
+PROBE_BATCHES = 40
 #: the first steps of a stretch, not counted: a planning thread's first plan is not ahead, and
 #: OpenMP's workers spin on for a while after torch's thread count changes
-SETTLE_STEPS = 6
+SETTLE_STEPS = 10
 #: planning ahead is kept only when its median step takes at most this share of the faster
 #: in-step stretch's (a tie keeps the simpler way, with no thread beside the step)
 KEEP_AHEAD_BELOW = 0.95
