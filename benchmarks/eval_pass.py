@@ -7,7 +7,8 @@ threads, ``--steps`` training steps (``max_steps``) and ``--eval-steps`` batches
 --seed 7`` unless ``--log`` names one), at model widths 100 (the default) and 4 (a model too small
 to compute: a step is its host work).  Each pass's wall seconds are timed around
 :func:`speed.train.eval.evaluator.stream_scores`; its planning seconds come from
-``evaluation_work``.  With ``--tree`` (repeatable) each checkout runs in a fresh interpreter, the
+``evaluation_work``, with the steps each pass planned ahead (on a CPU the first long pass measures
+whether to, :mod:`speed.train.eval.pacing`).  With ``--tree`` (repeatable) each checkout runs in a fresh interpreter, the
 trees alternating ``--rounds`` times::
 
     git worktree add /tmp/before HEAD~3
@@ -57,7 +58,19 @@ def worker(a) -> dict:
         p["events_per_s"] = p["events"] / p["seconds"]
         p["ratio_to_training"] = p["events_per_s"] / train
         p["seconds_planning"] = work.get(p["pass"], {}).get("seconds_planning")
+        # how the pass planned its steps (an older tree records neither): steps planned ahead,
+        # and on the pass that measured it, what it saw (speed.train.eval.pacing)
+        p["planned_ahead"] = work.get(p["pass"], {}).get("planned_ahead")
+        p["pacing"] = work.get(p["pass"], {}).get("pacing")
     return {"width": width, "train_events_per_s": train, "passes": passes}
+
+
+def _how(p: dict) -> str:
+    """How a pass planned its steps, for its printed row: the pass that measured, and its choice;
+    a pass planned ahead; nothing for one planned in its steps (or an older tree's)."""
+    if p.get("pacing"):
+        return ", measured: " + ("ahead" if p["pacing"]["ahead"] else "in the step")
+    return ", ahead" if p.get("planned_ahead") else ""
 
 
 def main() -> int:
@@ -91,7 +104,7 @@ def main() -> int:
                 row = {"round": r, "tree": tree, **got}
                 rows.append(row)
                 print(f"round {r}  width {width:>3}  {tree}: training {got['train_events_per_s']:,.0f} ev/s; "
-                      + "; ".join(f"{p['pass']} {p['events_per_s']:,.0f} ({p['ratio_to_training']:.2f}x)"
+                      + "; ".join(f"{p['pass']} {p['events_per_s']:,.0f} ({p['ratio_to_training']:.2f}x{_how(p)})"
                                   for p in got["passes"]), flush=True)
     save(a.out, log=log, recipe=None if a.log else RECIPES[LOG_NAME], threads=a.threads, steps=a.steps,
          eval_steps=a.eval_steps, rows=rows)
