@@ -57,23 +57,29 @@ def test_every_way_of_planning_a_pass_scores_and_stores_the_same_bits(name, two_
     decided = PlanPacing()
     decided.ahead = True
     ways = {"in the step": None, "ahead": decided, "measured": PlanPacing()}
-    for index, graph in ((idx, None), (new, idx)):
+    # ranking candidates (TGB's protocol) are queried after each step's own queries: TGN's val
+    # pass ranks 5 of them per event as well
+    ranked = np.random.default_rng(0).integers(0, m.num_nodes, (idx.size, 5)) if name == "tgn" else None
+    for index, graph, cand in ((idx, None, ranked), (new, idx, None)):
         got = {}
         for way, pacing in ways.items():
             m.state.snapshots.restore(start)
             res = stream_scores(m, ev.event_stream, index, ev.batch_size,
-                                ev.negatives("val", new_nodes=graph is not None), graph=graph, pacing=pacing)
+                                ev.negatives("val", new_nodes=graph is not None), mrr_candidates=cand, graph=graph,
+                                pacing=pacing)
             state = tuple(x.clone() for x in m.state.read_nodes(torch.arange(m.num_nodes)))
-            got[way] = (res.pos, res.neg, state, res.work)
+            got[way] = (res.pos, res.neg, res.mrr_neg, state, res.work)
             assert torch.get_num_threads() == 2  # restored after the stretches planned ahead
-        p0, n0, s0, w0 = got["in the step"]
+        p0, n0, r0, s0, w0 = got["in the step"]
+        assert (r0 is not None) == (cand is not None)
         for way in ("ahead", "measured"):
-            p, n, s, w = got[way]
+            p, n, r, s, w = got[way]
             assert np.array_equal(p, p0) and np.array_equal(n, n0), (name, way)
+            assert (r is None and r0 is None) or np.array_equal(r, r0), (name, way)
             assert all(torch.equal(a, b) for a, b in zip(s, s0)), (name, way)
         assert w0["planned_ahead"] == 0 and w0["step_threads"] == 2 and w0["pacing"] is None
         steps = -(-index.size // ev.batch_size)
-        assert got["ahead"][3]["planned_ahead"] == steps and got["ahead"][3]["step_threads"] == 1
+        assert got["ahead"][4]["planned_ahead"] == steps and got["ahead"][4]["step_threads"] == 1
     # the measuring pass planned its probe ahead (3 steps at least) and said what it chose
     probe = ways["measured"].probe
     assert probe is not None and probe["threads"] == 2 and len(probe["step_median_seconds"]) == 2
