@@ -145,30 +145,48 @@ class TemporalGNN(nn.Module):
         s_rows, last_rows = rows
         s_key = s_rows.index_select(0, plan.key_row)
         last_key = last_rows.index_select(0, plan.key_row)
+        if invariant:
+            return self._key_states_placed(plan, s_rows, last_rows, s_key, last_key, message_inputs)
         if message_inputs is not None:  # TIGE: messages carry h(t-) of the event's endpoints
             s_self, s_other = message_inputs
         else:
             s_self = s_rows.index_select(0, plan.pe_row)
-            s_other = self._dyrep_other(plan, s_rows, last_rows, invariant) if self.message_embedding is not None \
+            s_other = self._dyrep_other(plan, s_rows, last_rows) if self.message_embedding is not None \
                 else s_rows.index_select(0, plan.pe_other_row)
         dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
-        feat = plan.pe_feat
-        if invariant:  # each pending event at its place in the whole step (RowLayout)
-            lay = RowLayout.of(plan.orig_pe) if plan.orig_pe is not None else RowLayout.leading(dt.shape[0])
-            raw = lay.take(self.message(*lay.place(s_self, s_other), self.time_enc(lay.place(dt)), lay.place(feat)))
-        else:
-            raw = self.message(s_self, s_other, self.time_enc(dt), feat)
+        raw = self.message(s_self, s_other, self.time_enc(dt), plan.pe_feat)
         if plan.agg_identity:  # one pending event per key, in key order (the last aggregator)
             agg, t_agg = raw, plan.pe_t
         else:
             agg, t_agg = self.aggregator(raw.index_select(0, plan.agg_entry), plan.agg_local,
                                          plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
-        held = s_key.index_select(0, plan.agg_sel)
-        if invariant:  # each updated key at its place among the whole step's
-            lay = RowLayout.of(plan.orig_sel) if plan.orig_sel is not None else RowLayout.leading(held.shape[0])
-            new = lay.take(self.updater(*lay.place(agg, held)))
+        new = self.updater(agg, s_key.index_select(0, plan.agg_sel))
+        return s_key.index_copy(0, plan.agg_sel, new), last_key.index_copy(0, plan.agg_sel, t_agg)
+
+    def _key_states_placed(self, plan: BatchPlan, s_rows, last_rows, s_key, last_key, message_inputs):
+        """:meth:`key_states` with ``invariant``: each pending event, then each updated key, at
+        its place in the whole step (:class:`RowLayout`).  Rows gathered from a larger tensor are
+        gathered straight into their places (:meth:`RowLayout.gather`: one copy, not a gather and
+        a placing copy), and the last aggregator's messages, whose pending events are the updated
+        keys one for one, stay where they were placed."""
+        lay = RowLayout.of(plan.orig_pe) if plan.orig_pe is not None else RowLayout.leading(plan.pe_t.shape[0])
+        if message_inputs is not None:  # TIGE: messages carry h(t-) of the event's endpoints
+            s_self, s_other = lay.place(*message_inputs)
         else:
-            new = self.updater(agg, held)
+            s_self = lay.gather(s_rows, plan.pe_row)
+            s_other = lay.place(self._dyrep_other(plan, s_rows, last_rows, True)) \
+                if self.message_embedding is not None else lay.gather(s_rows, plan.pe_other_row)
+        dt = plan.pe_t - last_rows.index_select(0, plan.pe_row)
+        raw = self.message(s_self, s_other, self.time_enc(lay.place(dt)), lay.place(plan.pe_feat))
+        sel = RowLayout.of(plan.orig_sel) if plan.orig_sel is not None else RowLayout.leading(plan.agg_sel.shape[0])
+        if plan.agg_identity:  # one pending event per key, in key order (the last aggregator)
+            t_agg = plan.pe_t
+            agg = raw if sel.same(lay) else sel.place(lay.take(raw))
+        else:
+            agg, t_agg = self.aggregator(lay.take(raw).index_select(0, plan.agg_entry), plan.agg_local,
+                                         plan.pe_t.index_select(0, plan.agg_entry), plan.agg_sel.shape[0])
+            agg = sel.place(agg)
+        new = sel.take(self.updater(agg, sel.gather(s_key, plan.agg_sel)))
         return s_key.index_copy(0, plan.agg_sel, new), last_key.index_copy(0, plan.agg_sel, t_agg)
 
     def _dyrep_other(self, plan: BatchPlan, s_rows, last_rows, invariant: bool = False):
@@ -198,15 +216,19 @@ class TemporalGNN(nn.Module):
     def _attend(self, embedding, own, own_dt, nbr_s, nbr_index, nbr_e, nbr_dt, nbr_mask, layouts=None):
         """A graph-attention embedding; ``layouts`` (of the queries and of ``nbr_s``'s rows,
         :class:`RowLayout`): each query's result whatever the others computed with it (slot by
-        slot, each row at its place)."""
+        slot, each row at its place).  With ``layouts``, ``own`` and ``nbr_s`` may each be a
+        ``(source, index)`` pair: the rows ``source[index]``, gathered into their places
+        (:meth:`RowLayout.gather`)."""
         if layouts is None:
             return embedding(own, own_dt, time_enc=self.time_enc, nbr_s=nbr_s, nbr_index=nbr_index, nbr_e=nbr_e,
                              nbr_dt=nbr_dt, nbr_mask=nbr_mask)
         queries, rows = layouts
         index = nbr_index if rows.first else \
             rows.positions(nbr_index.device).index_select(0, nbr_index.reshape(-1)).view_as(nbr_index)
-        own, own_dt, index, nbr_e, nbr_dt, nbr_mask = queries.place(own, own_dt, index, nbr_e, nbr_dt, nbr_mask)
-        return queries.take(embedding(own, own_dt, time_enc=self.time_enc, nbr_s=rows.place(nbr_s), nbr_index=index,
+        own = queries.gather(*own) if isinstance(own, tuple) else queries.place(own)
+        nbr_s = rows.gather(*nbr_s) if isinstance(nbr_s, tuple) else rows.place(nbr_s)
+        own_dt, index, nbr_e, nbr_dt, nbr_mask = queries.place(own_dt, index, nbr_e, nbr_dt, nbr_mask)
+        return queries.take(embedding(own, own_dt, time_enc=self.time_enc, nbr_s=nbr_s, nbr_index=index,
                                       nbr_e=nbr_e, nbr_dt=nbr_dt, nbr_mask=nbr_mask, dense=False))
 
     def embed_keys(self, q, states, lasts, static=None, invariant: bool = False) -> torch.Tensor:
@@ -232,17 +254,22 @@ class TemporalGNN(nn.Module):
         h = states  # what the embedding reads: the dynamic memory, plus the static one
         if static is not None and self.embedding.needs_neighbors:  # DistTGL: before the attention
             h = states + static
-        own = h.index_select(0, q.uq_key)
         own_dt = q.uq_t - lasts.index_select(0, q.uq_key)
         orig = getattr(q, "orig_uq", None)
-        queries = (RowLayout.of(orig) if orig is not None else RowLayout.leading(own.shape[0])) if invariant else None
+        queries = (RowLayout.of(orig) if orig is not None else RowLayout.leading(own_dt.shape[0])) if invariant else None
         if self.embedding.needs_neighbors:
-            nb = h.index_select(0, q.nb_keys)
+            if not invariant:
+                return self._attend(self.embedding, h.index_select(0, q.uq_key), own_dt, h.index_select(0, q.nb_keys),
+                                    q.nb_key, q.nb_feat, q.nb_dt, q.nb_mask)
+            # (the rows are gathered straight into their places)
             orig = getattr(q, "orig_nbk", None)
-            layouts = (queries, RowLayout.of(orig) if orig is not None else RowLayout.leading(nb.shape[0])) if invariant \
-                else None
-            return self._attend(self.embedding, own, own_dt, nb, q.nb_key, q.nb_feat, q.nb_dt, q.nb_mask, layouts)
-        z = queries.take(self.embedding(*queries.place(own, own_dt))) if invariant else self.embedding(own, own_dt)
+            layouts = (queries, RowLayout.of(orig) if orig is not None else RowLayout.leading(q.nb_keys.shape[0]))
+            return self._attend(self.embedding, (h, q.uq_key), own_dt, (h, q.nb_keys), q.nb_key, q.nb_feat, q.nb_dt,
+                                q.nb_mask, layouts)
+        if invariant:
+            z = queries.take(self.embedding(queries.gather(h, q.uq_key), queries.place(own_dt)))
+        else:
+            z = self.embedding(h.index_select(0, q.uq_key), own_dt)
         if static is not None:
             # A memory-only embedding (JODIE's time projection, DyRep's identity) gets the static
             # part after it, as JODIE joins its static embeddings to the projected one: inside
@@ -535,6 +562,28 @@ class RowLayout:
         if self.first:
             return t[:self.n]
         return t.index_select(0, self.positions(t.device))
+
+    def gather(self, source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``place(source.index_select(0, index))`` in one copy: the index is placed, not the
+        rows.  A padding row then holds ``source``'s first row rather than zeros; no result of
+        a real row depends on it (rows are computed apart, see the class), and :meth:`take`
+        leaves it."""
+        if source.shape[0] == 0 or index.shape[0] == 0:
+            return self.place(source.index_select(0, index))
+        if self.first:
+            extra = self.rows - self.n
+            placed = index if extra == 0 else torch.nn.functional.pad(index, (0, extra))
+        else:
+            placed = index.new_zeros(self.rows).index_copy_(0, self.positions(index.device), index)
+        return source.index_select(0, placed)
+
+    def same(self, other: "RowLayout") -> bool:
+        """Whether ``other`` places rows exactly as this layout does."""
+        if other is self:
+            return True
+        if self.first or other.first:
+            return self.first and other.first and self.n == other.n
+        return self.n == other.n and torch.equal(self._positions, other._positions)
 
     @classmethod
     def contiguous(cls, start: int, n: int) -> "RowLayout":
