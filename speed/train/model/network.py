@@ -583,7 +583,7 @@ class RowLayout:
             return True
         if self.first or other.first:
             return self.first and other.first and self.n == other.n
-        return self.n == other.n and torch.equal(self._positions, other._positions)
+        return self.n == other.n and torch.equal(self.host_positions(), other.host_positions())
 
     @classmethod
     def contiguous(cls, start: int, n: int) -> "RowLayout":
