@@ -62,6 +62,30 @@ def test_reading_back_goes_a_window_at_a_time(small_windows):
     assert np.array_equal(dt.numpy()[rows], src)
 
 
+def test_a_spilled_sampler_state_is_copied_into_the_rings_held(small_windows):
+    # restored without adopting: into the arrays the sampler holds (no second set beside them),
+    # the same values, and the back-up left as it was by the writes that follow
+    from speed.train.state.sampler import RecentNeighborSampler
+
+    rng = np.random.default_rng(2)
+    a = RecentNeighborSampler(3000, 5)
+    a.push(rng.integers(0, 3000, 20000), rng.integers(0, 3000, 20000), np.sort(rng.random(20000)),
+           np.arange(20000))
+    a.flush(2.0)
+    saved = a.state_dict(keep=S.Spill(min_bytes=0))
+    assert isinstance(saved["nbr"], np.memmap)
+    b = RecentNeighborSampler(3000, 5)
+    held = {name: getattr(b, name) for name in ("nbr", "nbr_t", "nbr_e", "head", "count")}
+    b.load_state_dict(saved)
+    for name, arr in held.items():
+        assert getattr(b, name) is arr  # the rings held, written in place
+        assert np.array_equal(arr, getattr(a, name))
+    b.push(np.arange(3000), np.arange(3000)[::-1], np.full(3000, 3.0), np.arange(3000))
+    b.flush(4.0)
+    assert not np.array_equal(b.nbr, a.nbr)
+    assert np.array_equal(np.asarray(saved["nbr"]), a.nbr)  # the back-up is not the state
+
+
 def _fit(log):
     events = speed.read_events(log, progress=False)
     split = speed.chronological_split(events, seed=0)

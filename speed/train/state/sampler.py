@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import _kernels
-from .spill import Keep, put_rows
+from .spill import Keep, put_rows, windows
 
 
 @dataclass
@@ -201,7 +201,16 @@ class RecentNeighborSampler:
         """Take :meth:`state_dict`'s arrays (copies; ``adopt``: the arrays themselves, e.g. mapped
         copy-on-write from a checkpoint, so a reader pays for the rows it touches)."""
         for name in ("nbr", "nbr_t", "nbr_e", "head", "count"):
-            setattr(self, name, state[name] if adopt else state[name].copy())
+            have, value = getattr(self, name, None), state[name]
+            if adopt:
+                setattr(self, name, value)
+            elif have is not None and have.shape == value.shape and have.dtype == value.dtype:
+                # into the rings held, a window at a time: no second copy of them beside these,
+                # and a spilled back-up's pages go as they are read
+                for lo, hi in windows(value):
+                    have[lo:hi] = value[lo:hi]
+            else:
+                setattr(self, name, np.array(value, copy=True))
         self.hold = {name: np.asarray(state.get("hold", {}).get(name, np.empty(0)), dtype=dt).copy()
                      for name, dt in _HOLD_FIELDS}
         self.hold_lo = 0
