@@ -84,6 +84,11 @@ def test_a_spilled_sampler_state_is_copied_into_the_rings_held(small_windows):
     b.flush(4.0)
     assert not np.array_equal(b.nbr, a.nbr)
     assert np.array_equal(np.asarray(saved["nbr"]), a.nbr)  # the back-up is not the state
+    c = RecentNeighborSampler(10, 5)  # rings of another size: new ones, filled the same way
+    c.load_state_dict(saved)
+    assert c.num_nodes == 3000 and not isinstance(c.nbr, np.memmap)
+    for name in held:
+        assert np.array_equal(getattr(c, name), getattr(a, name))
 
 
 def _fit(log):

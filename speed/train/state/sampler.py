@@ -204,13 +204,15 @@ class RecentNeighborSampler:
             have, value = getattr(self, name, None), state[name]
             if adopt:
                 setattr(self, name, value)
-            elif have is not None and have.shape == value.shape and have.dtype == value.dtype:
-                # into the rings held, a window at a time: no second copy of them beside these,
-                # and a spilled back-up's pages go as they are read
-                for lo, hi in windows(value):
-                    have[lo:hi] = value[lo:hi]
-            else:
-                setattr(self, name, np.array(value, copy=True))
+                continue
+            if have is None or have.shape != value.shape or have.dtype != value.dtype:
+                have = None
+                setattr(self, name, None)  # the rings held go first: never two sets at once
+                have = np.empty(value.shape, dtype=value.dtype)
+                setattr(self, name, have)
+            # a window at a time: a spilled back-up's pages go as they are read
+            for lo, hi in windows(value):
+                have[lo:hi] = value[lo:hi]
         self.hold = {name: np.asarray(state.get("hold", {}).get(name, np.empty(0)), dtype=dt).copy()
                      for name, dt in _HOLD_FIELDS}
         self.hold_lo = 0
