@@ -278,3 +278,37 @@ def test_a_cuda_graph_run_evaluates_on_padded_steps_and_says_so(tmp_path, capsys
     assert main(["train", str(log), "--cuda-graph", "--epochs", "1", "--batch-size", "100", "--out",
                  str(tmp_path / "run"), "--no-progress", "--threads", "1"]) == 0
     assert "--cuda-graph: no evaluation step was recorded (no CUDA device" in capsys.readouterr().out
+
+
+def test_the_forward_pass_on_a_padded_plan_traces_as_one_graph(sample):
+    """``torch.compile(fullgraph=True)`` traces TGN's forward pass and loss on a padded plan
+    without a break (dynamo alone, ``backend="eager"``: no compiler needed), and the traced
+    function gives the eager logits.  (A break would split a compiled step into many graphs:
+    docs/training.md measures the compiled CPU step.)"""
+    import torch._dynamo
+
+    events, split = sample
+    tr = _trainer(sample, "tgn")
+    m = tr.model
+    m.state.reset()
+    idx = np.flatnonzero(split.train_mask)[:200]
+    src, dst = events.src[idx].astype(np.int64), events.dst[idx].astype(np.int64)
+    t = events.t_float()[idx].astype(np.float64)
+    lay = QueryLayout(200)
+    plan = m.plan(lay.nodes(src, dst, np.random.default_rng(0).integers(0, events.num_nodes, 200)), lay.times(t),
+                  events=(src, dst, t, events.eid[idx].astype(np.int64)), on_device=False)
+    padded = pad_plan(plan, Bounds.of(plan))
+
+    def forward_loss(p):
+        pos, neg, *_ = m.net(p, *m.inputs(p), 200)
+        return link_loss(pos, neg), pos
+
+    torch._dynamo.reset()
+    try:
+        traced = torch.compile(forward_loss, backend="eager", fullgraph=True, dynamic=False)
+        with torch.no_grad():
+            loss, pos = traced(padded)
+            want_loss, want_pos = forward_loss(padded)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(pos, want_pos) and torch.equal(loss, want_loss)

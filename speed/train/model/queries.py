@@ -33,7 +33,9 @@ class QueryLayout:
         Ranking candidates per event.
     """
 
-    __slots__ = ("m", "has_neg_dst", "has_neg_src", "k")
+    # No __slots__: torch 2.2's dynamo cannot read a property of a slotted object
+    # (``QueryLayout.end``) and broke the graph of every compiled forward there (138 graphs a
+    # step); without them TemporalGNN.forward traces whole (tests/test_fixed_shapes.py).
 
     def __init__(self, m: int, neg_dst: bool = True, neg_src: bool = False, k: int = 0):
         if neg_src and not neg_dst:
