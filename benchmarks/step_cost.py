@@ -101,10 +101,17 @@ def worker(a) -> dict:
         cfg.update(memory_dim=a.dim, time_dim=a.dim, embedding_dim=a.dim)
     if a.pipeline is not None:  # plans built in a thread beside the steps (default: on with a GPU)
         cfg.update(pipeline=a.pipeline)
-    if a.cuda_graph:  # fixed-shape steps replayed from a CUDA graph (eagerly on a CPU)
+    if a.cuda_graph or a.compile:  # fixed-shape steps replayed from a CUDA graph (eagerly on a CPU)
         cfg.update(cuda_graph=True)
     cfg = {k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__}
     tr = local_trainer(events, split, TrainConfig(**cfg))
+    if a.compile:
+        # the padded step's forward pass and loss compiled whole (inductor; its backward with it),
+        # one graph per plan shape: the experiment docs/training.md reports (not a library option)
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = 64  # a shape per growth of the fitted bounds
+        tr.engine.captured.forward = torch.compile(tr.engine.captured.forward, fullgraph=True, dynamic=False)
 
     plan_s = [0.0]
     inner = network.StatefulModel.plan
@@ -133,15 +140,15 @@ def worker(a) -> dict:
             setattr(batch_plan, name, timed_stage(getattr(batch_plan, name)))
     except (ImportError, AttributeError):  # an earlier checkout (--tree): plans are not staged
         pass
-    if a.cuda_graph:  # a captured step's padding and packing is planning too
+    if a.cuda_graph or a.compile:  # a captured step's padding and packing is planning too
         from speed.train.step import captured
 
         inner_fix = captured.CapturedStep.fix
 
-        def timed_fix(self, plan):
+        def timed_fix(self, plan, *args, **kwargs):
             t0 = time.perf_counter()
             try:
-                return inner_fix(self, plan)
+                return inner_fix(self, plan, *args, **kwargs)
             finally:
                 plan_s[0] += time.perf_counter() - t0
 
@@ -186,7 +193,7 @@ def worker(a) -> dict:
     syncs = Counter(e.name for e in evs if e.name in SYNC_OPS)
     n = a.steps
     out = {"tree": a.tree, "log": Path(a.log).name, "model": a.model, "batch": a.batch, "device": a.device,
-           "dim": a.dim, "pipeline": a.pipeline, "cuda_graph": bool(a.cuda_graph),
+           "dim": a.dim, "pipeline": a.pipeline, "cuda_graph": bool(a.cuda_graph), "compile": bool(a.compile),
            "replays": getattr(engine.captured, "replays", None) if a.cuda_graph else None,
            "torch": torch.__version__, "threads": a.threads, "steps": n,
            "leaf_ops": len(leaves) / n,
@@ -196,6 +203,11 @@ def worker(a) -> dict:
            "plan_us": 1e6 * (marks["plan1"] - marks["plan0"]) / n,
            "step_ms": 1e3 * (marks["t1"] - marks["t0"]) / n,
            "events_per_s": n * a.batch / (marks["t1"] - marks["t0"])}
+    if a.compile:
+        from torch._dynamo.utils import counters
+
+        out["compiled_graphs"] = int(counters["stats"]["unique_graphs"])
+        out["graph_breaks"] = int(sum(counters["graph_break"].values()))
     if cuda:
         from torch.autograd import DeviceType
 
@@ -233,6 +245,9 @@ def main() -> int:
                     help="plan each batch in a thread beside the steps (default: the config's, on with a GPU)")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="fixed-shape steps replayed from a CUDA graph (--cuda-graph; eagerly without a GPU)")
+    ap.add_argument("--compile", action="store_true",
+                    help="the fixed-shape step's forward pass compiled whole with torch.compile (an experiment: "
+                         "minutes of compiling before the window; use a large --skip)")
     tree_options(ap, "step_cost.json")
     a = ap.parse_args()
     if answered_as_worker(a, worker, ("tree", "batch")):
@@ -244,7 +259,7 @@ def main() -> int:
                            "--threads", a.threads, "--device", a.device, "--skip", a.skip, "--steps", a.steps,
                            *(["--deterministic"] if a.deterministic else []), *(["--dim", a.dim] if a.dim else []),
                            *([f"--{'' if a.pipeline else 'no-'}pipeline"] if a.pipeline is not None else []),
-                           *(["--cuda-graph"] if a.cuda_graph else []))
+                           *(["--cuda-graph"] if a.cuda_graph else []), *(["--compile"] if a.compile else []))
             rows.append(r)
             gpu = (f"  {r['kernel_launches']:6.0f} kernels {r['memcpy']:4.0f} copies {r['runtime_syncs']:4.0f} syncs"
                    if "kernel_launches" in r else "")
