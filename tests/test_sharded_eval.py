@@ -48,6 +48,10 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, ahead, t
             # then the key states received) and waits for the device once (what it sends and stores)
             for w in work:
                 assert w["steps"] > 0 and w["seconds_dividing"] > 0  # each step's part cut out of its plan
+                # the sampler's gathers of neighbour answers, part of building the plans (JODIE's
+                # embedding reads no neighbours: it asks the sampler nothing)
+                assert 0 <= w["seconds_planning_gathers"] <= w["seconds_planning"], w
+                assert (w["seconds_planning_gathers"] > 0) == (SHARDED_CASES[i][0] != "jodie"), w
                 assert w["plan_threads"] == int(ahead)
                 # one exchange a step: the key states, with the next step's rows; the first step
                 # fetches its own rows (TIGE, which stores its batch after the exchange, two)
@@ -58,6 +62,7 @@ def test_sharded_evaluation_equals_one_process_holding_every_row(world, ahead, t
                 assert w["copies_in"] == 2 * w["steps"] and w["copies_out"] == w["steps"], w
         else:
             assert res[0][i]["read"]["calls"] == 0 and work[0]["rows_received"] == 0
+            assert work[0]["seconds_planning_gathers"] == 0
 
 
 def test_owners_follow_the_groups_and_spread_shared_and_unplaced_nodes():

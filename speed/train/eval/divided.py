@@ -93,6 +93,9 @@ class Work:
     seconds_collectives: float = 0.0
     seconds_total: float = 0.0  # in the steps (planning apart)
     seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
+    # of seconds_planning: the sampler's gathers of neighbour answers from their owners, waiting
+    # for the other processes included (0 for a process alone)
+    seconds_planning_gathers: float = 0.0
     seconds_dividing: float = 0.0  # cutting each process's part out of them (DividedStep.cut)
     plan_threads: int = 0  # threads that built the plans ahead of the steps (0: in the steps' thread)
     seconds_pass: float = 0.0  # the pass's wall seconds: its steps, and its plans where not built ahead

@@ -59,6 +59,11 @@ class RecentNeighborSampler:
         Record each event at both endpoints (default), as TGN does.
     """
 
+    #: seconds spent in collectives answering queries (a sampler sharded among processes
+    #: gathers its answers from their owners, :class:`~speed.train.state.sharded.ShardedSampler`;
+    #: a whole one holds every answer)
+    seconds_gathering = 0.0
+
     def __init__(self, num_nodes: int, k: int = 10, undirected: bool = True):
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")

@@ -307,7 +307,9 @@ class ShardedSampler(RecentNeighborSampler):
         ex = self.exchange
         ex.calls += 1
         ex.bytes += int(nodes.size - mine.size) * (3 * k + 1) * 8
-        ex.seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        ex.seconds += seconds
+        self.seconds_gathering += seconds  # (waiting for the other ranks' answers included)
         filled = out[:, 3 * k]
         mask = np.arange(k)[None, :] < filled[:, None]  # the answers are filled left to right
         return (np.ascontiguousarray(out[:, :k]), np.ascontiguousarray(out[:, k:2 * k]).view(np.float64),
