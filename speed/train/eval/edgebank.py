@@ -100,6 +100,10 @@ class SeenPairs:
     """EdgeBank's state: when each pair of the log was last seen (the evaluator's state verbs;
     it keeps no neighbours)."""
 
+    #: seconds in collectives answering neighbour queries (:attr:`NodeStates.seconds_gathering`):
+    #: none, it has no neighbours to ask
+    seconds_gathering = 0.0
+
     def __init__(self, num_pairs: int):
         self.num_pairs = int(num_pairs)
         self.reset()

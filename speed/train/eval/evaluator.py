@@ -134,8 +134,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
         trim_heap()
     done = released = 0
     parts, sizes = [], []
-    sampler = model.state.sampler
-    gathering = sampler.seconds_gathering
+    gathering = model.state.seconds_gathering  # (the sampler's collectives, a part of planning)
     t_pass = time.perf_counter()
     # a divided step whose exchange carries the next step's rows is given the next step's cut
     # (so the loop holds one step ahead: the loader has built it already where it plans ahead)
@@ -160,7 +159,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if hasattr(divider, "work"):  # (the loaders' seconds include the cuts, counted apart)
         work = divider.work
         work.seconds_planning += loaders.plan_seconds - work.seconds_dividing
-        work.seconds_planning_gathers = sampler.seconds_gathering - gathering
+        work.seconds_planning_gathers = model.state.seconds_gathering - gathering
         work.plan_threads = loaders.threads
         work.planned_ahead = loaders.planned_ahead
         work.step_threads = loaders.step_threads

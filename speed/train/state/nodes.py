@@ -122,6 +122,12 @@ class NodeStates:
         for c in self.components:
             c.reset()
 
+    @property
+    def seconds_gathering(self) -> float:
+        """Seconds the neighbour sampler has spent in collectives answering queries (its rings
+        divided among processes; 0 for a whole sampler)."""
+        return self.sampler.seconds_gathering
+
     def reset_structures(self) -> None:
         """Forget pending messages and neighbours (what the plans advance)."""
         self.sampler.reset()
