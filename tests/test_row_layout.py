@@ -50,3 +50,29 @@ def test_two_layouts_are_the_same_when_they_place_every_row_alike():
     assert not a.same(RowLayout(np.array([3, 20, 4])))
     assert not a.same(RowLayout.leading(3))
     assert RowLayout.leading(5).same(RowLayout.leading(5)) and not RowLayout.leading(5).same(RowLayout.leading(6))
+
+
+def _reference_positions(index: np.ndarray, period: int) -> np.ndarray:
+    """The layout's places by a stable sort on the residues (how RowLayout placed rows before
+    its numba kernel): the j-th row of residue r goes to period * j + r."""
+    residue = index % period
+    order = np.argsort(residue, kind="stable")
+    counts = np.bincount(residue, minlength=period)
+    rank = np.empty(index.size, dtype=np.int64)
+    rank[order] = np.arange(index.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return period * rank + residue
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_residue_kernel_places_rows_as_a_stable_sort_on_residues_does(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 3000))
+    # distinct indices in any order (a layout's rows need not be ascending), some dense, some spread
+    index = rng.permutation(int(rng.integers(n, 4 * n + 2)))[:n].astype(np.int64)
+    if seed % 2:
+        index = np.sort(index)
+    lay = RowLayout(index)
+    expect = _reference_positions(index, RowLayout.PERIOD)
+    assert lay.positions("cpu").numpy().tolist() == expect.tolist()
+    height = int(expect.max()) + 1 if n else 0
+    assert lay.rows == max(1, -(-height // RowLayout.BLOCK)) * RowLayout.BLOCK

@@ -168,6 +168,24 @@ def shares(n: int, size: int) -> np.ndarray:
     return np.array([n * r // size for r in range(size + 1)], dtype=np.int64)
 
 
+def distinct(values: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique(values)`` of integers in ``[0, bound)``, by marking them: one pass over
+    ``values`` and one over ``bound`` flags, where a sort costs ``n log n`` (a cut's arrays are
+    positions in its plan's, so ``bound`` is a plan's size).  int64 (u,), ascending."""
+    seen = np.zeros(max(int(bound), 0), dtype=bool)
+    seen[values] = True
+    return np.flatnonzero(seen)
+
+
+def places(table: np.ndarray, bound: int) -> np.ndarray:
+    """Each value's place in ``table`` (distinct integers in ``[0, bound)``): an array of
+    ``bound`` entries, -1 where a value is not in it.  ``places(t, b)[v]`` is
+    ``np.searchsorted(t, v)`` for ``v`` in a sorted ``t``, in one lookup per value."""
+    at = np.full(max(int(bound), 0), -1, dtype=np.int64)
+    at[table] = np.arange(table.size, dtype=np.int64)
+    return at
+
+
 class DividedStep:
     """Run evaluation steps with the work divided among the processes of ``world``.
 
@@ -209,12 +227,12 @@ class DividedStep:
     def _pending_of_keys(plan, key_mask: np.ndarray):
         """The pending events the keys of ``key_mask`` apply: ``(pe, sel)`` -- positions among the
         plan's pending events and among ``agg_sel`` (its keys with pending events)."""
-        agg_sel = plan.agg_sel.numpy()
-        sel = np.flatnonzero(key_mask[agg_sel])
+        chosen = key_mask[plan.agg_sel.numpy()]  # of the keys with pending events
+        sel = np.flatnonzero(chosen)
         if plan.agg_identity:
             return sel, sel
-        entries = np.flatnonzero(np.isin(plan.agg_local.numpy(), sel))
-        return np.unique(plan.agg_entry.numpy()[entries]), sel
+        entries = np.flatnonzero(chosen[plan.agg_local.numpy()])
+        return distinct(plan.agg_entry.numpy()[entries], plan.pe_t.shape[0]), sel
 
     @staticmethod
     def _rows_of(plan, keys: np.ndarray, pe: np.ndarray, du: np.ndarray) -> np.ndarray:
@@ -224,36 +242,37 @@ class DividedStep:
         if plan.dyrep is not None and du.size:
             d = plan.dyrep
             parts += [d.own_row.numpy()[du], d.nb_row.numpy()[du][d.nb_mask.numpy()[du]]]
-        return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        return distinct(np.concatenate(parts), plan.rows.shape[0])
 
     @staticmethod
     def _dyrep_of(plan, pe: np.ndarray) -> np.ndarray:
         if plan.dyrep is None or pe.size == 0:
             return np.empty(0, dtype=np.int64)
-        return np.unique(plan.dyrep.inv.numpy()[pe])
+        return distinct(plan.dyrep.inv.numpy()[pe], plan.dyrep.own_row.shape[0])
 
     def _key_plan(self, plan: BatchPlan, keys: np.ndarray, pe: np.ndarray, sel: np.ndarray, du: np.ndarray,
                   rows: np.ndarray) -> BatchPlan:
         """The plan of computing ``keys`` alone, its rows the positions ``rows`` of ``plan.rows``."""
-        remap_row = lambda x: torch.from_numpy(np.searchsorted(rows, x).astype(np.int64))  # noqa: E731
-        kpos = np.full(plan.key_row.shape[0], -1, dtype=np.int64)
-        kpos[keys] = np.arange(keys.size)
+        row_at = places(rows, plan.rows.shape[0])
+        remap_row = lambda x: torch.from_numpy(row_at[x])  # noqa: E731
+        kpos = places(keys, plan.key_row.shape[0])
         agg_sel = plan.agg_sel.numpy()
         if plan.agg_identity:
             agg_entry = agg_local = torch.arange(sel.size)
         else:
             local = plan.agg_local.numpy()
-            entries = np.flatnonzero(np.isin(local, sel))
-            agg_local = torch.from_numpy(np.searchsorted(sel, local[entries]).astype(np.int64))
-            agg_entry = torch.from_numpy(np.searchsorted(pe, plan.agg_entry.numpy()[entries]).astype(np.int64))
+            sel_at = places(sel, agg_sel.size)
+            entries = np.flatnonzero(sel_at[local] >= 0)
+            agg_local = torch.from_numpy(sel_at[local[entries]])
+            agg_entry = torch.from_numpy(places(pe, plan.pe_t.shape[0])[plan.agg_entry.numpy()[entries]])
         dyrep = None
         if plan.dyrep is not None and du.size:
             d = plan.dyrep
             nb_row = d.nb_row.numpy()[du]
             mask = d.nb_mask.numpy()[du]
-            nb = np.where(mask, np.searchsorted(rows, nb_row), 0)
+            nb = np.where(mask, row_at[nb_row], 0)
             t_du = torch.from_numpy(du)
-            dyrep = DyRepPlan(inv=torch.from_numpy(np.searchsorted(du, d.inv.numpy()[pe]).astype(np.int64)),
+            dyrep = DyRepPlan(inv=torch.from_numpy(places(du, d.own_row.shape[0])[d.inv.numpy()[pe]]),
                               own_row=remap_row(d.own_row.numpy()[du]), t=d.t.index_select(0, t_du),
                               nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask.index_select(0, t_du),
                               nb_dt=d.nb_dt.index_select(0, t_du), nb_feat=d.nb_feat.index_select(0, t_du),
@@ -278,9 +297,8 @@ class DividedStep:
         """The keys the distinct queries ``uq`` read (their own and their neighbours'), ascending."""
         own = plan.uq_key.numpy()[uq]
         if plan.nb_mask.shape[1]:
-            nb = plan.nb_keys.numpy()[plan.nb_key.numpy()[uq][plan.nb_mask.numpy()[uq]]]
-            return np.unique(np.concatenate([own, nb]))
-        return np.unique(own)
+            own = np.concatenate([own, plan.nb_keys.numpy()[plan.nb_key.numpy()[uq][plan.nb_mask.numpy()[uq]]]])
+        return distinct(own, plan.key_row.shape[0])
 
     # ------------------------------------------------------------------ the cut
     def cut(self, plan: BatchPlan, step: QueryLayout) -> "Cut":
@@ -309,10 +327,10 @@ class DividedStep:
         m = hi - lo
         q_inv = plan.q_inv.numpy()
         positions = step.positions(lo, hi)
-        uq = np.unique(q_inv[positions])
+        share_q = q_inv[positions]
+        uq = distinct(share_q, plan.uq_key.shape[0])
         need = self._keys_of_queries(plan, uq)
-        kpos = np.full(key_owner.size, -1, dtype=np.int64)
-        kpos[keys] = np.arange(keys.size)
+        kpos = places(keys, key_owner.size)
         send_idx, send_counts, recv_counts = self._key_sends(plan, step, need, key_owner, kpos)
         owner_need = key_owner[need]
         here = np.flatnonzero(owner_need == me)
@@ -324,7 +342,7 @@ class DividedStep:
         out = Cut(plan=plan, step=step, lo=lo, hi=hi, keys=int(keys.size), need=need, fetch=fetch, kplan=kplan,
                   qplan=self._query_plan(plan, uq, need), send_idx=send_idx, send_counts=send_counts,
                   recv_counts=recv_counts, here=here, here_k=kpos[need[here]], recv_at=recv_at,
-                  z_at=np.searchsorted(uq, q_inv[positions]), ob_node=plan.ob_node.numpy()[ob_mine],
+                  z_at=places(uq, plan.uq_key.shape[0])[share_q], ob_node=plan.ob_node.numpy()[ob_mine],
                   ob_at=kpos[ob_key[ob_mine]], pairs=RowLayout.contiguous(lo, m),
                   cands=RowLayout.contiguous(lo * k, m * k) if k else None)
         self.work.seconds_dividing += time.perf_counter() - t0
@@ -440,17 +458,20 @@ class DividedStep:
     def _query_plan(self, plan, uq: np.ndarray, need: np.ndarray) -> QueryPlan:
         """The queries ``uq`` with their keys as positions among ``need`` (the key table)."""
         t_uq = torch.from_numpy(uq)
-        uq_key = np.searchsorted(need, plan.uq_key.numpy()[uq])
+        num_keys = plan.key_row.shape[0]
+        need_at = places(need, num_keys)
+        uq_key = need_at[plan.uq_key.numpy()[uq]]
         k = plan.nb_mask.shape[1]  # (a plan without neighbours has no slots)
         if k:
             mask = plan.nb_mask.numpy()[uq]
             slots = plan.nb_keys.numpy()[plan.nb_key.numpy()[uq]]  # each slot's key (any where empty)
-            nbk = np.unique(slots[mask])
+            nbk = distinct(slots[mask], num_keys)
             if nbk.size == 0:
                 nbk = need[:1]
-            nb_key = np.where(mask, np.searchsorted(nbk, slots), 0)
-            nb_keys = np.searchsorted(need, nbk)
-            orig_nbk = np.searchsorted(plan.nb_keys.numpy(), nbk)  # (the whole step's are its slots' keys)
+            nb_key = np.where(mask, places(nbk, num_keys)[slots], 0)
+            nb_keys = need_at[nbk]
+            # (the whole step's are its slots' keys, distinct and ascending)
+            orig_nbk = places(plan.nb_keys.numpy(), num_keys)[nbk]
         else:
             nb_key = np.zeros((uq.size, 0), dtype=np.int64)
             nb_keys = np.zeros(1 if need.size else 0, dtype=np.int64)
@@ -486,8 +507,9 @@ class DividedStep:
     @staticmethod
     def _pairs(rank: np.ndarray, item: np.ndarray, n: int):
         """The distinct ``(rank, item)`` pairs (``0 <= item < n``), by rank then item."""
-        both = np.unique(rank.astype(np.int64) * np.int64(max(n, 1)) + item)
-        return both // max(n, 1), both % max(n, 1)
+        n = max(int(n), 1)
+        both = distinct(rank.astype(np.int64) * np.int64(n) + item, int(rank.max(initial=0) + 1) * n)
+        return both // n, both % n
 
     def _row_fetch(self, plan, row_nodes, rows, key_owner) -> "RowFetch":
         """Round 1's plan: what this process sends (the rows of its own that the others' keys
@@ -561,10 +583,10 @@ class DividedStep:
         me, size = self.rank, self.size
         m, g, k = step.m, step.groups, step.k
         bounds = shares(m, size)
-        event = np.concatenate([np.tile(np.arange(m), g), np.repeat(np.arange(m), k)])  # of each query position
-        share = np.searchsorted(bounds, event, side="right") - 1
+        of_event = np.repeat(np.arange(size), np.diff(bounds))  # each event's share
+        share = np.concatenate([np.tile(of_event, g), np.repeat(of_event, k)])  # of each query position
         n_uq = plan.uq_key.shape[0]
-        s_of, uq = self._pairs(share, plan.q_inv.numpy()[:event.size], n_uq)
+        s_of, uq = self._pairs(share, plan.q_inv.numpy()[:share.size], n_uq)
         rank, key = [s_of], [plan.uq_key.numpy()[uq]]
         if plan.nb_mask.shape[1]:
             mask = plan.nb_mask.numpy()[uq]

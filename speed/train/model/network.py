@@ -65,6 +65,7 @@ from .modules import (
 )
 from ..config import TrainConfig
 from ..recipes import AGGREGATORS, MESSAGES, RECIPES, STATIC_KINDS
+from ..state._plan_kernels import residue_positions
 from ..state.batch_plan import BatchPlan, PlanNeeds
 from ..state.components import COMPONENTS
 from ..state.nodes import NodeStates, as_numpy
@@ -494,16 +495,10 @@ class RowLayout:
             self.rows = max(1, -(-self.n // self.BLOCK)) * self.BLOCK
             self._positions = None
             return
-        index = np.asarray(index.cpu() if torch.is_tensor(index) else index, dtype=np.int64)
+        index = np.ascontiguousarray(index.cpu() if torch.is_tensor(index) else index, dtype=np.int64)
         self.n = int(index.size)
-        residue = index % self.PERIOD
-        order = np.argsort(residue, kind="stable")
-        counts = np.bincount(residue, minlength=self.PERIOD)
-        rank = np.empty(self.n, dtype=np.int64)
-        rank[order] = np.arange(self.n) - np.repeat(np.cumsum(counts) - counts, counts)
-        positions = self.PERIOD * rank + residue
-        height = int(positions.max()) + 1 if self.n else 0
-        self.rows = max(1, -(-height // self.BLOCK)) * self.BLOCK
+        positions, height = residue_positions(index, self.PERIOD)
+        self.rows = max(1, -(-int(height) // self.BLOCK)) * self.BLOCK
         self._positions = torch.from_numpy(positions)
 
     @classmethod

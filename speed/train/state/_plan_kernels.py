@@ -7,6 +7,10 @@ built in a thread beside the step; on a GPU the step's thread spends its time in
 dispatching operators, so every stretch of numpy the planning thread runs between kernels is
 time the step waits for the lock (and the planning thread for it).  The numpy version of this part was about 40 calls a plan; it survives as the reference in
 ``tests/test_state_kernels.py``, which checks that the two give the same arrays.
+
+:func:`residue_positions` places the rows of a :class:`~speed.train.model.network.RowLayout`
+(several a divided evaluation step: its pending events, keys, rows, queries and neighbours);
+tests/test_row_layout.py checks it against the stable sort it replaces.
 """
 
 from __future__ import annotations
@@ -197,3 +201,36 @@ def plan_keys(m, k, slot, read_node, read_c, dedup, mean, start, count, pend_oth
         pe_eid[a] = pend_eid[e]
     return (uq_key, nb_keys, nb_key, ob_key, key_node, agg_sel, agg_local, agg_entry, pe_node, pe_other, pe_t,
             pe_eid)
+
+
+@numba.njit(cache=True, nogil=True)
+def residue_positions(index, period):
+    """Each row's place when rows of one residue of ``index`` modulo ``period`` go one after
+    another, ``period`` apart, in the order given: the ``j``-th row (in ``index``'s order) whose
+    index is ``r`` modulo ``period`` goes to ``period * j + r``
+    (:class:`speed.train.model.network.RowLayout`).  One pass, where a stable sort by residue
+    costs a sort a layout (several layouts a divided evaluation step).
+
+    Parameters
+    ----------
+    index : int64 (n,)
+        Non-negative.
+    period : int
+
+    Returns
+    -------
+    positions : int64 (n,)
+    height : int
+        ``positions.max() + 1`` (0 for no rows).
+    """
+    seen = np.zeros(period, dtype=np.int64)
+    out = np.empty(index.shape[0], dtype=np.int64)
+    height = 0
+    for i in range(index.shape[0]):
+        r = index[i] % period
+        p = period * seen[r] + r
+        seen[r] += 1
+        out[i] = p
+        if p + 1 > height:
+            height = p + 1
+    return out, height

@@ -1,0 +1,52 @@
+"""The set operations a divided evaluation step's cut runs on a plan's positions
+(:func:`speed.train.eval.divided.distinct`, :func:`~speed.train.eval.divided.places`), against
+numpy's sort-based ``unique`` and ``searchsorted`` on random inputs; the cut as a whole is
+checked bit for bit through the evaluations of tests/test_sharded_eval.py."""
+
+import numpy as np
+import pytest
+
+from speed.train.eval.divided import DividedStep, distinct, places
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_distinct_is_numpys_unique_for_integers_below_the_bound(seed):
+    rng = np.random.default_rng(seed)
+    bound = int(rng.integers(1, 5000))
+    values = rng.integers(0, bound, int(rng.integers(0, 3 * bound)))
+    got = distinct(values, bound)
+    assert got.dtype == np.int64
+    assert got.tolist() == np.unique(values).tolist()
+
+
+def test_distinct_of_nothing_is_empty_and_a_value_past_the_bound_is_an_error():
+    assert distinct(np.empty(0, dtype=np.int64), 0).size == 0
+    assert distinct(np.empty(0, dtype=np.int64), 7).size == 0
+    with pytest.raises(IndexError):
+        distinct(np.array([3]), 3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_places_are_searchsorted_for_members_and_minus_one_for_the_rest(seed):
+    rng = np.random.default_rng(seed)
+    bound = int(rng.integers(1, 4000))
+    table = np.sort(rng.choice(bound, int(rng.integers(0, bound + 1)), replace=False)).astype(np.int64)
+    at = places(table, bound)
+    member = np.zeros(bound, dtype=bool)
+    member[table] = True
+    values = rng.integers(0, bound, 1000)
+    inside = member[values]
+    assert at[values[inside]].tolist() == np.searchsorted(table, values[inside]).tolist()
+    assert (at[values[~inside]] == -1).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pairs_are_the_distinct_rank_item_pairs_by_rank_then_item(seed):
+    rng = np.random.default_rng(seed)
+    n, size = int(rng.integers(1, 500)), int(rng.integers(1, 5))
+    rank, item = rng.integers(0, size, 2000), rng.integers(0, n, 2000)
+    r, i = DividedStep._pairs(rank, item, n)
+    expect = sorted(set(zip(rank.tolist(), item.tolist())))
+    assert list(zip(r.tolist(), i.tolist())) == expect
+    r0, i0 = DividedStep._pairs(rank[:0], item[:0], n)
+    assert r0.size == i0.size == 0
