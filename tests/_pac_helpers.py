@@ -385,6 +385,22 @@ def strict_world_worker(rank, world, store_file, queue):
     _leave(queue)
 
 
+def host_gather_worker(rank, world, store_file, queue):
+    """World.host_all_gather of tensors of several dtypes and shapes (each rank's made from its
+    rank): every rank's, in rank order, bit for bit."""
+    w = _init(rank, world, store_file)
+    cases = {"float32": torch.arange(6, dtype=torch.float32).view(2, 3) / 7 + rank,
+             "float64": torch.tensor([1 / 3 + rank, -0.0, float("inf")], dtype=torch.float64),
+             "int64": torch.arange(5 * 31, dtype=torch.int64).view(5, 31) * (rank + 1) - 2 ** 40,
+             "bool": torch.tensor([rank % 2 == 0, True, False]),
+             "empty": torch.empty(0, 4, dtype=torch.float32),
+             "column": torch.arange(4, dtype=torch.int64)[::2] + rank}  # (not contiguous)
+    out = {name: [x.tolist() for x in w.host_all_gather(t)] for name, t in cases.items()}
+    out["shapes"] = [tuple(x.shape) for x in w.host_all_gather(cases["int64"])]
+    queue.put((rank, out))
+    _leave(queue)
+
+
 def drift_worker(rank, world, store_file, values, queue):
     """``World.drift`` of a tensor each rank fills with its own ``values``."""
     w = _init(rank, world, store_file)

@@ -590,6 +590,25 @@ def test_strict_mode_refuses_a_collective_around_the_world(tmp_path):
         assert out[r]["through_world"] == [3.0, 3.0] and out[r]["objects"] == [0, 1]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_host_all_gather_gives_every_ranks_tensor_in_rank_order(tmp_path, world):
+    """(It runs as an all-to-all of the tensor sent to every rank, where gloo's all_gather costs
+    2-3x as long; bool and empty tensors take all_gather.)"""
+    from _pac_helpers import host_gather_worker, run_workers
+
+    out = run_workers(host_gather_worker, [()] * world, tmp_path / "store")
+    for r in range(world):
+        got = out[r]
+        assert got["float32"] == [(torch.arange(6, dtype=torch.float32).view(2, 3) / 7 + q).tolist()
+                                  for q in range(world)]
+        assert got["float64"] == [[1 / 3 + q, -0.0, float("inf")] for q in range(world)]
+        assert got["int64"] == [(torch.arange(155).view(5, 31) * (q + 1) - 2 ** 40).tolist() for q in range(world)]
+        assert got["bool"] == [[q % 2 == 0, True, False] for q in range(world)]
+        assert got["empty"] == [[]] * world
+        assert got["column"] == [[q, q + 2] for q in range(world)]
+        assert got["shapes"] == [(5, 31)] * world
+
+
 def test_every_collective_of_a_pac_run_passes_the_strict_checks(shards4, tmp_path, monkeypatch):
     """A PAC run of TIGE (training, in-epoch syncs, the hand-over, the divided evaluation with
     TIGE's extra exchange, the owners' writes of best.json), every collective through the World

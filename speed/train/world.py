@@ -322,9 +322,17 @@ class World:
         if self.size == 1:
             return [t]
         self._host_tensor(t)
-        out = [torch.empty_like(t) for _ in range(self.size)]
-        dist.all_gather(out, t.contiguous(), group=self._host)
-        return out
+        if t.dtype == torch.bool or t.numel() == 0:
+            out = [torch.empty_like(t) for _ in range(self.size)]
+            dist.all_gather(out, t.contiguous(), group=self._host)
+            return out
+        # As an all-to-all of ``t`` sent to every rank: gloo's all_gather costs 2-3x its time
+        # for the same rows (2 ranks on one host, 16-250 KB a rank: 0.15-0.73 ms against
+        # 0.15-0.26 ms), and the sharded sampler gathers its answers once an evaluation step.
+        send = t.contiguous().reshape(1, -1).expand(self.size, -1).contiguous()
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self._host)
+        return [r.view(t.shape) for r in recv.unbind(0)]
 
     def _padded(self, x: torch.Tensor):
         x = x.contiguous().cpu()
