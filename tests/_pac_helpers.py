@@ -397,6 +397,10 @@ def host_gather_worker(rank, world, store_file, queue):
              "column": torch.arange(4, dtype=torch.int64)[::2] + rank}  # (not contiguous)
     out = {name: [x.tolist() for x in w.host_all_gather(t)] for name, t in cases.items()}
     out["shapes"] = [tuple(x.shape) for x in w.host_all_gather(cases["int64"])]
+    # past World's all-to-all bound: all_gather, the same answer
+    from speed.train.world import A2A_GATHER_BYTES
+    big = torch.arange(A2A_GATHER_BYTES // 4 // world + 1, dtype=torch.int32) + rank
+    out["big"] = [(x.shape[0], int(x[0]), int(x[-1])) for x in w.host_all_gather(big)]
     queue.put((rank, out))
     _leave(queue)
 

@@ -595,6 +595,7 @@ def test_host_all_gather_gives_every_ranks_tensor_in_rank_order(tmp_path, world)
     """(It runs as an all-to-all of the tensor sent to every rank, where gloo's all_gather costs
     2-3x as long; bool and empty tensors take all_gather.)"""
     from _pac_helpers import host_gather_worker, run_workers
+    from speed.train.world import A2A_GATHER_BYTES
 
     out = run_workers(host_gather_worker, [()] * world, tmp_path / "store")
     for r in range(world):
@@ -607,6 +608,8 @@ def test_host_all_gather_gives_every_ranks_tensor_in_rank_order(tmp_path, world)
         assert got["empty"] == [[]] * world
         assert got["column"] == [[q, q + 2] for q in range(world)]
         assert got["shapes"] == [(5, 31)] * world
+        n = A2A_GATHER_BYTES // 4 // world + 1
+        assert got["big"] == [(n, q, n - 1 + q) for q in range(world)]
 
 
 def test_every_collective_of_a_pac_run_passes_the_strict_checks(shards4, tmp_path, monkeypatch):

@@ -110,6 +110,10 @@ def _guard_distributed() -> None:
     _GUARDED.append(True)
 
 
+#: the most bytes (the tensor times the ranks) that World.host_all_gather sends as an all-to-all
+A2A_GATHER_BYTES = 4 << 20
+
+
 class World:
     """A rank's place in a parallel run and its collectives (see the module docstring).
 
@@ -322,13 +326,15 @@ class World:
         if self.size == 1:
             return [t]
         self._host_tensor(t)
-        if t.dtype == torch.bool or t.numel() == 0:
+        if t.dtype == torch.bool or t.numel() == 0 or t.numel() * t.element_size() * self.size > A2A_GATHER_BYTES:
             out = [torch.empty_like(t) for _ in range(self.size)]
             dist.all_gather(out, t.contiguous(), group=self._host)
             return out
         # As an all-to-all of ``t`` sent to every rank: gloo's all_gather costs 2-3x its time
         # for the same rows (2 ranks on one host, 16-250 KB a rank: 0.15-0.73 ms against
         # 0.15-0.26 ms), and the sharded sampler gathers its answers once an evaluation step.
+        # Only while the copies sent stay small: a large gather (the hand-over's pending events)
+        # would hold one copy per rank beside the result.
         send = t.contiguous().reshape(1, -1).expand(self.size, -1).contiguous()
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=self._host)
