@@ -15,11 +15,15 @@ per-increment and per-window scores.  ``--compare OLD.json`` then says which fig
     # ... refactor ...
     python benchmarks/behaviour.py --out /tmp/after.json --compare /tmp/before.json
 
-``benchmarks/results/behaviour.json`` is the stored record: ``tests/test_behaviour_record.py``
-(``pytest -m slow``) compares a fresh run with it.  It is updated on purpose, by a commit that
-says why the figures moved (``--out benchmarks/results/behaviour.json``).
+``benchmarks/results/<machine>/behaviour.json`` is the stored record of a machine
+(``<machine>`` as ``_trees.machine_name`` names it): ``tests/test_behaviour_record.py``
+(``pytest -m slow``) compares a fresh run with this machine's.  It is updated on purpose, by a
+commit that says why the figures moved (``--out benchmarks/results/<machine>/behaviour.json``);
+a machine without one gets its record from a commit whose figures equal another machine's record
+there, checked by running that commit beside it.
 
-Results depend on the torch build and the thread count, so compare runs of one machine.
+Results depend on the CPU, the torch build and the thread count (the same code gives other bits
+on an Intel Xeon than on an AMD EPYC, every run's losses included), so compare runs of one machine.
 """
 
 from __future__ import annotations
@@ -136,7 +140,7 @@ def compare(new: dict, old: dict) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True,
-                   help="where the figures go (benchmarks/results/behaviour.json is the stored record)")
+                   help="where the figures go (benchmarks/results/<machine>/behaviour.json is the stored record)")
     p.add_argument("--compare", type=Path, help="an earlier output: list every figure that differs, exit 1 if any")
     p.add_argument("--models", nargs="*", default=None, help="recipes (default: every registered one)")
     p.add_argument("--validation", choices=("full", "local"), default=None,

@@ -464,8 +464,9 @@ def page() -> str:
     L += ["## Exactness: the golden record", "",
           "`benchmarks/behaviour.py` trains every recipe single-process and under PAC, and the online updates, with "
           "`--deterministic`: 14 runs whose every loss, score and count is compared exactly with "
-          "`benchmarks/results/behaviour.json`. `pytest -m slow tests/test_behaviour_record.py` runs it; the record "
-          "changes only on purpose, by a commit that says why.", "",
+          "the machine's record, `benchmarks/results/<machine>/behaviour.json` (the bits depend on the CPU). "
+          "`pytest -m slow tests/test_behaviour_record.py` runs it; a record changes only on purpose, by a commit "
+          "that says why.", "",
           "## The scripts", "", "| script | what it is for |", "|---|---|"]
     L += [f"| `benchmarks/{f}` | {w} |" for f, w in SCRIPTS]
     L += ["", "`tests/reference_check.py` runs DyGLib's, TGN's and TGB's own evaluation code on the conformance "
