@@ -388,7 +388,7 @@ def strict_world_worker(rank, world, store_file, queue):
 def host_gather_worker(rank, world, store_file, queue):
     """World.host_all_gather of tensors of several dtypes and shapes (each rank's made from its
     rank): every rank's, in rank order, bit for bit."""
-    w = _init(rank, world, store_file)
+    w = _init(rank, world, store_file, planning=True)
     cases = {"float32": torch.arange(6, dtype=torch.float32).view(2, 3) / 7 + rank,
              "float64": torch.tensor([1 / 3 + rank, -0.0, float("inf")], dtype=torch.float64),
              "int64": torch.arange(5 * 31, dtype=torch.int64).view(5, 31) * (rank + 1) - 2 ** 40,
@@ -401,6 +401,19 @@ def host_gather_worker(rank, world, store_file, queue):
     from speed.train.world import A2A_GATHER_BYTES
     big = torch.arange(A2A_GATHER_BYTES // 4 // world + 1, dtype=torch.int32) + rank
     out["big"] = [(x.shape[0], int(x[0]), int(x[-1])) for x in w.host_all_gather(big)]
+    # begun on the planning group, the tensor sent let go, the step's collectives run on the
+    # host group meanwhile (an evaluation's sampler gathers so), then waited for; both sizes
+    planning = w.planning()
+    begun = [planning.host_all_gather_start(torch.full((3, 4), rank, dtype=torch.int64)),
+             None]
+    reduced = w.host_all_reduce(torch.ones(2) * (rank + 1))
+    first = begun[0].wait()
+    begun[1] = planning.host_all_gather_start(big * 2)
+    exchanged = w.host_all_gather(torch.tensor([rank]))
+    second = begun[1].wait()
+    out["begun"] = [x.tolist() for x in first]
+    out["begun_big"] = [(x.shape[0], int(x[0]), int(x[-1])) for x in second]
+    out["between"] = (reduced.tolist(), [int(x) for x in exchanged])
     queue.put((rank, out))
     _leave(queue)
 

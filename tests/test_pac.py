@@ -593,7 +593,9 @@ def test_strict_mode_refuses_a_collective_around_the_world(tmp_path):
 @pytest.mark.parametrize("world", [2, 3])
 def test_host_all_gather_gives_every_ranks_tensor_in_rank_order(tmp_path, world):
     """(It runs as an all-to-all of the tensor sent to every rank, where gloo's all_gather costs
-    2-3x as long; bool and empty tensors take all_gather.)"""
+    2-3x as long; bool and empty tensors take all_gather.)  Begun and waited for later
+    (``host_all_gather_start``), with the host group's collectives run in between, it gives
+    the same."""
     from _pac_helpers import host_gather_worker, run_workers
     from speed.train.world import A2A_GATHER_BYTES
 
@@ -610,6 +612,10 @@ def test_host_all_gather_gives_every_ranks_tensor_in_rank_order(tmp_path, world)
         assert got["shapes"] == [(5, 31)] * world
         n = A2A_GATHER_BYTES // 4 // world + 1
         assert got["big"] == [(n, q, n - 1 + q) for q in range(world)]
+        # begun, with other collectives run before it was waited for
+        assert got["begun"] == [[[q] * 4] * 3 for q in range(world)]
+        assert got["begun_big"] == [(n, 2 * q, 2 * (n - 1 + q)) for q in range(world)]
+        assert got["between"] == ([float(sum(range(1, world + 1)))] * 2, list(range(world)))
 
 
 def test_every_collective_of_a_pac_run_passes_the_strict_checks(shards4, tmp_path, monkeypatch):

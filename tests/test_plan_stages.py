@@ -66,6 +66,43 @@ def test_staged_plans_are_the_serial_plans_over_several_passes(name):
         assert len(loader._seconds) == min(threads, len(groups)) and all(s > 0 for s in loader._seconds)
 
 
+@pytest.mark.parametrize("name", ["tgn", "dyrep", "tige"])
+def test_overlapped_plans_are_the_serial_plans_and_a_pass_ends_on_its_own_state(name):
+    # PlanLoader(overlap=True) begins each plan before the step ahead of it is handed out (a
+    # sharded sampler's gather then runs while that step computes): the same plans, and a step
+    # after which the state must be the step's (a pass's end, a barrier) is handed out first
+    ev = speed.generate_events(num_nodes=40, num_events=900, seed=5)
+    model = build_model(name, ev.num_nodes)
+    batches = CyclingBatches(np.arange(len(ev)), 110, 24)
+
+    def pushed():  # events the sampler has taken in (rings and held)
+        s = model.state.sampler
+        return int(s.count.sum()) + s.held
+
+    def run(overlap, barrier=None):
+        model.state.reset()
+        loader = PlanLoader(model, EventStream(ev), batches, RandomNegatives(np.arange(ev.num_nodes), [0, 1]).next_edges,
+                            on_pass_start=model.state.reset_structures, barrier=barrier, overlap=overlap)
+        plans, seen = [], []
+        for step in loader:
+            plan = step.plan
+            plans.append(([getattr(plan, f).clone() for f in TENSOR_FIELDS],
+                          None if plan.dyrep is None else [x.clone() for x in (plan.dyrep.inv, plan.dyrep.nb_row,
+                                                                               plan.dyrep.nb_dt)]))
+            seen.append((step.index, step.ended, pushed()))
+        return plans, seen, loader
+
+    serial, at, _ = run(False)
+    got, seen, loader = run(True, barrier=lambda index, ended: index % 5 == 4)
+    _same(got, serial)
+    assert loader.overlap and loader.plan_seconds > 0
+    for (index, ended, now), (_, _, then) in zip(seen, at):
+        if ended or index % 5 == 4 or index == len(seen) - 1:
+            assert now == then  # nothing of the next batch taken in yet
+    # elsewhere the next plan was begun: its events are in the sampler already
+    assert any(now > then for (_, _, now), (_, _, then) in zip(seen, at))
+
+
 def test_padded_plans_come_from_the_last_thread_the_same():
     from speed.train.loop.trainer import Trainer
 

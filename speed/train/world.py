@@ -114,6 +114,21 @@ def _guard_distributed() -> None:
 A2A_GATHER_BYTES = 4 << 20
 
 
+class Gathering:
+    """A host gather under way (:meth:`World.host_all_gather_start`): :meth:`wait` returns every
+    rank's tensor in rank order once it has arrived."""
+
+    def __init__(self, out: List[torch.Tensor], work=None, keep: Optional[torch.Tensor] = None):
+        self._out, self._work = out, work
+        self._keep = keep  # the buffer sent, alive until the collective is done with it
+
+    def wait(self) -> List[torch.Tensor]:
+        if self._work is not None:
+            self._work.wait()
+            self._work = self._keep = None
+        return self._out
+
+
 class World:
     """A rank's place in a parallel run and its collectives (see the module docstring).
 
@@ -323,13 +338,21 @@ class World:
 
     def host_all_gather(self, t: torch.Tensor) -> List[torch.Tensor]:
         """Every rank's ``t`` (one shape everywhere), host memory, in rank order."""
+        return self.host_all_gather_start(t).wait()
+
+    def host_all_gather_start(self, t: torch.Tensor) -> "Gathering":
+        """:meth:`host_all_gather` begun and not waited for: its :class:`Gathering`'s ``wait()``
+        returns the tensors.  Between the two the rank computes while gloo's own threads move
+        the rows, so a rank that posts its gather before a step meets nobody over it after the
+        step: the peers posted theirs before the step's exchange.  At most one gathering per
+        group is under way at a time here (each is waited for before the next one starts)."""
         if self.size == 1:
-            return [t]
+            return Gathering([t])
         self._host_tensor(t)
         if t.dtype == torch.bool or t.numel() == 0 or t.numel() * t.element_size() * self.size > A2A_GATHER_BYTES:
             out = [torch.empty_like(t) for _ in range(self.size)]
-            dist.all_gather(out, t.contiguous(), group=self._host)
-            return out
+            send = t.contiguous()
+            return Gathering(out, dist.all_gather(out, send, group=self._host, async_op=True), keep=send)
         # As an all-to-all of ``t`` sent to every rank: gloo's all_gather costs 2-3x its time
         # for the same rows (2 ranks on one host, 16-250 KB a rank: 0.15-0.73 ms against
         # 0.15-0.26 ms), and the sharded sampler gathers its answers once an evaluation step.
@@ -337,8 +360,8 @@ class World:
         # would hold one copy per rank beside the result.
         send = t.contiguous().reshape(1, -1).expand(self.size, -1).contiguous()
         recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=self._host)
-        return [r.view(t.shape) for r in recv.unbind(0)]
+        work = dist.all_to_all_single(recv, send, group=self._host, async_op=True)
+        return Gathering([r.view(t.shape) for r in recv.unbind(0)], work, keep=send)
 
     def _padded(self, x: torch.Tensor):
         x = x.contiguous().cpu()

@@ -124,7 +124,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
         pacing = None
     loaders = _Stretches(model, stream, index, batch_size, pacing, pipeline,
                          negatives.next_edges if negatives is not None else None,
-                         dict(extra_queries=extra, push=graph is None, on_device=whole, fix=fix))
+                         dict(extra_queries=extra, push=graph is None, on_device=whole, fix=fix,
+                              overlap=not whole))
     if graph is not None:  # the neighbour graph holds more events than the scored ones
         # a window at a time (the same as one push: nothing enters the rings in between), so the
         # sampler's working copies are a window's, not the period's (2.5 GB on a 10^8-event log)

@@ -354,14 +354,22 @@ class PlanDraft:
     end the plan (``plan``)."""
 
     __slots__ = ("nodes", "times", "events", "dedup", "neighbors", "push", "q_inv", "uq_node", "uq_t", "k",
-                 "nb_node", "nb_t", "nb_eid", "nb_mask", "ob_node", "ob_latest", "ob_t", "keys", "dy", "plan")
+                 "nb_node", "nb_t", "nb_eid", "nb_mask", "answers", "ob_node", "ob_latest", "ob_t", "keys", "dy", "plan")
 
     def __init__(self, nodes, times, events=None, dedup: bool = True, neighbors: bool = True, push: bool = True):
         self.nodes = np.ascontiguousarray(nodes, dtype=np.int64)
         self.times = np.ascontiguousarray(times, dtype=np.float64)
         self.events = None if events is None else tuple(np.asarray(x) for x in events)
         self.dedup, self.neighbors, self.push = bool(dedup), bool(neighbors), bool(push)
+        self.answers = None
         self.plan = None
+
+    def answered(self) -> None:
+        """The neighbours in place: the sampler's answers waited for where the first stage began
+        gathering them from other processes (:meth:`RecentNeighborSampler.sample_later`)."""
+        if self.answers is not None:
+            self.nb_node, self.nb_t, self.nb_eid, self.nb_mask = self.answers()
+            self.answers = None
 
 
 def plan_neighbors(state, d: PlanDraft) -> None:
@@ -374,9 +382,10 @@ def plan_neighbors(state, d: PlanDraft) -> None:
     d.q_inv, d.uq_node, d.uq_t = _distinct(d.nodes, d.times, d.dedup)
     m, d.k = d.uq_node.size, sampler.k
 
-    # neighbours of the distinct queries
+    # neighbours of the distinct queries: read now, handed over where the next stage needs them
+    # (a sharded sampler gathers them from their owners meanwhile: PlanDraft.answered)
     if d.neighbors and needs.neighbors:
-        d.nb_node, d.nb_t, d.nb_eid, d.nb_mask = sampler.sample_arrays(d.uq_node, d.uq_t)
+        d.answers = sampler.sample_later(d.uq_node, d.uq_t)
     else:
         d.nb_node = np.zeros((m, 0), dtype=np.int64)
         d.nb_t = np.zeros((m, 0))
@@ -403,6 +412,7 @@ def plan_memory(state, d: PlanDraft) -> None:
     then the batch's events made pending.  Advances the pending store (and, for DyRep, the
     sampler: see :func:`stage_groups`)."""
     sampler, store, needs = state.sampler, state.store, state.needs
+    d.answered()
     # memory reads (each distinct query's node, each neighbour slot, each observed endpoint),
     # their keys, and the pending events the keys apply, each once: numba kernels, off the lock
     d.keys = store.plan_keys(d.uq_node, d.uq_t, d.nb_node, d.nb_mask, d.k, d.ob_node, d.ob_t, d.dedup, needs.mean)

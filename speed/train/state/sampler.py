@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -144,6 +144,14 @@ class RecentNeighborSampler:
                                                 h["t"].shape[0], self.nbr, self.nbr_t, self.nbr_e, self.head,
                                                 self.count, self.undirected, out_n, out_t, out_e, out_m))
         return out_n, out_t, out_e, out_m
+
+    def sample_later(self, nodes: np.ndarray, times: np.ndarray) -> Callable[[], tuple]:
+        """:meth:`sample_arrays` read now (the rings as they are) and handed over by the callable
+        returned: a sampler sharded among processes starts gathering its answers from their
+        owners and waits for them only when called
+        (:meth:`~speed.train.state.sharded.ShardedSampler.sample_later`); this one has them all."""
+        out = self.sample_arrays(nodes, times)
+        return lambda: out
 
     def sample(self, nodes: np.ndarray, times: np.ndarray) -> Neighbors:
         """Most recent neighbours of ``nodes[b]`` with time ``< times[b]``.

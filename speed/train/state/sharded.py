@@ -279,6 +279,13 @@ class ShardedSampler(RecentNeighborSampler):
         super().flush(before)
 
     def sample_arrays(self, nodes: np.ndarray, times: np.ndarray):
+        return self.sample_later(nodes, times)()
+
+    def sample_later(self, nodes: np.ndarray, times: np.ndarray):
+        """This rank's answers read now and the gather of the others' begun; the callable
+        returned waits for it and gives :meth:`sample_arrays`'s arrays.  An evaluation begins a
+        plan's gather before the step ahead of it and ends it after (one meeting fewer a step:
+        :class:`~speed.train.step.loader.PlanLoader`'s ``overlap``)."""
         nodes = np.ascontiguousarray(nodes, dtype=np.int64)
         times = np.ascontiguousarray(times, dtype=np.float64)
         # A whole sampler has moved every held event before its latest query into the rings,
@@ -291,7 +298,7 @@ class ShardedSampler(RecentNeighborSampler):
         mine = np.flatnonzero(who == self.rank)
         n, t, e, m = super().sample_arrays(self._local(nodes[mine]), times[mine])
         if self.world == 1 or nodes.size == 0:
-            return n, t, e, m
+            return lambda: (n, t, e, m)
         t0 = time.perf_counter()
         k = self.k
         counts = np.bincount(who, minlength=self.world)
@@ -299,21 +306,30 @@ class ShardedSampler(RecentNeighborSampler):
         rows = torch.zeros(int(counts.max()), 3 * k + 1, dtype=torch.int64)
         rows[:mine.size] = torch.from_numpy(np.concatenate(
             [n, t.view(np.int64), e, m.sum(axis=1, keepdims=True).astype(np.int64)], axis=1))
-        got = self.comm.host_all_gather(rows)
-        # each rank's answers are its nodes' in query order: in place by one stable sort of the owners
-        out = np.empty((nodes.size, 3 * k + 1), dtype=np.int64)
-        out[np.argsort(who, kind="stable")] = np.concatenate([got[r][:int(counts[r])].numpy()
-                                                              for r in range(self.world)])
-        ex = self.exchange
-        ex.calls += 1
-        ex.bytes += int(nodes.size - mine.size) * (3 * k + 1) * 8
-        seconds = time.perf_counter() - t0
-        ex.seconds += seconds
+        gathering = self.comm.host_all_gather_start(rows)
+        self._account(time.perf_counter() - t0)
+
+        def answers():
+            t1 = time.perf_counter()
+            got = gathering.wait()
+            # each rank's answers are its nodes' in query order: in place by one stable sort of the owners
+            out = np.empty((nodes.size, 3 * k + 1), dtype=np.int64)
+            out[np.argsort(who, kind="stable")] = np.concatenate([got[r][:int(counts[r])].numpy()
+                                                                  for r in range(self.world)])
+            ex = self.exchange
+            ex.calls += 1
+            ex.bytes += int(nodes.size - mine.size) * (3 * k + 1) * 8
+            self._account(time.perf_counter() - t1)
+            filled = out[:, 3 * k]
+            mask = np.arange(k)[None, :] < filled[:, None]  # the answers are filled left to right
+            return (np.ascontiguousarray(out[:, :k]), np.ascontiguousarray(out[:, k:2 * k]).view(np.float64),
+                    np.ascontiguousarray(out[:, 2 * k:3 * k]), mask)
+
+        return answers
+
+    def _account(self, seconds: float) -> None:
+        self.exchange.seconds += seconds
         self.seconds_gathering += seconds  # (waiting for the other ranks' answers included)
-        filled = out[:, 3 * k]
-        mask = np.arange(k)[None, :] < filled[:, None]  # the answers are filled left to right
-        return (np.ascontiguousarray(out[:, :k]), np.ascontiguousarray(out[:, k:2 * k]).view(np.float64),
-                np.ascontiguousarray(out[:, 2 * k:3 * k]), mask)
 
     def recent_pairs(self):
         i, j = super().recent_pairs()

@@ -165,13 +165,20 @@ class PlanLoader:
         :class:`Step`, without the plan): a captured step's padding and packing
         (:meth:`speed.train.step.captured.CapturedStep.fix`), or a divided evaluation step's
         cut (:meth:`speed.train.eval.divided.DividedStep.cut`); the plan then stays on the host.
+    overlap : bool
+        Without the pipeline: begin each plan (its first stage, :func:`~speed.train.state.batch_plan.plan_neighbors`)
+        as soon as the plan before it is done, before that one's step is handed out, and end it
+        when it is asked for.  A sampler sharded among processes then gathers the plan's
+        neighbour answers while the step ahead of it computes, and no process waits on the
+        others for them afterwards: the ranks met in that step's exchange after posting theirs
+        (a divided evaluation, :mod:`speed.train.eval.divided`).  The plans are the same.
     """
 
     def __init__(self, model, stream: EventStream, batches, negatives: Optional[Callable] = None,
                  pipeline: bool = False, staleness: int = 0, barrier: Optional[Callable[[int, bool], bool]] = None,
                  on_pass_start: Optional[Callable[[], None]] = None, extra_queries: Optional[Callable] = None,
                  push: bool = True, observed: Optional[Callable] = None, on_device: bool = True,
-                 fix: Optional[Callable] = None):
+                 fix: Optional[Callable] = None, overlap: bool = False):
         self.model, self.stream, self.batches, self.negatives = model, stream, batches, negatives
         self.pipeline = bool(pipeline)
         self.threads = (max(1, int(pipeline)) if self.pipeline else 0)
@@ -189,6 +196,8 @@ class PlanLoader:
         #: pads each host plan to its fixed shape and packs it for a captured step, in the
         #: planning thread (:meth:`speed.train.step.captured.CapturedStep.fix`); None: no padding
         self.fix = fix
+        # (a model without plan stages, EdgeBank, builds each plan whole)
+        self.overlap = bool(overlap) and hasattr(model.state, "plan_stages")
         self.device = model.device
         #: seconds spent building plans, by thread (their sum: :attr:`plan_seconds`)
         self._seconds = [0.0]
@@ -239,6 +248,9 @@ class PlanLoader:
         return step
 
     def __iter__(self) -> Iterator[Step]:
+        if not self.pipeline and self.overlap:
+            yield from self._overlapped()
+            return
         if not self.pipeline:
             previous_ended = False
             for index, (positions, ended) in enumerate(self.batches):
@@ -248,6 +260,48 @@ class PlanLoader:
                 previous_ended = ended
             return
         yield from self._pipelined()
+
+    def _overlapped(self) -> Iterator[Step]:
+        """The steps with each plan begun before the step ahead of it is handed out (``overlap``):
+        the state advances in the same order as :meth:`_make`'s, one plan after another, and a
+        step after which the state must be the step's own (the end of a pass, a barrier) is
+        handed out before the next plan begins."""
+        state = self.model.state
+        stages = [stage for group in state.plan_stages() for stage in group]
+
+        def begin(index: int, positions: np.ndarray, ended: bool):
+            t0 = time.perf_counter()
+            step, nodes, times, events = self._queries(index, positions, ended)
+            draft = state.plan_draft(nodes, times, events, push=self.push)
+            stages[0](state, draft)
+            self._seconds[0] += time.perf_counter() - t0
+            return step, draft
+
+        batches = enumerate(self.batches)
+        upcoming = next(batches, None)
+        begun = begin(upcoming[0], *upcoming[1]) if upcoming is not None else None
+        while begun is not None:
+            step, draft = begun
+            t0 = time.perf_counter()
+            for stage in stages[1:]:
+                stage(state, draft)
+            plan = draft.plan
+            if self.on_device and self.fix is None:
+                plan = plan.to(self.device)
+            step = self._finish(step, plan)
+            self._seconds[0] += time.perf_counter() - t0
+            upcoming = next(batches, None)
+            if upcoming is None:
+                yield step
+                return
+            if step.ended or self.barrier(step.index, step.ended):
+                yield step
+                if step.ended and self.on_pass_start is not None:
+                    self.on_pass_start()
+                begun = begin(upcoming[0], *upcoming[1])
+            else:
+                begun = begin(upcoming[0], *upcoming[1])
+                yield step
 
     def _stages(self) -> list:
         """The groups of plan stages the pipeline's threads run, one a thread (see
