@@ -115,8 +115,9 @@ A2A_GATHER_BYTES = 4 << 20
 
 
 class Gathering:
-    """A host gather under way (:meth:`World.host_all_gather_start`): :meth:`wait` returns every
-    rank's tensor in rank order once it has arrived."""
+    """A host collective under way (:meth:`World.host_all_gather_start`,
+    :meth:`World.host_exchange_start`): :meth:`wait` returns what it receives (every rank's
+    tensor in rank order; the exchange's one tensor, in a list) once it has arrived."""
 
     def __init__(self, out: List[torch.Tensor], work=None, keep: Optional[torch.Tensor] = None):
         self._out, self._work = out, work
@@ -392,14 +393,21 @@ class World:
         in rank order) go to rank ``r``; returns what arrives, ``recv_counts[r]`` rows from rank
         ``r`` in rank order.  Both counts must be known to the caller (every rank can compute
         what every other sends when the ranks run the same plans)."""
+        return self.host_exchange_start(send, send_counts, recv_counts).wait()[0]
+
+    def host_exchange_start(self, send: torch.Tensor, send_counts: Sequence[int],
+                            recv_counts: Sequence[int]) -> "Gathering":
+        """:meth:`host_exchange` begun and not waited for: ``wait()`` returns ``[received]``.
+        The rank computes meanwhile while gloo's threads move the rows (a divided evaluation
+        step embeds the step before while its exchange is under way)."""
         if self.size == 1:
-            return send
+            return Gathering([send])
         send = send.contiguous()
         recv = send.new_empty((int(sum(recv_counts)),) + tuple(send.shape[1:]))
         self._host_tensor(send, recv)
-        dist.all_to_all_single(recv, send, [int(c) for c in recv_counts], [int(c) for c in send_counts],
-                               group=self._host)
-        return recv
+        work = dist.all_to_all_single(recv, send, [int(c) for c in recv_counts], [int(c) for c in send_counts],
+                                      group=self._host, async_op=True)
+        return Gathering([recv], work, keep=send)
 
     def host_exchange_by_owner(self, x: torch.Tensor, dest: np.ndarray) -> List[torch.Tensor]:
         """Send row ``i`` of ``x`` to rank ``dest[i]`` (counts exchanged first: one small and one

@@ -92,6 +92,8 @@ class Work:
     exchanges: int = 0  # collectives in the steps (the sampler's, in the plans, apart)
     seconds_collectives: float = 0.0
     seconds_total: float = 0.0  # in the steps (planning apart)
+    # of seconds_total: embedding and scoring a step while the next step's exchange was under way
+    seconds_deferred: float = 0.0
     seconds_planning: float = 0.0  # building the steps' plans (every process builds every plan)
     # of seconds_planning: the sampler's gathers of neighbour answers from their owners, waiting
     # for the other processes included (0 for a process alone)
@@ -209,6 +211,9 @@ class DividedStep:
         #: ``(cut, states, last_update)``: the rows the next step reads from other owners,
         #: received with this step's key states (:meth:`merges`); None: it fetches them itself
         self._fetched = None
+        #: the last step's embedding and scoring, left to run while the next step's exchange is
+        #: under way (:meth:`flush`); None: nothing left
+        self._deferred = None
 
     def merges(self, model) -> bool:
         """Whether a step's exchange of key states also carries the next step's stored rows
@@ -216,6 +221,12 @@ class DividedStep:
         That needs the batch stored before the exchange, so a component that keeps the batch's
         embeddings (TIGE), which come after it, keeps both rounds."""
         return self.size > 1 and not model.state.keeps_embeddings
+
+    def flush(self) -> List[StepScores]:
+        """The scores of a step whose embedding was left for the next one (see :meth:`__call__`),
+        computed now: ``[scores]``, or ``[]`` where none was left."""
+        finish, self._deferred = self._deferred, None
+        return [finish()] if finish is not None else []
 
     # ------------------------------------------------------------------ planning
     def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
@@ -351,14 +362,22 @@ class DividedStep:
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
     def __call__(self, model, plan, step: QueryLayout, collect: bool = False, score: bool = True,
-                 after=None) -> StepScores:
+                 after=None) -> List[StepScores]:
         """Run one evaluation step of ``model`` on the host plan ``plan`` (its queries laid out
         by ``step``), or on the :class:`Cut` of it made ahead, and take the batch into the
-        state.  Returns the scores of this process's share of the events.  ``after``: the next
-        step's :class:`Cut`, when every process runs one (:meth:`merges`: its rows then travel
-        with this step's key states)."""
+        state.  ``after``: the next step's :class:`Cut`, when every process runs one
+        (:meth:`merges`: its rows then travel with this step's key states).
+
+        Returns the scores of this process's shares of the events, of the steps finished in
+        this call, in step order.  Where this step's exchange also carries the next step's rows,
+        its batch is stored before the exchange and nothing after the exchange changes the
+        state, so the step's embedding and scoring are left for the next call, which runs them
+        while its own exchange is under way (gloo moves the rows meanwhile, and a rank does not
+        wait for the others between its keys and its queries): such a call returns the previous
+        step's scores, and :meth:`flush` gives the last ones.  The figures are the same: a
+        query's embedding reads the key states computed and received for its step only."""
         if self.size == 1:
-            return self._whole(model, plan, step, collect, score)
+            return self.flush() + [self._whole(model, plan, step, collect, score)]
         cut = plan if isinstance(plan, Cut) else self.cut(plan, step)
         plan, step = cut.plan, cut.step
         t_start = time.perf_counter()
@@ -389,14 +408,19 @@ class DividedStep:
         out_rows = out_rows.cpu()
         ns = int(cut.send_idx.size)
         lo, hi = cut.lo, cut.hi
+        m = hi - lo
         stored = after is not None and self.merges(model)
         if stored:
             # the batch is stored now (its embeddings are not needed for it), so that the next
-            # step's rows, read after it, go out with this step's key states
+            # step's rows, read after it, go out with this step's key states; the step before
+            # is embedded and scored while they travel
             s_ob, l_ob = unpack_rows(out_rows[ns:])
             self._absorb(model, plan, step.m, lo, hi, None, torch.from_numpy(cut.ob_node), s_ob, l_ob)
-            got = self._key_states_and_rows(out_rows[:ns], cut, after, state)
+            exchanging = self._key_states_and_rows(out_rows[:ns], cut, after, state)
+            done = self.flush()
+            got = exchanging()
         else:
+            done = self.flush()
             # round 2, host to host: the key states my share reads, from their owners
             t0 = time.perf_counter()
             got = self.world.host_exchange(out_rows[:ns], cut.send_counts, cut.recv_counts)
@@ -408,27 +432,35 @@ class DividedStep:
         # index_copy_, not t[idx] = ...: the same rows, without the general index kernel's cost
         t_states.index_copy_(0, here_t, states.index_select(0, here_k)).index_copy_(0, recv_t, s_in)
         t_lasts.index_copy_(0, here_t, lasts.index_select(0, here_k)).index_copy_(0, recv_t, l_in)
-
-        # ---- embed and score my share
-        static = net.key_static(static_ids) if static_ids is not None else None
-        z = net.embed_keys(qdev, t_states, t_lasts, static, invariant=True).index_select(0, z_at)
-        m = hi - lo
-        out = StepScores(events=m)
-        share = step.share(m)  # this share's queries, laid out as a step's
-        if score and m:
-            # each pair at its event's place in the batch, each candidate at its own
-            out.pos, out.neg, out.mrr = share.score(net.score, z, pairs, cands)
-        if collect and m:
-            out.z_src = z[share.src]
         work.scored += m
-
-        # ---- take the batch in: each owner stores its endpoints' states (on the host, as copied)
-        if not stored:
-            s_ob, l_ob = unpack_rows(out_rows[ns:])
-            self._absorb(model, plan, step.m, lo, hi, z, torch.from_numpy(cut.ob_node), s_ob, l_ob)
         work.steps += 1
+
+        def finish():
+            """Embed and score my share (from the key states above alone)."""
+            t0 = time.perf_counter()
+            static = net.key_static(static_ids) if static_ids is not None else None
+            z = net.embed_keys(qdev, t_states, t_lasts, static, invariant=True).index_select(0, z_at)
+            out = StepScores(events=m)
+            share = step.share(m)  # this share's queries, laid out as a step's
+            if score and m:
+                # each pair at its event's place in the batch, each candidate at its own
+                out.pos, out.neg, out.mrr = share.score(net.score, z, pairs, cands)
+            if collect and m:
+                out.z_src = z[share.src]
+            if not stored:
+                # ---- take the batch in: each owner stores its endpoints' states (on the host, as copied)
+                s_ob, l_ob = unpack_rows(out_rows[ns:])
+                self._absorb(model, plan, step.m, lo, hi, z, torch.from_numpy(cut.ob_node), s_ob, l_ob)
+            if stored:  # (run inside the next step's call, whose seconds include these)
+                work.seconds_deferred += time.perf_counter() - t0
+            return out
+
+        if stored:
+            self._deferred = finish
+        else:
+            done.append(finish())
         work.seconds_total += time.perf_counter() - t_start
-        return out
+        return done
 
     def _whole(self, model, plan: BatchPlan, step: QueryLayout, collect: bool, score: bool) -> StepScores:
         """The step of a world of one: every key and every query is this process's, so the plan
@@ -544,8 +576,9 @@ class DividedStep:
     def _key_states_and_rows(self, states_out: torch.Tensor, cut: "Cut", after: "Cut", state) -> torch.Tensor:
         """Round 2 of ``cut``'s step and round 1 of the next (``after``) in one
         ``all_to_all_single``: to each process, the key states it reads of mine, then the stored
-        rows its next keys read of mine (read now: this step's batch is stored).  Returns the key
-        states received, in round 2's order; the rows wait for the next step (``_fetched``)."""
+        rows its next keys read of mine (read now: this step's batch is stored).  Begins it and
+        returns a callable that waits for it and gives the key states received, in round 2's
+        order; the rows wait for the next step (``_fetched``)."""
         size, fetch = self.size, after.fetch
         rows_out = pack_rows(*state.held_rows(fetch.send_ids))
         s2, s1 = np.cumsum([0] + list(cut.send_counts)), np.cumsum([0] + list(fetch.send_counts))
@@ -553,16 +586,24 @@ class DividedStep:
                           for part in (states_out[s2[r]:s2[r + 1]], rows_out[s1[r]:s1[r + 1]])])
         counts2, counts1 = list(cut.recv_counts), list(fetch.recv_counts)
         t0 = time.perf_counter()
-        got = self.world.host_exchange(send, [int(s2[r + 1] - s2[r] + s1[r + 1] - s1[r]) for r in range(size)],
-                                       [a + b for a, b in zip(counts2, counts1)])
-        self._count(got.shape[0], send.shape[0], got.shape[1] * 4, time.perf_counter() - t0)
-        keys, rows, at = [], [], 0
-        for r in range(size):  # from each process: its key states, then its rows
-            keys.append(got[at:at + counts2[r]])
-            rows.append(got[at + counts2[r]:at + counts2[r] + counts1[r]])
-            at += counts2[r] + counts1[r]
-        self._fetched = (after, *unpack_rows(torch.cat(rows)))
-        return torch.cat(keys)
+        exchange = self.world.host_exchange_start(send, [int(s2[r + 1] - s2[r] + s1[r + 1] - s1[r])
+                                                         for r in range(size)],
+                                                  [a + b for a, b in zip(counts2, counts1)])
+        posted = time.perf_counter() - t0
+
+        def received() -> torch.Tensor:
+            t1 = time.perf_counter()
+            (got,) = exchange.wait()
+            self._count(got.shape[0], send.shape[0], got.shape[1] * 4, posted + time.perf_counter() - t1)
+            keys, rows, at = [], [], 0
+            for r in range(size):  # from each process: its key states, then its rows
+                keys.append(got[at:at + counts2[r]])
+                rows.append(got[at + counts2[r]:at + counts2[r] + counts1[r]])
+                at += counts2[r] + counts1[r]
+            self._fetched = (after, *unpack_rows(torch.cat(rows)))
+            return torch.cat(keys)
+
+        return received
 
     @staticmethod
     def _place_rows(fetch: "RowFetch", state, s_in: torch.Tensor, l_in: torch.Tensor):

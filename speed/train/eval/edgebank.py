@@ -148,7 +148,10 @@ class _WholeStep:
         if score and step.m:
             out.pos, out.neg, out.mrr = step.score(bank.score, bank.compute(plan)[0])
         bank.absorb(plan)
-        return out
+        return [out]
+
+    def flush(self) -> list:
+        return []  # (nothing is left for a later step)
 
 
 class _Plan:

@@ -144,7 +144,8 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
         for step, after in _with_next(loaders, ahead):
             n = len(step)
             more = {"after": after.plan} if after is not None else {}
-            parts.append(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None,
+            # (a divided step may hand its scores over with the next step's: DividedStep.__call__)
+            parts.extend(divider(model, step.plan, step.layout(k), collect=collect_z, score=negatives is not None,
                                  **more))
             sizes.append(n)
             bar.update(n)
@@ -154,6 +155,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
                     release()  # the mapped log's pages read so far go: a pass holds a window of them
                 trim_heap()  # and what the steps freed, kept by the heap below its high-water mark
                 released = done
+        parts.extend(divider.flush())
     if release is not None:
         release()
     trim_heap()
