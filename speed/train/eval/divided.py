@@ -18,6 +18,10 @@ it applies, DyRep's neighbours), then the key states a share of queries needs fr
 Nothing is received twice or by a process that does not need it.  An owner stores its endpoints'
 states as soon as it has computed them, so the next step's stored rows go out with this step's
 key states (:meth:`DividedStep.merges`): one exchange a step, and one more at a pass's start.
+The step's own queries are then embedded and scored in the next call, while its exchange
+travels (:meth:`DividedStep.__call__`), and the sampler's gather for a plan is begun a step
+before it is waited for (:class:`~speed.train.step.loader.PlanLoader`'s ``overlap``): a rank
+meets the others once a step, and waits there only for a rank that is behind.
 
 A key's state, a query's embedding and a pair's score do not depend on which others are
 computed with them: the model places each row where it would be among the whole step's
