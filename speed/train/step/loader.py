@@ -235,6 +235,12 @@ class PlanLoader:
             events = tuple(np.concatenate([a, b])[order] for a, b in zip(events, more))
         return Step(index, positions, ended, (src, dst, t, eid), neg_src, neg_dst, None), nodes, times, events
 
+    def _draft(self, index: int, positions: np.ndarray, ended: bool):
+        """``(step, draft)``: the step of batch ``positions`` without its plan (:meth:`_queries`)
+        and its plan's draft, for the plan's stages run one by one."""
+        step, nodes, times, events = self._queries(index, positions, ended)
+        return step, self.model.state.plan_draft(nodes, times, events, push=self.push)
+
     def _finish(self, step: Step, plan, before_read: Optional[Callable[[int], None]] = None) -> Step:
         """``step`` with its host ``plan`` padded (``fix``) or moved to the device, and its rows
         read ahead under staleness."""
@@ -271,8 +277,7 @@ class PlanLoader:
 
         def begin(index: int, positions: np.ndarray, ended: bool):
             t0 = time.perf_counter()
-            step, nodes, times, events = self._queries(index, positions, ended)
-            draft = state.plan_draft(nodes, times, events, push=self.push)
+            step, draft = self._draft(index, positions, ended)
             stages[0](state, draft)
             self._seconds[0] += time.perf_counter() - t0
             return step, draft
@@ -353,8 +358,7 @@ class PlanLoader:
                 return self._make(*item, before_read)
             t0 = time.perf_counter()
             if g == 0:
-                step, nodes, times, events = self._queries(*item)
-                item = (step, self.model.state.plan_draft(nodes, times, events, push=self.push))
+                item = self._draft(*item)
             step, draft = item
             for stage in groups[g]:
                 stage(self.model.state, draft)
