@@ -1,12 +1,14 @@
 """The set operations a divided evaluation step's cut runs on a plan's positions
 (:func:`speed.train.eval.divided.distinct`, :func:`~speed.train.eval.divided.places`), against
-numpy's sort-based ``unique`` and ``searchsorted`` on random inputs; the cut as a whole is
-checked bit for bit through the evaluations of tests/test_sharded_eval.py."""
+numpy's sort-based ``unique`` and ``searchsorted`` on random inputs (DyRep's part of the cut
+uses them; the rest is in kernels, checked against the numpy they replaced in
+tests/test_cut_kernels.py); the cut as a whole is checked bit for bit through the evaluations
+of tests/test_sharded_eval.py."""
 
 import numpy as np
 import pytest
 
-from speed.train.eval.divided import DividedStep, distinct, places
+from speed.train.eval.divided import distinct, places
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -38,15 +40,3 @@ def test_places_are_searchsorted_for_members_and_minus_one_for_the_rest(seed):
     inside = member[values]
     assert at[values[inside]].tolist() == np.searchsorted(table, values[inside]).tolist()
     assert (at[values[~inside]] == -1).all()
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_pairs_are_the_distinct_rank_item_pairs_by_rank_then_item(seed):
-    rng = np.random.default_rng(seed)
-    n, size = int(rng.integers(1, 500)), int(rng.integers(1, 5))
-    rank, item = rng.integers(0, size, 2000), rng.integers(0, n, 2000)
-    r, i = DividedStep._pairs(rank, item, n)
-    expect = sorted(set(zip(rank.tolist(), item.tolist())))
-    assert list(zip(r.tolist(), i.tolist())) == expect
-    r0, i0 = DividedStep._pairs(rank[:0], item[:0], n)
-    assert r0.size == i0.size == 0

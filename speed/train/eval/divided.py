@@ -47,6 +47,7 @@ from ..model.network import RowLayout
 from ..model.queries import QueryLayout
 from ..state.batch_plan import BatchPlan, DyRepPlan, to_device
 from ..state.sharded import pack_rows, unpack_rows
+from . import _cut_kernels as kernels
 
 
 @dataclass
@@ -232,32 +233,11 @@ class DividedStep:
         finish, self._deferred = self._deferred, None
         return [finish()] if finish is not None else []
 
-    # ------------------------------------------------------------------ planning
+    # ------------------------------------------------------------------ the cut
     def _owner_of(self, nodes: np.ndarray) -> np.ndarray:
         if self.owner is None or self.size == 1:
             return np.zeros(nodes.shape, dtype=np.int64)
         return self.owner[nodes].astype(np.int64)
-
-    @staticmethod
-    def _pending_of_keys(plan, key_mask: np.ndarray):
-        """The pending events the keys of ``key_mask`` apply: ``(pe, sel)`` -- positions among the
-        plan's pending events and among ``agg_sel`` (its keys with pending events)."""
-        chosen = key_mask[plan.agg_sel.numpy()]  # of the keys with pending events
-        sel = np.flatnonzero(chosen)
-        if plan.agg_identity:
-            return sel, sel
-        entries = np.flatnonzero(chosen[plan.agg_local.numpy()])
-        return distinct(plan.agg_entry.numpy()[entries], plan.pe_t.shape[0]), sel
-
-    @staticmethod
-    def _rows_of(plan, keys: np.ndarray, pe: np.ndarray, du: np.ndarray) -> np.ndarray:
-        """Positions among ``plan.rows`` that computing ``keys`` (applying pending events ``pe``,
-        DyRep's queries ``du``) reads, ascending."""
-        parts = [plan.key_row.numpy()[keys], plan.pe_row.numpy()[pe], plan.pe_other_row.numpy()[pe]]
-        if plan.dyrep is not None and du.size:
-            d = plan.dyrep
-            parts += [d.own_row.numpy()[du], d.nb_row.numpy()[du][d.nb_mask.numpy()[du]]]
-        return distinct(np.concatenate(parts), plan.rows.shape[0])
 
     @staticmethod
     def _dyrep_of(plan, pe: np.ndarray) -> np.ndarray:
@@ -265,21 +245,34 @@ class DividedStep:
             return np.empty(0, dtype=np.int64)
         return distinct(plan.dyrep.inv.numpy()[pe], plan.dyrep.own_row.shape[0])
 
-    def _key_plan(self, plan: BatchPlan, keys: np.ndarray, pe: np.ndarray, sel: np.ndarray, du: np.ndarray,
-                  rows: np.ndarray) -> BatchPlan:
-        """The plan of computing ``keys`` alone, its rows the positions ``rows`` of ``plan.rows``."""
-        row_at = places(rows, plan.rows.shape[0])
-        remap_row = lambda x: torch.from_numpy(row_at[x])  # noqa: E731
-        kpos = places(keys, plan.key_row.shape[0])
+    @staticmethod
+    def _dyrep_reads(plan, key_owner: np.ndarray, du: np.ndarray):
+        """DyRep's stored-row reads (positions among ``plan.rows``): ``(rows, req, row)`` -- the
+        rows this process's keys read for their queries ``du`` (the pending events' other
+        endpoints) and those queries' neighbours, and the ``(process, row)`` pairs of every
+        process's keys' such reads (empty for the other models)."""
+        empty = np.empty(0, dtype=np.int64)
+        d = plan.dyrep
+        if d is None:
+            return empty, empty, empty
+        own_row, nb_row, nb_mask = d.own_row.numpy(), d.nb_row.numpy(), d.nb_mask.numpy()
+        rows = np.concatenate([own_row[du], nb_row[du][nb_mask[du]]]) if du.size else empty
         agg_sel = plan.agg_sel.numpy()
-        if plan.agg_identity:
-            agg_entry = agg_local = torch.arange(sel.size)
+        if plan.agg_identity:  # pending event j is key agg_sel[j]'s
+            pe, pe_req = np.arange(agg_sel.size), key_owner[agg_sel]
         else:
-            local = plan.agg_local.numpy()
-            sel_at = places(sel, agg_sel.size)
-            entries = np.flatnonzero(sel_at[local] >= 0)
-            agg_local = torch.from_numpy(sel_at[local[entries]])
-            agg_entry = torch.from_numpy(places(pe, plan.pe_t.shape[0])[plan.agg_entry.numpy()[entries]])
+            pe, pe_req = plan.agg_entry.numpy(), key_owner[agg_sel[plan.agg_local.numpy()]]
+        if pe.size == 0:
+            return rows, empty, empty
+        inv = d.inv.numpy()[pe]
+        mask = nb_mask[inv]
+        req = np.concatenate([pe_req, np.broadcast_to(pe_req[:, None], mask.shape)[mask]])
+        return rows, req.astype(np.int64), np.concatenate([own_row[inv], nb_row[inv][mask]]).astype(np.int64)
+
+    def _key_plan(self, plan: BatchPlan, pe: np.ndarray, sel: np.ndarray, du: np.ndarray, rows: np.ndarray,
+                  row_at: np.ndarray, key_row, pe_row, pe_other_row, agg_entry, agg_local, agg_sel) -> BatchPlan:
+        """The plan of computing this process's keys alone, its rows the positions ``rows`` of
+        ``plan.rows`` (the kernels' remapped indices: :func:`._cut_kernels.key_plan`)."""
         dyrep = None
         if plan.dyrep is not None and du.size:
             d = plan.dyrep
@@ -288,7 +281,7 @@ class DividedStep:
             nb = np.where(mask, row_at[nb_row], 0)
             t_du = torch.from_numpy(du)
             dyrep = DyRepPlan(inv=torch.from_numpy(places(du, d.own_row.shape[0])[d.inv.numpy()[pe]]),
-                              own_row=remap_row(d.own_row.numpy()[du]), t=d.t.index_select(0, t_du),
+                              own_row=torch.from_numpy(row_at[d.own_row.numpy()[du]]), t=d.t.index_select(0, t_du),
                               nb_row=torch.from_numpy(nb.astype(np.int64)), nb_mask=d.nb_mask.index_select(0, t_du),
                               nb_dt=d.nb_dt.index_select(0, t_du), nb_feat=d.nb_feat.index_select(0, t_du),
                               orig=RowLayout(du))
@@ -298,68 +291,65 @@ class DividedStep:
             q_inv=empty, uq_t=torch.empty(0, dtype=torch.float64), uq_key=empty, nb_keys=empty,
             nb_key=torch.empty(0, 0, dtype=torch.long), nb_mask=torch.empty(0, 0, dtype=torch.bool),
             nb_dt=torch.empty(0, 0, dtype=torch.float64), nb_feat=torch.empty(0, 0, 0),
-            rows=plan.rows.index_select(0, torch.from_numpy(rows)), key_row=remap_row(plan.key_row.numpy()[keys]),
-            pe_row=remap_row(plan.pe_row.numpy()[pe]), pe_other_row=remap_row(plan.pe_other_row.numpy()[pe]),
+            rows=plan.rows.index_select(0, torch.from_numpy(rows)), key_row=torch.from_numpy(key_row),
+            pe_row=torch.from_numpy(pe_row), pe_other_row=torch.from_numpy(pe_other_row),
             pe_node=plan.pe_node.index_select(0, t_pe), pe_other=plan.pe_other.index_select(0, t_pe),
             pe_t=plan.pe_t.index_select(0, t_pe), pe_eid=plan.pe_eid.index_select(0, t_pe),
-            pe_feat=plan.pe_feat.index_select(0, t_pe), agg_entry=agg_entry, agg_local=agg_local,
-            agg_sel=torch.from_numpy(kpos[agg_sel[sel]]), ob_node=empty, ob_key=empty, ob_latest=empty,
-            ev_eid=empty, ev_src=empty, ev_dst=empty, dyrep=dyrep, agg_identity=plan.agg_identity,
+            pe_feat=plan.pe_feat.index_select(0, t_pe), agg_entry=torch.from_numpy(agg_entry),
+            agg_local=torch.from_numpy(agg_local), agg_sel=torch.from_numpy(agg_sel), ob_node=empty, ob_key=empty,
+            ob_latest=empty, ev_eid=empty, ev_src=empty, ev_dst=empty, dyrep=dyrep, agg_identity=plan.agg_identity,
             orig_pe=RowLayout(pe), orig_sel=RowLayout(sel), orig_rows=RowLayout(rows))
 
-    @staticmethod
-    def _keys_of_queries(plan, uq: np.ndarray) -> np.ndarray:
-        """The keys the distinct queries ``uq`` read (their own and their neighbours'), ascending."""
-        own = plan.uq_key.numpy()[uq]
-        if plan.nb_mask.shape[1]:
-            own = np.concatenate([own, plan.nb_keys.numpy()[plan.nb_key.numpy()[uq][plan.nb_mask.numpy()[uq]]]])
-        return distinct(own, plan.key_row.shape[0])
-
-    # ------------------------------------------------------------------ the cut
     def cut(self, plan: BatchPlan, step: QueryLayout) -> "Cut":
         """This process's part of the step planned as ``plan`` (its queries laid out by
         ``step``): the keys it computes and the rows they read, its share of the queries, what
         it sends and receives in both exchanges, and its endpoints.  Host work on the plan and
         the owners alone -- no state, no weights, no collective -- so a planning thread does it
         ahead of the step (:func:`~speed.train.eval.evaluator.stream_scores` hands it to the
-        loader); :meth:`__call__` runs the step.  Its seconds go to ``work.seconds_dividing``."""
+        loader); :meth:`__call__` runs the step.  The set operations are five numba kernels
+        (:mod:`._cut_kernels`; about 450 numpy calls a step before).  Its seconds go to
+        ``work.seconds_dividing``."""
         t0 = time.perf_counter()
         me, size = self.rank, self.size
         row_nodes = plan.rows.numpy()
-        key_node = row_nodes[plan.key_row.numpy()]
-        key_owner = self._owner_of(key_node)
-        mine = key_owner == me
-        keys = np.flatnonzero(mine)
-        pe, sel = self._pending_of_keys(plan, mine)
+        row_owner = self._owner_of(row_nodes)
+        key_row = plan.key_row.numpy()
+        key_owner = row_owner[key_row]
+        agg = (plan.agg_sel.numpy(), plan.agg_local.numpy(), plan.agg_entry.numpy(), bool(plan.agg_identity))
+        pe_row, pe_other_row = plan.pe_row.numpy(), plan.pe_other_row.numpy()
+        n_pe = plan.pe_t.shape[0]
+        # the keys I compute, the pending events they apply and the stored rows they read
+        keys, pe, sel = kernels.owned_keys(me, key_owner, *agg, n_pe)
         du = self._dyrep_of(plan, pe)
-        rows = self._rows_of(plan, keys, pe, du)
-        fetch = self._row_fetch(plan, row_nodes, rows, key_owner)
-        kplan = self._key_plan(plan, keys, pe, sel, du, rows)
-        # my share of the events, its distinct queries and the key states they read
-        n = step.m
-        bounds = shares(n, size)
-        lo, hi = int(bounds[me]), int(bounds[me + 1])
-        m = hi - lo
-        q_inv = plan.q_inv.numpy()
-        positions = step.positions(lo, hi)
-        share_q = q_inv[positions]
-        uq = distinct(share_q, plan.uq_key.shape[0])
-        need = self._keys_of_queries(plan, uq)
-        kpos = places(keys, key_owner.size)
-        send_idx, send_counts, recv_counts = self._key_sends(plan, step, need, key_owner, kpos)
-        owner_need = key_owner[need]
-        here = np.flatnonzero(owner_need == me)
-        others = np.flatnonzero(owner_need != me)
-        recv_at = others[np.argsort(owner_need[others], kind="stable")]  # as they arrive: by owner, then key
-        ob_key = plan.ob_key.numpy()
-        ob_mine = key_owner[ob_key] == me
-        k = step.k
+        dy_rows, dy_req, dy_row = self._dyrep_reads(plan, key_owner, du)
+        rows, row_at, *remapped, kpos = kernels.key_plan(keys, pe, sel, key_row, pe_row, pe_other_row, dy_rows, *agg,
+                                                         row_nodes.size, key_row.size, n_pe)
+        # round 1: the rows of mine the others' keys read, and where mine come from
+        send_ids, send_counts, recv_counts, own_ids, own_at, recv_at = kernels.row_fetch(
+            me, size, row_nodes, row_owner, key_owner, key_row, pe_row, pe_other_row, *agg, dy_req, dy_row, rows)
+        fetch = RowFetch(send_ids=send_ids, send_counts=send_counts.tolist(), recv_counts=recv_counts.tolist(),
+                         own_ids=own_ids, own_at=torch.from_numpy(own_at), recv_at=torch.from_numpy(recv_at),
+                         n=int(rows.size))
+        kplan = self._key_plan(plan, pe, sel, du, rows, row_at, *remapped)
+        # my share of the events (shares()), its distinct queries and the key states they read;
+        # round 2: the key states of mine the others' shares read
+        m, k = step.m, step.k
+        lo, hi = m * me // size, m * (me + 1) // size
+        q = (plan.q_inv.numpy(), plan.uq_key.numpy(), plan.nb_keys.numpy(), plan.nb_key.numpy(), plan.nb_mask.numpy())
+        (uq, z_at, need, here, here_k, key_recv_at, key_recv_counts, uq_key, nb_keys, nb_key, orig_nbk, ob_mine,
+         ob_at) = kernels.query_share(me, size, m, step.groups, k, *q, key_owner, kpos, plan.ob_key.numpy())
+        send_idx, key_send_counts = kernels.key_sends(me, size, m, step.groups, k, *q, key_owner, kpos)
+        t_uq = torch.from_numpy(uq)
+        qplan = QueryPlan(uq_key=torch.from_numpy(uq_key), uq_t=plan.uq_t.index_select(0, t_uq),
+                          nb_keys=torch.from_numpy(nb_keys), nb_key=torch.from_numpy(nb_key),
+                          nb_feat=plan.nb_feat.index_select(0, t_uq), nb_dt=plan.nb_dt.index_select(0, t_uq),
+                          nb_mask=plan.nb_mask.index_select(0, t_uq), orig_uq=RowLayout(uq),
+                          orig_nbk=RowLayout(orig_nbk))
         out = Cut(plan=plan, step=step, lo=lo, hi=hi, keys=int(keys.size), need=need, fetch=fetch, kplan=kplan,
-                  qplan=self._query_plan(plan, uq, need), send_idx=send_idx, send_counts=send_counts,
-                  recv_counts=recv_counts, here=here, here_k=kpos[need[here]], recv_at=recv_at,
-                  z_at=places(uq, plan.uq_key.shape[0])[share_q], ob_node=plan.ob_node.numpy()[ob_mine],
-                  ob_at=kpos[ob_key[ob_mine]], pairs=RowLayout.contiguous(lo, m),
-                  cands=RowLayout.contiguous(lo * k, m * k) if k else None)
+                  qplan=qplan, send_idx=send_idx, send_counts=key_send_counts.tolist(),
+                  recv_counts=key_recv_counts.tolist(), here=here, here_k=here_k, recv_at=key_recv_at, z_at=z_at,
+                  ob_node=plan.ob_node.numpy()[ob_mine], ob_at=ob_at, pairs=RowLayout.contiguous(lo, hi - lo),
+                  cands=RowLayout.contiguous(lo * k, (hi - lo) * k) if k else None)
         self.work.seconds_dividing += time.perf_counter() - t0
         return out
 
@@ -491,83 +481,7 @@ class DividedStep:
         work.seconds_total += time.perf_counter() - t_start
         return out
 
-    def _query_plan(self, plan, uq: np.ndarray, need: np.ndarray) -> QueryPlan:
-        """The queries ``uq`` with their keys as positions among ``need`` (the key table)."""
-        t_uq = torch.from_numpy(uq)
-        num_keys = plan.key_row.shape[0]
-        need_at = places(need, num_keys)
-        uq_key = need_at[plan.uq_key.numpy()[uq]]
-        k = plan.nb_mask.shape[1]  # (a plan without neighbours has no slots)
-        if k:
-            mask = plan.nb_mask.numpy()[uq]
-            slots = plan.nb_keys.numpy()[plan.nb_key.numpy()[uq]]  # each slot's key (any where empty)
-            nbk = distinct(slots[mask], num_keys)
-            if nbk.size == 0:
-                nbk = need[:1]
-            nb_key = np.where(mask, places(nbk, num_keys)[slots], 0)
-            nb_keys = need_at[nbk]
-            # (the whole step's are its slots' keys, distinct and ascending)
-            orig_nbk = places(plan.nb_keys.numpy(), num_keys)[nbk]
-        else:
-            nb_key = np.zeros((uq.size, 0), dtype=np.int64)
-            nb_keys = np.zeros(1 if need.size else 0, dtype=np.int64)
-            orig_nbk = np.arange(nb_keys.size)
-        return QueryPlan(uq_key=torch.from_numpy(uq_key.astype(np.int64)), uq_t=plan.uq_t.index_select(0, t_uq),
-                         nb_keys=torch.from_numpy(nb_keys.astype(np.int64)),
-                         nb_key=torch.from_numpy(np.ascontiguousarray(nb_key, dtype=np.int64).reshape(uq.size, k)),
-                         nb_feat=plan.nb_feat.index_select(0, t_uq), nb_dt=plan.nb_dt.index_select(0, t_uq),
-                         nb_mask=plan.nb_mask.index_select(0, t_uq),
-                         orig_uq=RowLayout(uq), orig_nbk=RowLayout(orig_nbk))
-
     # ------------------------------------------------------------------ exchanges
-    def _row_requests(self, plan, key_owner: np.ndarray):
-        """``(rank, row)`` pairs, int64 arrays: the stored rows (positions among ``plan.rows``) that
-        each key's owner reads to compute its keys -- their own rows, the pending events' both
-        endpoints, DyRep's queries and their neighbours -- for every rank at once (what
-        :meth:`_rows_of` gives one rank)."""
-        agg_sel = plan.agg_sel.numpy()
-        if plan.agg_identity:  # pending event j is key agg_sel[j]'s
-            pe, pe_req = np.arange(agg_sel.size), key_owner[agg_sel]
-        else:
-            pe, pe_req = plan.agg_entry.numpy(), key_owner[agg_sel[plan.agg_local.numpy()]]
-        req = [key_owner, pe_req, pe_req]
-        row = [plan.key_row.numpy(), plan.pe_row.numpy()[pe], plan.pe_other_row.numpy()[pe]]
-        if plan.dyrep is not None and pe.size:
-            d = plan.dyrep
-            inv = d.inv.numpy()[pe]
-            mask = d.nb_mask.numpy()[inv]
-            req += [pe_req, np.broadcast_to(pe_req[:, None], mask.shape)[mask]]
-            row += [d.own_row.numpy()[inv], d.nb_row.numpy()[inv][mask]]
-        return np.concatenate(req), np.concatenate(row)
-
-    @staticmethod
-    def _pairs(rank: np.ndarray, item: np.ndarray, n: int):
-        """The distinct ``(rank, item)`` pairs (``0 <= item < n``), by rank then item."""
-        n = max(int(n), 1)
-        both = distinct(rank.astype(np.int64) * np.int64(n) + item, int(rank.max(initial=0) + 1) * n)
-        return both // n, both % n
-
-    def _row_fetch(self, plan, row_nodes, rows, key_owner) -> "RowFetch":
-        """Round 1's plan: what this process sends (the rows of its own that the others' keys
-        read) and where what it holds and receives goes among ``rows``.  What each process
-        needs is found for all of them in one pass over the plan, so a process's host work does
-        not grow with the number of processes."""
-        me, size = self.rank, self.size
-        row_owner = self._owner_of(row_nodes)
-        req, row = self._row_requests(plan, key_owner)
-        keep = (row_owner[row] == me) & (req != me)  # rows of mine that another process reads
-        dest, row = self._pairs(req[keep], row[keep], row_nodes.size)
-        owner_rows = row_owner[rows]
-        recv_counts = np.bincount(owner_rows, minlength=size)
-        recv_counts[me] = 0
-        here = np.flatnonzero(owner_rows == me)
-        # the received rows' places among mine: each rank's, ascending by position, in rank order
-        others = np.flatnonzero(owner_rows != me)
-        at = others[np.argsort(owner_rows[others], kind="stable")]
-        return RowFetch(send_ids=row_nodes[row], send_counts=np.bincount(dest, minlength=size).tolist(),
-                        recv_counts=recv_counts.tolist(), own_ids=row_nodes[rows[here]],
-                        own_at=torch.from_numpy(here), recv_at=torch.from_numpy(at), n=int(rows.size))
-
     def _fetch_rows(self, fetch: "RowFetch", state):
         """Round 1: every process's key rows, from their owners (one ``all_to_all_single``):
         ``(states, last_update)`` of the rows a :class:`Cut`'s key plan reads, in its order."""
@@ -619,30 +533,6 @@ class DividedStep:
         s_all.index_copy_(0, fetch.own_at, s_own).index_copy_(0, fetch.recv_at, s_in)
         l_all.index_copy_(0, fetch.own_at, l_own).index_copy_(0, fetch.recv_at, l_in)
         return s_all, l_all
-
-    def _key_sends(self, plan, step: QueryLayout, need: np.ndarray, key_owner: np.ndarray, kpos: np.ndarray):
-        """Round 2's counts and what this process sends: the key states of its own that the other
-        processes' shares of queries read (their own nodes' and their neighbours'), found for all
-        shares in one pass.  Returns ``(send_idx, send_counts, recv_counts)``: positions among
-        this process's keys, grouped by destination in rank order, keys ascending in each."""
-        me, size = self.rank, self.size
-        m, g, k = step.m, step.groups, step.k
-        bounds = shares(m, size)
-        of_event = np.repeat(np.arange(size), np.diff(bounds))  # each event's share
-        share = np.concatenate([np.tile(of_event, g), np.repeat(of_event, k)])  # of each query position
-        n_uq = plan.uq_key.shape[0]
-        s_of, uq = self._pairs(share, plan.q_inv.numpy()[:share.size], n_uq)
-        rank, key = [s_of], [plan.uq_key.numpy()[uq]]
-        if plan.nb_mask.shape[1]:
-            mask = plan.nb_mask.numpy()[uq]
-            rank.append(np.broadcast_to(s_of[:, None], mask.shape)[mask])
-            key.append(plan.nb_keys.numpy()[plan.nb_key.numpy()[uq]][mask])
-        rank, key = np.concatenate(rank), np.concatenate(key)
-        keep = (key_owner[key] == me) & (rank != me)
-        dest, key = self._pairs(rank[keep], key[keep], key_owner.size)
-        recv_counts = np.bincount(key_owner[need], minlength=size)
-        recv_counts[me] = 0
-        return kpos[key], np.bincount(dest, minlength=size).tolist(), recv_counts.tolist()
 
     def _to_device(self, dev, *items):
         """``items`` on ``dev`` in one copy (:func:`~speed.train.state.batch_plan.to_device`): host
