@@ -37,6 +37,17 @@ def jsonable(x):
     return x
 
 
+def places(table: np.ndarray, bound: int, dtype=np.int64) -> np.ndarray:
+    """Each value's place in ``table`` (distinct integers in ``[0, bound)``): an array of
+    ``bound`` entries, -1 where a value is not in ``table``.  ``places(t, b)[v]`` is
+    ``np.searchsorted(t, v)`` for ``v`` in a sorted ``t``, in one lookup per value: the global
+    to local id map of a rank's nodes, a group's, a plan's positions.  ``dtype``: a narrower
+    integer type for a large map (int32 while the places fit)."""
+    at = np.full(max(int(bound), 0), -1, dtype=dtype)
+    at[table] = np.arange(np.asarray(table).size, dtype=dtype)
+    return at
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 _ALLOCATOR_TUNED = False
 

@@ -1,5 +1,6 @@
 """The set operations a divided evaluation step's cut runs on a plan's positions
-(:func:`speed.train.eval.divided.distinct`, :func:`~speed.train.eval.divided.places`), against
+(:func:`speed.train.eval.divided.distinct`, :func:`speed._util.places`, which also maps a
+rank's or a group's global node ids to local ones), against
 numpy's sort-based ``unique`` and ``searchsorted`` on random inputs (DyRep's part of the cut
 uses them; the rest is in kernels, checked against the numpy they replaced in
 tests/test_cut_kernels.py); the cut as a whole is checked bit for bit through the evaluations
@@ -8,7 +9,8 @@ of tests/test_sharded_eval.py."""
 import numpy as np
 import pytest
 
-from speed.train.eval.divided import distinct, places
+from speed._util import places
+from speed.train.eval.divided import distinct
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -40,3 +42,9 @@ def test_places_are_searchsorted_for_members_and_minus_one_for_the_rest(seed):
     inside = member[values]
     assert at[values[inside]].tolist() == np.searchsorted(table, values[inside]).tolist()
     assert (at[values[~inside]] == -1).all()
+
+
+def test_places_keep_a_narrow_dtype_and_take_an_empty_table():
+    at = places(np.array([4, 1], dtype=np.int64), 6, dtype=np.int32)
+    assert at.dtype == np.int32 and at.tolist() == [-1, 1, -1, -1, 0, -1]
+    assert places(np.empty(0, dtype=np.int64), 3).tolist() == [-1, -1, -1]

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import speed
-from speed.train.eval.divided import Cut, DividedStep, QueryPlan, RowFetch, distinct, places, shares
+from speed._util import places
+from speed.train.eval.divided import Cut, DividedStep, QueryPlan, RowFetch, distinct, shares
 from speed.train.model.network import RowLayout, build_model
 from speed.train.model.queries import QueryLayout
 from speed.train.state.batch_plan import BatchPlan, DyRepPlan

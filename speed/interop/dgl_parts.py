@@ -8,7 +8,7 @@ from typing import Iterable, List
 
 import numpy as np
 
-from .._util import atomic_dir
+from .._util import atomic_dir, places
 from ..data.events import Events
 from ..partition.shards import Shards, load_shards
 from ..optional import require_dgl
@@ -26,8 +26,7 @@ def part_graph(events: Events, node_parts: np.ndarray, parts: Iterable[int]):
     shared = np.flatnonzero(node_parts == -1)
     own = np.flatnonzero(np.isin(node_parts, parts))
     nodes = np.concatenate([shared, own])
-    local = np.full(node_parts.shape[0], -1, dtype=np.int64)
-    local[nodes] = np.arange(nodes.size)
+    local = places(nodes, node_parts.shape[0])
     keep = (local[events.src] >= 0) & (local[events.dst] >= 0)
     sub = events.select(keep) if not keep.all() else events
     g = dgl.graph((torch.from_numpy(local[sub.src]), torch.from_numpy(local[sub.dst])), num_nodes=int(nodes.size))

@@ -14,7 +14,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from .._util import captured_fds, progress_bar
+from .._util import captured_fds, places, progress_bar
 from ..data.events import Events
 from . import _kernels
 
@@ -141,8 +141,7 @@ def metis(events: Events, num_parts: int, seed: int = 0) -> Tuple[np.ndarray, Di
     dgl, torch = require_dgl("method='metis'")
 
     present = np.flatnonzero(events.node_mask())
-    local = np.full(events.num_nodes, -1, dtype=np.int64)
-    local[present] = np.arange(present.size)
+    local = places(present, events.num_nodes)
     u, v, _ = static_projection(events)
     lu, lv = local[u], local[v]
     g = dgl.graph((torch.from_numpy(np.concatenate([lu, lv])), torch.from_numpy(np.concatenate([lv, lu]))),

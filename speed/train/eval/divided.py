@@ -43,6 +43,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from ..._util import places
 from ..model.network import RowLayout
 from ..model.queries import QueryLayout
 from ..state.batch_plan import BatchPlan, DyRepPlan, to_device
@@ -182,15 +183,6 @@ def distinct(values: np.ndarray, bound: int) -> np.ndarray:
     seen = np.zeros(max(int(bound), 0), dtype=bool)
     seen[values] = True
     return np.flatnonzero(seen)
-
-
-def places(table: np.ndarray, bound: int) -> np.ndarray:
-    """Each value's place in ``table`` (distinct integers in ``[0, bound)``): an array of
-    ``bound`` entries, -1 where a value is not in it.  ``places(t, b)[v]`` is
-    ``np.searchsorted(t, v)`` for ``v`` in a sorted ``t``, in one lookup per value."""
-    at = np.full(max(int(bound), 0), -1, dtype=np.int64)
-    at[table] = np.arange(table.size, dtype=np.int64)
-    return at
 
 
 class DividedStep:

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
-from ..._util import TRIM_EVERY, progress_bar, trim_heap
+from ..._util import TRIM_EVERY, places, progress_bar, trim_heap
 from ...data.events import Events
 from ...data.split import Split
 from ...partition.ordered import release_pages
@@ -91,8 +91,7 @@ def stream_scores(model, stream: EventStream, index: np.ndarray, batch_size: int
     if mrr_candidates is not None:
         k = mrr_candidates.shape[1]
         first = int(index[0]) if index.size else 0
-        where = np.full(int(index.max()) + 1 - first if index.size else 0, -1, dtype=np.int64)
-        where[index - first] = np.arange(index.size)
+        where = places(index - first, int(index.max()) + 1 - first if index.size else 0)
 
         def candidates(positions, t):  # each event's K candidates at its time
             rows = mrr_candidates[where[positions - first]]

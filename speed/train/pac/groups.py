@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..._util import places
 from ...data.events import Events
 from ...data.meta import EventsMeta
 from ...partition.shards import Shards
@@ -149,9 +150,8 @@ class RankGraph:
 
 
 def local_ids(nodes: np.ndarray, num_nodes: int) -> np.ndarray:
-    g2l = np.full(num_nodes, -1, dtype=np.int64)
-    g2l[nodes] = np.arange(nodes.size)
-    return g2l
+    """int64 (num_nodes,): each global id's place among ``nodes``, -1 for the others."""
+    return places(nodes, num_nodes)
 
 
 def own_nodes(shards: Shards, group: np.ndarray) -> np.ndarray:

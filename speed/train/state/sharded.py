@@ -17,6 +17,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from ..._util import places
 from .memory import NodeMemory
 from .spill import Keep, release, windows
 from .sampler import RecentNeighborSampler
@@ -25,9 +26,7 @@ from .sampler import RecentNeighborSampler
 def _local_index(owner: np.ndarray, mine: np.ndarray) -> np.ndarray:
     """Each node's row among those a rank holds (int32 while they fit; -1 for the others'): one
     lookup per id, where a search in ``mine`` costs a log per id on every step."""
-    local = np.full(owner.size, -1, dtype=np.int32 if mine.size < 2 ** 31 else np.int64)
-    local[mine] = np.arange(mine.size)
-    return local
+    return places(mine, owner.size, dtype=np.int32 if mine.size < 2 ** 31 else np.int64)
 
 
 
