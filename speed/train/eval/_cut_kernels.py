@@ -120,8 +120,9 @@ def owned_keys(me, key_owner, agg_sel, agg_local, agg_entry, identity, n_pe):
 @numba.njit(cache=True, nogil=True)
 def key_plan(keys, pe, sel, key_row, pe_row, pe_other_row, extra_rows, agg_sel, agg_local, agg_entry, identity,
              n_rows, n_keys, n_pe):
-    """The plan of computing ``keys`` alone (:meth:`DividedStep._key_plan`): the stored rows they
-    read and every index of theirs remapped to the part.
+    """The plan of computing ``keys`` alone
+    (:meth:`~speed.train.eval.divided.DividedStep._key_plan`): the stored rows they read and
+    every index of theirs remapped to the part.
 
     Parameters
     ----------
@@ -191,7 +192,7 @@ def key_plan(keys, pe, sel, key_row, pe_row, pe_other_row, extra_rows, agg_sel, 
 @numba.njit(cache=True, nogil=True)
 def row_fetch(me, size, row_nodes, row_owner, key_owner, key_row, pe_row, pe_other_row, agg_sel, agg_local,
               agg_entry, identity, extra_req, extra_row, rows):
-    """Round 1 of the step (:meth:`DividedStep._row_fetch`): the rows of ``me``'s that every
+    """Round 1 of the step (:class:`~speed.train.eval.divided.RowFetch`): the rows of ``me``'s that every
     other process's keys read, and where the rows ``me``'s keys read come from.  What each
     process reads is found for all of them in one pass over the plan.
 
@@ -382,9 +383,9 @@ def query_share(me, size, m, groups, k, q_inv, uq_key, nb_keys, nb_key, nb_mask,
 
 @numba.njit(cache=True, nogil=True)
 def key_sends(me, size, m, groups, k, q_inv, uq_key, nb_keys, nb_key, nb_mask, key_owner, kpos):
-    """Round 2's sends (:meth:`DividedStep._key_sends`): the key states of ``me``'s that every
-    other process's share of queries reads (their nodes' own and their neighbours'), found for
-    all shares in one pass.  Returns ``(send_idx, send_counts)``: positions among ``me``'s keys,
+    """Round 2's sends (:attr:`~speed.train.eval.divided.Cut.send_idx`): the key states of
+    ``me``'s that every other process's share of queries reads (their nodes' own and their
+    neighbours'), found for all shares in one pass.  Returns ``(send_idx, send_counts)``: positions among ``me``'s keys,
     grouped by destination, keys ascending in each; and the count for each destination."""
     n_uq, n_keys, kk = uq_key.shape[0], key_owner.shape[0], nb_mask.shape[1]
     of_event = _share_of_events(m, size)

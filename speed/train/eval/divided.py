@@ -133,7 +133,7 @@ class StepScores:
 @dataclass
 class RowFetch:
     """Round 1 of a divided step, planned: the stored rows this process sends and where the
-    rows it holds and receives go (:meth:`DividedStep._row_fetch`)."""
+    rows it holds and receives go (:func:`._cut_kernels.row_fetch`)."""
 
     send_ids: np.ndarray  # int64 (s,): node ids of the rows sent, grouped by destination
     send_counts: list
