@@ -173,10 +173,9 @@ class ShardedEvaluation:
         model = self.eval_model()
         model.load_params(trained.params_state_dict())
         rule = "last" if self.config.sync == "none" else self.config.sync
+        # (which lets the rank's own state go: not read again before the next epoch builds it)
         shard_state(trained, model, rg.nodes, rg.num_shared, self.shards.shared, owner, rule, self.world)
-        # the rank's own state and sub-graph are not read again before the next epoch builds them
-        trained.state.resize(0)
-        rg.events = None
+        rg.events = None  # nor is its sub-graph
         trim_heap()  # what the hand-over freed
         self.evaluator.prepare(model)
 

@@ -66,6 +66,8 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
     ----------
     trained : StatefulModel
         This rank's trained model; local rows ``nodes`` (global ids, ``num_shared`` shared first).
+        Its node state is let go once its rows are handed over (resized to 0 rows), before the
+        pending events are gathered.
     target : StatefulModel
         Its memories are :class:`~speed.train.state.sharded.ShardedMemory` over ``owner``; its structures are replaced.
     shared : int64 ndarray, shape (S,)
@@ -103,6 +105,11 @@ def shard_state(trained, target, nodes: np.ndarray, num_shared: int, shared: np.
         target.state.rows.write_owned(name, held, c_s, c_l)
         if name == "memory":  # whose pending events a shared node keeps: the rank whose state won
             winner = latest_rank(torch.stack(world.host_all_gather_rows(lu[:ns])))
+    # the trained rows are with their owners now: let them go (they are most of what the rank
+    # holds, and kept beside the whole pending store gathered below they made its peak)
+    st.memories.clear()
+    s = lu = None
+    trained.state.resize(0)
     node, other, t, eid = st.pending
     keep = ~torch.isin(node, torch.from_numpy(shared))
     if ns and winner is not None:
