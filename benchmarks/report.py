@@ -491,8 +491,10 @@ def readme_block() -> str:
         L.append(f"- PAC, N=2 ranks against N=1 on 2 cores: training {1 / r['train']:.2f}× as fast, validation "
                  f"{r['validate']:.2f}× the seconds, the whole run {r['run']:.2f}× {said}.")
     for w in sec.get("eval_pass", {}).get("widths", []):
+        per_key = w.get("passes_per_key", {}).get("val")
         L.append(f"- A validation pass streams {w['passes'].get('val', float('nan')):.2f}× training's events/s at "
-                 f"width {w['width']} {said}.")
+                 f"width {w['width']}" + (f" ({per_key:.2f}× per memory key computed)" if per_key else "")
+                 + f" {said}.")
     part = sec.get("partition", {})
     if "events_per_s" in part:
         L.append(f"- SEP partitions {fmt(part['events'])} events into 8 parts at {fmt(part['events_per_s'])} "

@@ -180,7 +180,11 @@ def eval_pass(tree: str, quick: bool) -> dict:
                   "--log", str(main_log()))
     return {"steps": 600, "eval_steps": 300, "widths": [
         {"width": r["width"], "train_events_per_s": r["train_events_per_s"],
-         "passes": {p["pass"]: round(p["ratio_to_training"], 3) for p in r["passes"]}} for r in got["rows"]]}
+         "passes": {p["pass"]: round(p["ratio_to_training"], 3) for p in r["passes"]},
+         # the same ratios per memory key computed (eval_pass.py: the passes run denser parts of the log)
+         "train_keys_per_event": r.get("train_keys_per_event"),
+         "passes_per_key": {p["pass"]: round(p["ratio_per_key"], 3) for p in r["passes"] if p.get("ratio_per_key")}}
+        for r in got["rows"]]}
 
 
 def step_ops(tree: str, quick: bool) -> dict:
@@ -224,7 +228,10 @@ def headline(name: str, r: dict) -> dict:
                 "N=2 rank peak / planned": max(a / b for a, b in zip(r["n2"]["rank_peak_rss_bytes"],
                                                                      r["n2"]["planned_peak_bytes"]))}
     if name == "eval_pass":
-        return {f"width {w['width']}: val pass / training": w["passes"].get("val") for w in r["widths"]}
+        h = {f"width {w['width']}: val pass / training": w["passes"].get("val") for w in r["widths"]}
+        h |= {f"width {w['width']}: val pass / training, per memory key": w["passes_per_key"]["val"]
+              for w in r["widths"] if w.get("passes_per_key", {}).get("val")}
+        return h
     if name == "scale":
         h = {f"{x['distinct_nodes']:,} nodes: speed events/s": x["speed_events_per_s"] for x in r["node_sweep"]}
         h |= {f"{x['distinct_nodes']:,} nodes: speed / PyG": x["speed_over_pyg"] for x in r["node_sweep"]

@@ -26,13 +26,15 @@ def test_a_result_is_stamped_and_tabled(tmp_path):
     assert st["commit"] and st["cores"] >= 1 and st["torch"] and st["date"]
     assert machine_name() and "/" not in machine_name()
     sections = {"eval_pass": {"widths": [{"width": 100, "train_events_per_s": 1000.0,
-                                          "passes": {"val": 1.8}}], "seconds": 1.0},
+                                          "passes": {"val": 1.8}, "passes_per_key": {"val": 3.1}}],
+                              "seconds": 1.0},
                 "step_ops": {"error": "step_cost.py: boom", "seconds": 0.1}}
     result = {"suite": "cpu-quick", "stamps": {str(ROOT): st}, "sections": sections,
               "ratios": {"/other": suite.ratios(sections, {"eval_pass": {
                   "widths": [{"width": 100, "passes": {"val": 0.9}}]}})}}
     text = suite.table(result, tmp_path / "cpu-quick.json")
     assert "| width 100: val pass / training | 1.800 |" in text and "failed: step_cost.py: boom" in text
+    assert "| width 100: val pass / training, per memory key | 3.100 |" in text
     assert "python -m benchmarks cpu --quick" in text and "| eval_pass | width 100: val pass / training | 2.000 |" in text
     json.dumps(result)  # what the suite writes is JSON
 
