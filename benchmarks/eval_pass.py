@@ -83,10 +83,13 @@ def _count_training_keys() -> dict:
     evaluation's steps do not take): ``{"steps", "keys_per_event"}``, filled as the run goes.
     The keys a step computes set most of its model's work, and they grow with the log's density:
     a pass over the log's last events computes more of them an event than its first steps."""
-    from speed.train.step import engine
-
     got = {"steps": 0, "events": 0, "keys": 0}
-    inner = engine.Engine.step
+    try:  # (an older tree, with --tree, may have its engine elsewhere: then nothing is counted)
+        from speed.train.step import engine
+
+        inner = engine.Engine.step
+    except (ImportError, AttributeError):
+        return got
 
     def step(self, st, *args, **kw):
         got["steps"] += 1
