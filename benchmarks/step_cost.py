@@ -17,6 +17,10 @@ This script counts them, per training step, over a window of steps in the middle
   copies) and ``step_ms`` (wall time per step over the window, unprofiled, the device
   synchronised at both ends).
 
+Given two batch sizes or more (``--batch 10 50 200``), it also fits ``step_ms = fixed_ms +
+per_event_us * batch`` per tree: the part of a step that no cut in operators can remove is the
+part that grows with its rows (:func:`batch_fits`).
+
 Each (device, batch) runs in its own process.  Prints a table, writes JSON::
 
     python benchmarks/step_cost.py --log data/sample.csv --batch 200 --device cpu \\
@@ -33,6 +37,8 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -228,6 +234,31 @@ def worker(a) -> dict:
     return out
 
 
+def batch_fits(rows) -> list:
+    """Per tree (and device, width, path) measured at two batch sizes or more: the least-squares
+    line ``step_ms = fixed_ms + per_event_us * 1e-3 * batch``.  ``fixed_ms`` is what a step costs
+    whatever its size (operators dispatched, autograd's graph, Python, a plan's fixed work);
+    ``per_event_us`` what grows with its rows (kernels, a plan's per-event work).  A host-bound
+    step is one whose ``fixed_share`` (``fixed_ms`` over the largest batch's step) is near 1:
+    only then can cutting operators alone make it much faster."""
+    groups = {}
+    for r in rows:
+        key = (r["tree"], r["device"], r["dim"], r["pipeline"], r["cuda_graph"], r["compile"], r["threads"])
+        groups.setdefault(key, []).append(r)
+    fits = []
+    for key, rs in groups.items():
+        batches = sorted({r["batch"] for r in rs})
+        if len(batches) < 2:
+            continue
+        b = np.array([r["batch"] for r in rs], dtype=np.float64)
+        ms = np.array([r["step_ms"] for r in rs], dtype=np.float64)
+        slope, fixed = np.polyfit(b, ms, 1)
+        top = float(np.mean(ms[b == batches[-1]]))
+        fits.append({"tree": key[0], "device": key[1], "dim": key[2], "batches": batches,
+                     "fixed_ms": float(fixed), "per_event_us": float(1e3 * slope), "fixed_share": float(fixed / top)})
+    return fits
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", required=True, help="event log")
@@ -266,7 +297,12 @@ def main() -> int:
             print(f"{Path(tree).name:<10} {r['model']} batch {batch:>5} {r['device']:<6} {r['leaf_ops']:7.0f} ops "
                   f"{r['sync_calls']:5.1f} sync calls  plan {r['plan_us']:8.0f} us  step {r['step_ms']:7.2f} ms"
                   f"{gpu}", flush=True)
-    save(a.out, runs=rows)
+    fits = batch_fits(rows)
+    for f in fits:
+        print(f"{Path(f['tree']).name:<10} step ms = {f['fixed_ms']:.2f} + {f['per_event_us']:.2f} us x batch "
+              f"(batches {f['batches']}): at batch {f['batches'][-1]}, {100 * f['fixed_share']:.0f}% of the "
+              f"step does not grow with the batch", flush=True)
+    save(a.out, runs=rows, fits=fits)
     return 0
 
 

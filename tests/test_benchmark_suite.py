@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -149,3 +151,20 @@ def test_device_busy_time_counts_overlapping_kernels_once():
     assert busy_us([]) == 0.0
     assert busy_us([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17.0  # 0-12 and 20-25
     assert busy_us([(30, 40), (0, 5)]) == 15.0  # in any order
+
+
+def test_step_cost_splits_a_step_into_what_grows_with_the_batch_and_what_does_not():
+    from step_cost import batch_fits
+
+    def row(tree, batch, ms, dim=4):
+        return {"tree": tree, "device": "cpu", "dim": dim, "pipeline": None, "cuda_graph": False,
+                "compile": False, "threads": 2, "batch": batch, "step_ms": ms}
+
+    # 3 ms whatever the batch, 20 us an event: at batch 200, 3 of 7 ms do not grow with it
+    rows = [row("a", b, 3.0 + 0.02 * b) for b in (10, 50, 200)] + [row("b", 200, 5.0)]
+    (fit,) = batch_fits(rows)  # tree b has one batch size: nothing to fit
+    assert fit["tree"] == "a" and fit["batches"] == [10, 50, 200]
+    assert fit["fixed_ms"] == pytest.approx(3.0) and fit["per_event_us"] == pytest.approx(20.0)
+    assert fit["fixed_share"] == pytest.approx(3.0 / 7.0)
+    # widths are fitted apart
+    assert len(batch_fits([row("a", b, 1.0 + b, dim=d) for b in (1, 2) for d in (4, 100)])) == 2
