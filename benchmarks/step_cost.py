@@ -18,7 +18,7 @@ This script counts them, per training step, over a window of steps in the middle
   synchronised at both ends).
 
 Given two batch sizes or more (``--batch 10 50 200``), it also fits ``step_ms = fixed_ms +
-per_event_us * batch`` per tree: the part of a step that no cut in operators can remove is the
+per_event_us * 1e-3 * batch`` per tree: the part of a step that no cut in operators can remove is the
 part that grows with its rows (:func:`batch_fits`).
 
 Each (device, batch) runs in its own process.  Prints a table, writes JSON::
